@@ -1,0 +1,104 @@
+"""Governed artifacts: one ref grammar, one writer, one resolver (ARCHITECTURE §6).
+
+Hosts write ``<root>/<sub>/<sha256hex>.<ext>`` and hand out the ref
+``sha256:<hex>:<sub>/<hex>.<ext>``. The bridge resolves a ref back to bytes
+under the same root, which both sides get from
+:func:`clankie.settings.discord_attachment_root`. A ref that does not match
+the grammar is refused before any file is touched; a resolved path must stay
+inside the root after symlinks are followed, fit the size limit, and hash to
+the ref's digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from clankie.errors import ClankieError
+
+SUBDIRS = ("browser", "tldraw", "generated")
+EXTENSIONS = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "svg": "image/svg+xml", "tldr": "application/json"}
+REF_RE = re.compile(r"^sha256:([0-9a-f]{64}):(browser|tldraw|generated)/([0-9a-f]{64})\.(png|jpg|webp|svg|tldr)$")
+
+
+class ArtifactError(ClankieError):
+    """Raised when a ref cannot be turned into deliverable bytes; ``code`` says why."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    path: Path
+    data: bytes
+    filename: str
+    content_type: str
+
+
+def make_ref(sub: str, digest: str, ext: str) -> str:
+    return f"sha256:{digest}:{sub}/{digest}.{ext}"
+
+
+def parse_ref(ref: str) -> tuple[str, str, str]:
+    """Return ``(digest, sub, ext)`` or raise ``artifact_ref_invalid``."""
+    match = REF_RE.match(ref) if isinstance(ref, str) else None
+    if match is None or match.group(1) != match.group(3):
+        raise ArtifactError("artifact_ref_invalid", "artifact ref does not match the governed grammar")
+    return match.group(1), match.group(2), match.group(4)
+
+
+def write_artifact(root: Path, sub: str, data: bytes, ext: str) -> str:
+    """Write ``data`` under the root (dirs 0700, file 0600, atomically) and return its ref."""
+    if sub not in SUBDIRS or ext not in EXTENSIONS:
+        raise ValueError(f"unsupported artifact {sub}/{ext}")
+    digest = hashlib.sha256(data).hexdigest()
+    directory = root / sub
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+    os.chmod(directory, 0o700)
+    final = directory / f"{digest}.{ext}"
+    tmp = directory / f".{digest}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return make_ref(sub, digest, ext)
+
+
+def resolve_artifact(root: Path, ref: str, max_bytes: int) -> Resolved:
+    """Turn a governed ref into bytes, or raise :class:`ArtifactError` with a stable code."""
+    digest, sub, ext = parse_ref(ref)
+    try:
+        real_root = Path(os.path.realpath(root, strict=True))
+    except OSError:
+        raise ArtifactError("artifact_root_unavailable", "attachment root does not exist") from None
+    try:
+        real = Path(os.path.realpath(real_root / sub / f"{digest}.{ext}", strict=True))
+    except OSError:
+        raise ArtifactError("artifact_missing", "artifact file does not exist") from None
+    if not real.is_relative_to(real_root):
+        raise ArtifactError("artifact_outside_root", "artifact resolves outside the attachment root")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        raise ArtifactError("artifact_missing", "artifact file cannot be opened") from None
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise ArtifactError("artifact_too_large", f"artifact is {size} bytes, over the {max_bytes}-byte limit")
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ArtifactError("artifact_too_large", "artifact grew past the upload limit")
+    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), digest):
+        raise ArtifactError("artifact_hash_mismatch", "artifact bytes do not match the ref")
+    return Resolved(real, data, f"{sub}-{digest[:12]}.{ext}", EXTENSIONS[ext])

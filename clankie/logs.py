@@ -1,0 +1,64 @@
+"""Per-process logging set-up: one call to :func:`configure` in each ``main``.
+
+Logs go to stderr. Under systemd (``$JOURNAL_STREAM`` set) lines carry a
+``<N>`` syslog priority prefix and no timestamp, since journald adds both
+fields itself; elsewhere they carry a compact timestamp. Context such as the
+lane or the child name rides in contextvars and is appended as
+``key=value`` pairs. Message content and secrets are never logged: callers
+log ids, codes and sizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+_context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("clankie_log_context", default={})
+
+_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+@contextlib.contextmanager
+def bound(**fields: Any) -> Iterator[None]:
+    """Attach ``fields`` to every log line written inside the block."""
+    token = _context.set({**_context.get(), **{k: str(v) for k, v in fields.items()}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class _Formatter(logging.Formatter):
+    def __init__(self, role: str, journald: bool) -> None:
+        fmt = "%(name)s: %(message)s" if journald else "%(asctime)s %(levelname).1s " + role + " %(name)s: %(message)s"
+        super().__init__(fmt, datefmt="%H:%M:%S")
+        self._journald = journald
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        ctx = _context.get()
+        if ctx:
+            line += " " + " ".join(f"{k}={v}" for k, v in ctx.items())
+        if self._journald:
+            line = f"<{_PRIORITY.get(record.levelno, 6)}>" + line.replace("\n", "\n ")
+        return line
+
+
+def configure(role: str, level: str = "INFO", *, journald: bool | None = None) -> None:
+    """Send this process's logs to stderr in the house format."""
+    if journald is None:
+        journald = "JOURNAL_STREAM" in os.environ
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter(role, journald))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for noisy in ("discord", "httpx", "httpx2", "anthropic", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

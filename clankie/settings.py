@@ -1,0 +1,246 @@
+"""One typed settings tree, loaded once per process and passed down.
+
+Values come from the environment (prefix ``CLANKIE_``; a few operator-facing
+names such as ``DISCORD_TOKEN`` are unprefixed) and secrets also from
+``$CREDENTIALS_DIRECTORY`` so systemd's ``LoadCredential=`` works. Nothing
+else in the project reads ``os.environ``: :func:`load` takes the mapping.
+
+:func:`discord_attachment_root` is the **only** place the attachment root
+is derived. Every process calls it; none computes the path on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.sources.utils import parse_env_vars
+
+from clankie.errors import ConfigError
+
+CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key"}
+
+_ENV: ContextVar[Mapping[str, str]] = ContextVar("clankie_settings_env")
+
+IdList = Annotated[tuple[str, ...], NoDecode]
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def _trimmed(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = _trimmed(env, "HOME")
+    if home:
+        return Path(home)
+    try:
+        return Path.home()
+    except (KeyError, RuntimeError):  # no HOME and no passwd entry
+        return Path("/")
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``CLANKIE_STATE``, else systemd's ``$STATE_DIRECTORY``, else ``~/.clankie``; absolute."""
+    e = _env(env)
+    value = _trimmed(e, "CLANKIE_STATE")
+    if value is None:
+        systemd = _trimmed(e, "STATE_DIRECTORY")
+        value = systemd.split(":")[0] if systemd else None
+    path = Path(value) if value else _home(e) / ".clankie"
+    return Path(os.path.abspath(path.expanduser()))
+
+
+def discord_attachment_root(env: Mapping[str, str] | None = None) -> Path:
+    """The one attachment root: the override if set and not blank, else ``<state>/attachments``.
+
+    Never raises for unset or blank variables and always returns an absolute
+    path. A relative override is resolved against the current directory; the
+    supervisor resolves it once and hands children the absolute path, so no
+    two processes can read it differently.
+    """
+    e = _env(env)
+    override = _trimmed(e, "CLANKIE_DISCORD_ATTACHMENT_ROOT")
+    if override is not None:
+        return Path(os.path.abspath(Path(override).expanduser()))
+    return state_dir(e) / "attachments"
+
+
+def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``CLANKIE_RUNTIME_DIR``, ``$RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/clankie``, else ``<state>/run``."""
+    e = _env(env)
+    value = _trimmed(e, "CLANKIE_RUNTIME_DIR")
+    if value is None:
+        systemd = _trimmed(e, "RUNTIME_DIRECTORY")
+        value = systemd.split(":")[0] if systemd else None
+    if value is None:
+        xdg = _trimmed(e, "XDG_RUNTIME_DIR")
+        value = str(Path(xdg) / "clankie") if xdg else None
+    path = Path(value) if value else state_dir(e) / "run"
+    return Path(os.path.abspath(path.expanduser()))
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """Reads the mapping handed to :func:`load` instead of ``os.environ``."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(_ENV.get(), self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+def _alias(*names: str) -> Any:
+    return AliasChoices(*names)
+
+
+class Settings(BaseSettings):
+    """Every operator-facing setting (ARCHITECTURE §5). Build it with :func:`load`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CLANKIE_", extra="ignore", frozen=True, env_ignore_empty=True, populate_by_name=True
+    )
+
+    # paths: derived by the functions above, filled in by load()
+    state_dir: Path
+    runtime_dir: Path
+    attachment_root: Path
+
+    # secrets
+    discord_token: SecretStr | None = Field(default=None, validation_alias=_alias("DISCORD_TOKEN"))
+    anthropic_api_key: SecretStr | None = Field(default=None, validation_alias=_alias("ANTHROPIC_API_KEY"))
+    anthropic_base_url: str | None = Field(default=None, validation_alias=_alias("ANTHROPIC_BASE_URL"))
+
+    # discord admission
+    discord_guild_ids: IdList = ()
+    discord_channel_ids: IdList = ()
+    discord_dm_policy: Literal["deny", "owner_only", "allowlist"] = "owner_only"
+    discord_owner_id: str | None = None
+    discord_dm_user_ids: IdList = ()
+    discord_system_actor_ids: IdList = ()
+    discord_trusted_rooms: IdList = ()
+    discord_reply_policy: Literal["all", "addressed"] = "all"
+    discord_context_messages: int = Field(default=10, ge=0, le=50)
+    discord_engagement_declines: int = Field(default=3, ge=1, le=100)
+    discord_catch_up_seconds: float = Field(default=20.0, gt=0, le=3600)
+    discord_api_base: str | None = None
+    discord_upload_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    character_id: str = Field(default="clankie", pattern=r"^[a-z0-9_-]{1,32}$")
+
+    # captain and model
+    model: str = "claude-sonnet-4-5"
+    model_context_window: int = Field(default=200_000, ge=1000)
+    compaction_reserve_tokens: int = Field(default=16_384, ge=0)
+    compaction_keep_tokens: int = Field(default=20_000, ge=0)
+    captain_durable: bool = True
+
+    # hosts
+    browser_allow_private: bool = False
+    chromium_path: Path | None = None
+
+    # supervision
+    stall_seconds: float = Field(default=300.0, gt=0)
+    stall_tick_seconds: float = Field(default=5.0, gt=0)
+    stall_abort_grace_seconds: float = Field(default=15.0, gt=0)
+    heartbeat_seconds: float = Field(default=2.0, gt=0)
+    heartbeat_timeout_seconds: float = Field(default=20.0, gt=0)
+    max_frame_bytes: int = Field(default=1024 * 1024, ge=4096, le=64 * 1024 * 1024)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator(
+        "discord_guild_ids",
+        "discord_channel_ids",
+        "discord_dm_user_ids",
+        "discord_system_actor_ids",
+        "discord_trusted_rooms",
+        mode="before",
+    )
+    @classmethod
+    def _split_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("discord_guild_ids", "discord_channel_ids", "discord_dm_user_ids", "discord_system_actor_ids")
+    @classmethod
+    def _snowflakes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not item.isdigit() or len(item) > 21:
+                raise ValueError(f"{item!r} is not a Discord id")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _MappingEnvSource(settings_cls))
+
+
+def _credentials(env: Mapping[str, str]) -> dict[str, str]:
+    directory = _trimmed(env, "CREDENTIALS_DIRECTORY")
+    found: dict[str, str] = {}
+    if directory is None:
+        return found
+    for field, filename in CREDENTIALS.items():
+        try:
+            value = (Path(directory) / filename).read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise ConfigError(f"cannot read credential {filename!r}: {exc.strerror}") from exc
+        if value:
+            found[field] = value
+    return found
+
+
+def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build the settings from ``env`` (default: this process's environment).
+
+    Raises :class:`ConfigError` with one line per bad setting; callers in a
+    process ``main`` turn that into exit status 78.
+    """
+    e = dict(_env(env))
+    init: dict[str, Any] = {
+        "state_dir": state_dir(e),
+        "runtime_dir": runtime_dir(e),
+        "attachment_root": discord_attachment_root(e),
+    }
+    for field, value in _credentials(e).items():
+        alias = field.upper()
+        if not (e.get(alias) or "").strip():
+            init[field] = value
+    init.update(overrides)
+    token = _ENV.set(e)
+    try:
+        return Settings(**init)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            name = "CLANKIE_" + str(err["loc"][0]).upper() if err["loc"] else "settings"
+            lines.append(f"{name}: {err['msg']}")
+        raise ConfigError("invalid settings: " + "; ".join(lines)) from None
+    finally:
+        _ENV.reset(token)
+
+
+def child_environment(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment the supervisor hands a child: paths already made absolute."""
+    env = dict(base)
+    env["CLANKIE_STATE"] = str(settings.state_dir)
+    env["CLANKIE_RUNTIME_DIR"] = str(settings.runtime_dir)
+    env["CLANKIE_DISCORD_ATTACHMENT_ROOT"] = str(settings.attachment_root)
+    return env

@@ -1,0 +1,1 @@
+"""Public test doubles: fake clocks, fake Anthropic, fake Discord."""

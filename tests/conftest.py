@@ -1,0 +1,54 @@
+"""Shared fixtures: isolated state and runtime dirs, settings, a fake clock."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clankie import settings as settings_mod
+from clankie.testing.clock import FakeClock
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "state"
+    path.mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture
+def runtime_dir() -> Iterator[Path]:
+    """A short runtime dir (socket paths must fit in 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as d:
+        path = Path(d)
+        path.chmod(0o700)
+        yield path
+
+
+@pytest.fixture
+def env(state_dir: Path, runtime_dir: Path) -> dict[str, str]:
+    """A minimal environment for a process under test: nothing leaks in from the developer's."""
+    return {"CLANKIE_STATE": str(state_dir), "CLANKIE_RUNTIME_DIR": str(runtime_dir), "HOME": str(state_dir)}
+
+
+@pytest.fixture
+def settings(env: dict[str, str]) -> settings_mod.Settings:
+    return settings_mod.load(env)
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
