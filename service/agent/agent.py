@@ -1,0 +1,437 @@
+"""The agent: one session tree, one live run at a time, steering, abort, retry, compaction.
+
+``run()`` persists the user message, streams model calls, executes tool
+batches and repeats until the model stops *and* the steering queue is empty.
+``steer()`` queues a message into the live run; at the next turn boundary
+(after the current model call and its whole tool batch) every queued message
+is delivered together as one user turn. A steer that lands while the final
+answer streams makes the run take one more model call instead of settling,
+so a burst still gets one answer (the last one). See ``docs/agent-runtime.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from clankie.clock import Clock
+from clankie.errors import ClankieError
+
+from service.agent import compaction
+from service.agent.content import Block, UserMessage, as_user_message, text_of, tool_uses
+from service.agent.events import (
+    AgentEvent,
+    CompactionEnd,
+    CompactionStart,
+    RetryEnd,
+    RetryStart,
+    RunEnd,
+    RunStart,
+    SteerDelivered,
+    SteerQueued,
+    StreamProgress,
+    TextDelta,
+    ToolEnd,
+    ToolStart,
+    ToolUpdate,
+    TurnEnd,
+    TurnStart,
+)
+from service.agent.failures import FailureKind, ProviderError
+from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
+from service.agent.outcome import OutcomeKind, RunOutcome, Usage
+from service.agent.retry import RetryPolicy
+from service.agent.session import SessionTree
+from service.agent.tools import Tool, ToolCallHooks, run_batch
+
+log = logging.getLogger(__name__)
+
+ABORTED_RESULT = "Not run to completion: the run was aborted."
+_FAILURE_OUTCOME = {
+    FailureKind.USAGE_LIMIT: OutcomeKind.USAGE_LIMIT,
+    FailureKind.TRUNCATED: OutcomeKind.RESPONSE_MISSING,
+    FailureKind.TRANSIENT: OutcomeKind.MODEL_FAILED,
+    FailureKind.FATAL: OutcomeKind.MODEL_FAILED,
+    FailureKind.CONTEXT_OVERFLOW: OutcomeKind.MODEL_FAILED,
+}
+
+
+class AgentBusy(ClankieError):
+    """Raised when ``run()`` is called while a run is live: the caller should ``steer()``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """Tunables of one agent (model window, compaction budget, retry schedule)."""
+
+    max_tokens: int = 4096
+    context_window: int = 200_000
+    reserve_tokens: int = 16_384
+    keep_recent_tokens: int = 20_000
+    summary_max_tokens: int = 2048
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+class _RunFailed(Exception):
+    def __init__(self, kind: OutcomeKind) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+@dataclass
+class _Run:
+    run_id: str
+    turn: int = 0
+    usage: Usage = field(default_factory=Usage)
+    steered: int = 0
+    delivered_first: bool = False
+    text: str = ""
+
+
+Subscriber = Callable[[AgentEvent], None]
+
+
+class Agent:
+    """Runs one session tree against one provider with a fixed tool set and system prompt."""
+
+    def __init__(
+        self,
+        *,
+        session: SessionTree,
+        provider: Provider,
+        tools: Sequence[Tool],
+        clock: Clock,
+        system_prompt: str,
+        config: AgentConfig | None = None,
+    ) -> None:
+        self.session = session
+        self._provider = provider
+        self._tools = {t.name: t for t in tools}
+        self._tool_specs = [t.spec() for t in tools]
+        self._clock = clock
+        self._system = system_prompt
+        self._config = config or AgentConfig()
+        self._queue: list[UserMessage] = []
+        self._run: _Run | None = None
+        self._task: asyncio.Task[RunOutcome] | None = None
+        self._abort_reason = "aborted"
+        self._subscribers: list[Subscriber] = []
+        self._last_event_at: float | None = None
+
+    # -- public surface --------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        """True from ``run()`` until its outcome is settled (steers are accepted)."""
+        return self._run is not None
+
+    @property
+    def run_id(self) -> str | None:
+        return self._run.run_id if self._run else None
+
+    @property
+    def last_event_at(self) -> float | None:
+        """``clock.boottime()`` of the most recent event (for the stall watchdog)."""
+        return self._last_event_at
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback`` with every event; returns the unsubscribe function."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with contextlib.suppress(ValueError):
+                self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    async def run(self, message: UserMessage | str) -> RunOutcome:
+        """Run until the model stops and no steered message is waiting; never raises for model failures.
+
+        Raises :class:`AgentBusy` if a run is live. Cancelling the caller
+        aborts the run (reason ``cancelled``) and re-raises.
+        """
+        if self._run is not None:
+            raise AgentBusy("a run is live; steer() instead")
+        state = _Run(run_id=uuid.uuid4().hex[:12])
+        self._run = state
+        self._abort_reason = "aborted"
+        self._queue = [as_user_message(message)]
+        task = asyncio.create_task(self._drive(state), name=f"agent-run-{state.run_id}")
+        self._task = task
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self.abort("cancelled")
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+
+    def steer(self, message: UserMessage | str) -> bool:
+        """Queue ``message`` into the live run; False (nothing queued) if no run is live."""
+        if self._run is None:
+            return False
+        self._queue.append(as_user_message(message))
+        self._emit(SteerQueued(run_id=self._run.run_id, pending=len(self._queue)))
+        return True
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Cancel the live model call, tools or retry wait; the run ends ``aborted``."""
+        if self._task is not None and not self._task.done():
+            self._abort_reason = reason
+            log.info("aborting run %s (%s)", self.run_id, reason)
+            self._task.cancel()
+
+    # -- the run ---------------------------------------------------------------
+
+    async def _drive(self, state: _Run) -> RunOutcome:
+        try:
+            try:
+                return await self._loop(state)
+            except _RunFailed as failed:
+                return self._settle(state, failed.kind)
+        except asyncio.CancelledError:
+            self._close_orphans()
+            return self._settle(state, OutcomeKind.ABORTED)
+        finally:
+            self._run = None
+            self._task = None
+
+    async def _loop(self, state: _Run) -> RunOutcome:
+        self._emit(RunStart(run_id=state.run_id))
+        if self.session.last_model() != self._provider.model:
+            self.session.append_model_change(self._provider.model)
+        while True:
+            self._deliver(state)
+            await self._maybe_compact(state)
+            self._deliver(state)
+            state.turn += 1
+            self._emit(TurnStart(run_id=state.run_id, turn=state.turn))
+            response = await self._call(state)
+            state.usage += response.usage
+            self.session.append_message(
+                {"role": "assistant", "content": response.content},
+                usage=response.usage.to_json(),
+                stop_reason=response.stop_reason,
+            )
+            self.session.sync()
+            if response.stop_reason == "refusal":
+                self._turn_end(state, response, 0)
+                raise _RunFailed(OutcomeKind.MODEL_FAILED)
+            calls = tool_uses(response.content)
+            if calls:
+                results = await run_batch(calls, self._tools, self._clock, self._tool_hooks(state))
+                self.session.append_message({"role": "user", "content": results})
+                self.session.sync()
+                self._turn_end(state, response, len(calls))
+                continue
+            self._turn_end(state, response, 0)
+            state.text = text_of(response.content)
+            if self._queue:
+                continue  # a steer arrived while the answer streamed: answer the burst once
+            if not state.text.strip():
+                raise _RunFailed(OutcomeKind.RESPONSE_MISSING)
+            return self._settle(state, OutcomeKind.OK)
+
+    def _deliver(self, state: _Run) -> None:
+        """Persist every queued message as one user turn (fsynced before the model call)."""
+        if not self._queue:
+            return
+        queued, self._queue = self._queue, []
+        blocks: list[Block] = []
+        for message in queued:
+            blocks.extend(message.blocks())
+        self.session.append_message({"role": "user", "content": blocks})
+        self.session.sync()
+        steered = len(queued) - (0 if state.delivered_first else 1)
+        state.delivered_first = True
+        if steered > 0:
+            state.steered += steered
+            self._emit(SteerDelivered(run_id=state.run_id, count=len(queued)))
+
+    def _settle(self, state: _Run, kind: OutcomeKind) -> RunOutcome:
+        if self._queue:  # undelivered steers stay in the transcript for the next run
+            self._deliver(state)
+        outcome = RunOutcome(
+            kind=kind,
+            run_id=state.run_id,
+            text=state.text if kind is OutcomeKind.OK else "",
+            usage=state.usage,
+            turns=state.turn,
+            steered=state.steered,
+        )
+        data: dict[str, object] = {
+            "run_id": state.run_id,
+            "outcome": kind.value,
+            "usage": state.usage.to_json(),
+            "turns": state.turn,
+            "steered": state.steered,
+        }
+        if kind is OutcomeKind.ABORTED:
+            data["reason"] = self._abort_reason
+        self.session.append_custom("run_end", data)
+        self.session.sync()
+        self._run = None
+        log.info("run %s settled: %s after %d turns", state.run_id, kind.value, state.turn)
+        self._emit(RunEnd(run_id=state.run_id, outcome=outcome))
+        return outcome
+
+    def _close_orphans(self) -> None:
+        """Give every unanswered tool call of the leaf an error result (after abort)."""
+        path = self.session.path_to_leaf()
+        last = next((e for e in reversed(path) if e["type"] == "message"), None)
+        if last is None or last["message"]["role"] != "assistant":
+            return
+        calls = tool_uses(last["message"]["content"])
+        if calls:
+            results = [
+                {"type": "tool_result", "tool_use_id": c["id"], "content": ABORTED_RESULT, "is_error": True}
+                for c in calls
+            ]
+            self.session.append_message({"role": "user", "content": results})
+
+    # -- model calls, retry and compaction --------------------------------------
+
+    async def _call(self, state: _Run) -> ModelResponse:
+        def request() -> ModelRequest:
+            return ModelRequest(
+                system=self._system,
+                messages=self.session.messages(),
+                tools=self._tool_specs,
+                max_tokens=self._config.max_tokens,
+            )
+
+        return await self._complete(state, request, overflow_compacts=True)
+
+    async def _complete(
+        self, state: _Run, request: Callable[[], ModelRequest], *, overflow_compacts: bool
+    ) -> ModelResponse:
+        policy = self._config.retry
+        attempt = 0
+        compacted = False
+        while True:
+            try:
+                response = await self._provider.complete(request(), self._on_signal(state))
+            except ProviderError as err:
+                self._record_error(state, err, attempt)
+                if err.kind is FailureKind.CONTEXT_OVERFLOW and overflow_compacts and not compacted:
+                    compacted = True
+                    if await self._compact(state, "overflow"):
+                        self._deliver(state)
+                        continue
+                delay = policy.delay(attempt + 1, err.retry_after)
+                if err.kind is FailureKind.TRANSIENT and delay is not None:
+                    attempt += 1
+                    self._emit(
+                        RetryStart(
+                            run_id=state.run_id,
+                            attempt=attempt,
+                            max_attempts=policy.max_retries,
+                            delay=delay,
+                            reason=err.error_type or err.kind.value,
+                        )
+                    )
+                    await self._clock.sleep(delay)
+                    continue
+                if attempt:
+                    self._emit(RetryEnd(run_id=state.run_id, attempt=attempt, success=False))
+                raise _RunFailed(_FAILURE_OUTCOME[err.kind]) from None
+            if attempt:
+                self._emit(RetryEnd(run_id=state.run_id, attempt=attempt, success=True))
+            return response
+
+    def _record_error(self, state: _Run, err: ProviderError, attempt: int) -> None:
+        self.session.append_custom(
+            "provider_error",
+            {
+                "run_id": state.run_id,
+                "kind": err.kind.value,
+                "status": err.status,
+                "error_type": err.error_type,
+                "error_code": err.error_code,
+                "detail": err.detail,
+                "attempt": attempt,
+            },
+        )
+        self.session.sync()
+
+    async def _maybe_compact(self, state: _Run) -> None:
+        limit = self._config.context_window - self._config.reserve_tokens
+        if compaction.context_tokens(self.session.path_to_leaf()) > limit:
+            with contextlib.suppress(_RunFailed):
+                await self._compact(state, "threshold")
+
+    async def _compact(self, state: _Run, reason: str) -> bool:
+        """Summarise older entries; True if a compaction entry was written."""
+        path = self.session.path_to_leaf()
+        plan = compaction.plan(path, self._config.keep_recent_tokens)
+        tokens_before = compaction.context_tokens(path)
+        self._emit(CompactionStart(run_id=state.run_id, reason=reason))
+        ok = False
+        try:
+            if plan is not None:
+                prompt = compaction.summary_prompt(plan)
+                response = await self._complete(
+                    state,
+                    lambda: ModelRequest(
+                        system=compaction.SUMMARY_SYSTEM,
+                        messages=[prompt],
+                        max_tokens=self._config.summary_max_tokens,
+                    ),
+                    overflow_compacts=False,
+                )
+                state.usage += response.usage
+                summary = text_of(response.content).strip()
+                if summary:
+                    self.session.append(
+                        "compaction",
+                        summary=summary,
+                        first_kept_id=plan.first_kept_id,
+                        tokens_before=plan.tokens_before,
+                        usage=response.usage.to_json(),
+                    )
+                    self.session.sync()
+                    ok = True
+        finally:
+            self._emit(
+                CompactionEnd(run_id=state.run_id, reason=reason, ok=ok, tokens_before=tokens_before)
+            )
+        log.info("compaction (%s): ok=%s tokens_before=%d", reason, ok, tokens_before)
+        return ok
+
+    # -- events ----------------------------------------------------------------
+
+    def _on_signal(self, state: _Run) -> Callable[[Signal], None]:
+        def on_signal(signal: Signal) -> None:
+            if signal.kind == "text":
+                self._emit(TextDelta(run_id=state.run_id, turn=state.turn, text=signal.text))
+            else:
+                self._emit(StreamProgress(run_id=state.run_id, what=signal.kind))
+
+        return on_signal
+
+    def _tool_hooks(self, state: _Run) -> ToolCallHooks:
+        rid = state.run_id
+        return ToolCallHooks(
+            started=lambda cid, name: self._emit(ToolStart(run_id=rid, call_id=cid, name=name)),
+            updated=lambda cid, name: self._emit(ToolUpdate(run_id=rid, call_id=cid, name=name)),
+            ended=lambda cid, name, err: self._emit(
+                ToolEnd(run_id=rid, call_id=cid, name=name, is_error=err)
+            ),
+        )
+
+    def _turn_end(self, state: _Run, response: ModelResponse, calls: int) -> None:
+        self._emit(
+            TurnEnd(run_id=state.run_id, turn=state.turn, stop_reason=response.stop_reason, tool_calls=calls)
+        )
+
+    def _emit(self, event: AgentEvent) -> None:
+        self._last_event_at = self._clock.boottime()
+        for callback in list(self._subscribers):
+            try:
+                callback(event)
+            except Exception:
+                log.exception("agent event subscriber failed on %s", type(event).__name__)

@@ -1,0 +1,64 @@
+"""The provider seam: what the agent asks of a model, and what it gets back.
+
+:class:`Provider` is a Protocol so the runtime never imports the SDK; the
+real implementation is :class:`service.agent.provider.AnthropicProvider`.
+A provider raises :class:`service.agent.failures.ProviderError` for every
+failure, already classified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from service.agent.content import Block, Message
+from service.agent.outcome import Usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signal:
+    """One streamed sign of life from the provider: ``kind`` is ``text`` or a marker name."""
+
+    kind: str
+    text: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    """One model call. ``system`` and ``tools`` must be byte-stable across turns (caching)."""
+
+    system: str
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    max_tokens: int = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    """A complete assistant message (``stop_reason`` is never None here)."""
+
+    content: list[Block]
+    stop_reason: str
+    usage: Usage
+    model: str
+
+
+class Provider(Protocol):
+    """Streams one model call."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def complete(
+        self, request: ModelRequest, on_signal: Callable[[Signal], None]
+    ) -> ModelResponse:
+        """Stream the call, report every sign of life, return the final message.
+
+        Raises ``ProviderError`` (classified) on any failure, including a
+        stream that ends without ``message_stop`` (kind ``TRUNCATED``).
+        Cancellation closes the call.
+        """
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,172 @@
+"""The Anthropic provider: the only module in Clankie that imports ``anthropic``.
+
+It streams one call through the real SDK, reports each SDK event as a
+:class:`~service.agent.model.Signal`, and turns every failure into a
+classified :class:`~service.agent.failures.ProviderError`. The SDK's own
+retries are off (``max_retries=0``): the agent owns retrying.
+
+Prompt caching: the system prompt and the last tool carry a
+``cache_control`` breakpoint, and the request sets top-level (automatic)
+``cache_control`` so the growing conversation prefix is cached too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+import httpx2
+
+from service.agent.content import Block
+from service.agent.failures import FailureKind, ProviderError, classify_status
+from service.agent.model import ModelRequest, ModelResponse, Signal
+from service.agent.outcome import Usage
+
+log = logging.getLogger(__name__)
+
+CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
+
+
+class AnthropicProvider:
+    """A :class:`~service.agent.model.Provider` over ``anthropic.AsyncAnthropic``."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        base_url: str | None = None,
+        read_timeout: float = 600.0,
+        cache: bool = True,
+    ) -> None:
+        self._model = model
+        self._cache = cache
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=anthropic.Timeout(read_timeout, connect=5.0),
+        )
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def params(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body for ``request`` (cache breakpoints included)."""
+        params: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": request.max_tokens,
+            "messages": request.messages,
+        }
+        if request.system:
+            system: dict[str, Any] = {"type": "text", "text": request.system}
+            if self._cache:
+                system["cache_control"] = CACHE_CONTROL
+            params["system"] = [system]
+        if request.tools:
+            tools = [dict(t) for t in request.tools]
+            if self._cache:
+                tools[-1]["cache_control"] = CACHE_CONTROL
+            params["tools"] = tools
+        if self._cache:
+            params["cache_control"] = CACHE_CONTROL
+        return params
+
+    async def complete(
+        self, request: ModelRequest, on_signal: Callable[[Signal], None]
+    ) -> ModelResponse:
+        try:
+            return await self._stream(request, on_signal)
+        except anthropic.APIStatusError as err:
+            raise _status_error(err) from None
+        except (anthropic.APIConnectionError, httpx2.TransportError) as err:
+            log.warning("model call: connection failure (%s)", type(err).__name__)
+            raise ProviderError(FailureKind.TRANSIENT, f"{type(err).__name__}: {err}") from None
+        except anthropic.AnthropicError as err:
+            log.warning("model call: SDK failure (%s)", type(err).__name__)
+            raise ProviderError(FailureKind.FATAL, f"{type(err).__name__}: {err}") from None
+
+    async def _stream(
+        self, request: ModelRequest, on_signal: Callable[[Signal], None]
+    ) -> ModelResponse:
+        stopped = False
+        async with self._client.messages.stream(**self.params(request)) as stream:
+            async for event in stream:
+                kind = event.type
+                if kind == "text":
+                    on_signal(Signal(kind="text", text=event.text))
+                elif kind == "content_block_delta" and event.delta.type == "text_delta":
+                    continue  # reported once, as the "text" helper event
+                else:
+                    stopped = stopped or kind == "message_stop"
+                    on_signal(Signal(kind=kind))
+            message = stream.current_message_snapshot if stopped else None
+        if message is None or message.stop_reason is None:
+            raise ProviderError(FailureKind.TRUNCATED, "stream ended without message_stop")
+        if message.stop_reason == "model_context_window_exceeded":
+            raise ProviderError(FailureKind.CONTEXT_OVERFLOW, "model_context_window_exceeded")
+        usage = message.usage
+        return ModelResponse(
+            content=[b for b in (_block(x) for x in message.content) if b is not None],
+            stop_reason=message.stop_reason,
+            usage=Usage(
+                input=usage.input_tokens,
+                output=usage.output_tokens,
+                cache_read=usage.cache_read_input_tokens or 0,
+                cache_write=usage.cache_creation_input_tokens or 0,
+            ),
+            model=message.model,
+        )
+
+
+def _block(block: Any) -> Block | None:
+    """A replayable request block for one response content block."""
+    match block.type:
+        case "text":
+            return {"type": "text", "text": block.text}
+        case "tool_use":
+            return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+        case "thinking":
+            return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+        case "redacted_thinking":
+            return {"type": "redacted_thinking", "data": block.data}
+        case _:
+            return None
+
+
+def _status_error(err: anthropic.APIStatusError) -> ProviderError:
+    message = err.api_message or str(err)
+    kind = classify_status(err.status_code, err.type, err.error_code, message)
+    log.warning(
+        "model call failed: status=%s type=%s error_code=%s -> %s",
+        err.status_code,
+        err.type,
+        err.error_code,
+        kind,
+    )
+    return ProviderError(
+        kind,
+        f"{err.status_code} {err.type}: {message}",
+        status=err.status_code,
+        error_type=err.type,
+        error_code=err.error_code,
+        retry_after=_retry_after(err.response.headers),
+    )
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return float(value) * scale
+        except ValueError:
+            continue
+    return None
