@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from clankie.errors import ClankieError
+
 __all__ = ["DiagramError", "DiagramInvalid", "DiagramTooLarge", "RenderFailed"]
 
 
-class DiagramError(Exception):
+class DiagramError(ClankieError):
     """Root of every refusal the diagram engine raises.
 
     Raised never directly: catch it to turn any engine refusal into a wire
