@@ -1,0 +1,140 @@
+"""Every failure scenario maps to the right outcome; retry timing runs on a fake clock."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.clock import FakeClock
+
+from service.agent.events import RetryEnd, RetryStart
+from service.agent.outcome import OutcomeKind
+
+from tests.service.agent.helpers import arun, harness
+
+MIDSTREAM = fa.text("partial answer here", error_after=3)
+DISCONNECT = fa.text("partial answer here", disconnect_after=3)
+
+CASES = [
+    # (id, script, outcome, requests made)
+    ("spend_limit_429", [fa.spend_limit()], OutcomeKind.USAGE_LIMIT, 1),
+    ("billing_402", [fa.Failure(status=402, error_type="billing_error", message="pay")], OutcomeKind.USAGE_LIMIT, 1),
+    ("legacy_usage_text", [fa.legacy_usage_limit()], OutcomeKind.USAGE_LIMIT, 1),
+    ("overloaded_529_x4", [fa.overloaded()] * 4, OutcomeKind.MODEL_FAILED, 4),
+    ("server_500_x4", [fa.server_error()] * 4, OutcomeKind.MODEL_FAILED, 4),
+    ("transient_429_x4", [fa.rate_limited()] * 4, OutcomeKind.MODEL_FAILED, 4),
+    ("midstream_error_x4", [MIDSTREAM] * 4, OutcomeKind.MODEL_FAILED, 4),
+    ("disconnect_x4", [DISCONNECT] * 4, OutcomeKind.MODEL_FAILED, 4),
+    ("bad_request", [fa.Failure(status=400, error_type="invalid_request_error", message="bad")], OutcomeKind.MODEL_FAILED, 1),
+    ("retry_after_too_long", [fa.rate_limited(retry_after=3600)], OutcomeKind.MODEL_FAILED, 1),
+    ("refusal", [fa.text("no.", stop_reason="refusal")], OutcomeKind.MODEL_FAILED, 1),
+    ("cut_before_message_stop", [fa.text("half an ans", cut_after=4)], OutcomeKind.RESPONSE_MISSING, 1),
+    ("no_message_delta", [fa.text("whole", stop_reason=None)], OutcomeKind.RESPONSE_MISSING, 1),
+    ("empty_text", [fa.text("")], OutcomeKind.RESPONSE_MISSING, 1),
+    ("thinking_only", [fa.thinking("I ponder", "")], OutcomeKind.RESPONSE_MISSING, 1),
+    ("overloaded_then_ok", [fa.overloaded(), fa.server_error(), fa.text("fine")], OutcomeKind.OK, 3),
+    ("midstream_then_ok", [MIDSTREAM, fa.text("fine")], OutcomeKind.OK, 2),
+    ("ramp_limit_then_ok", [fa.rate_limited(error_code="ramp_limit_exceeded"), fa.text("fine")], OutcomeKind.OK, 2),
+]
+
+
+@pytest.mark.parametrize(("script", "expected", "requests"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_failure_scenario_maps_to_outcome(
+    tmp_path: Path, script: list[fa.Scenario], expected: OutcomeKind, requests: int
+) -> None:
+    """Each scripted provider behaviour ends the run in its classified outcome after the right number of calls."""
+
+    async def body() -> None:
+        async with harness(tmp_path, clock=FakeClock(autojump=True)) as h:
+            h.fake.script(*script)
+            outcome = await h.agent.run("hi")
+            assert outcome.kind is expected
+            assert len(h.fake.requests) == requests
+            if expected is not OutcomeKind.OK:
+                assert outcome.text == ""
+            assert not h.agent.is_running
+
+    arun(body())
+
+
+def test_provider_error_text_stays_in_the_tree(tmp_path: Path) -> None:
+    """The provider's error message is recorded in the session tree and not in the outcome."""
+
+    async def body() -> None:
+        async with harness(tmp_path, clock=FakeClock(autojump=True)) as h:
+            h.fake.script(fa.legacy_usage_limit())
+            outcome = await h.agent.run("hi")
+            assert "regain access" not in repr(outcome)
+            errors = [e for e in h.session.entries if e.get("custom_type") == "provider_error"]
+            assert len(errors) == 1 and "regain access" in errors[0]["data"]["detail"]
+            assert errors[0]["data"]["kind"] == "usage_limit"
+
+    arun(body())
+
+
+def test_retry_waits_2_4_8_seconds_then_gives_up(tmp_path: Path) -> None:
+    """Transient failures are retried after 2, 4 and 8 s of clock time, with retry events, then fail."""
+
+    async def body() -> None:
+        clock = FakeClock(autojump=True)
+        async with harness(tmp_path, clock=clock) as h:
+            h.fake.script(*[fa.overloaded()] * 4)
+            outcome = await h.agent.run("hi")
+            assert outcome.kind is OutcomeKind.MODEL_FAILED
+            assert clock.slept == [2.0, 4.0, 8.0]
+            assert [(e.attempt, e.delay) for e in h.of(RetryStart)] == [(1, 2.0), (2, 4.0), (3, 8.0)]
+            assert [(e.attempt, e.success) for e in h.of(RetryEnd)] == [(3, False)]
+
+    arun(body())
+
+
+def test_retry_honours_server_retry_after(tmp_path: Path) -> None:
+    """A 429 with retry-after 30 s waits 30 s (not 2 s) and then succeeds."""
+
+    async def body() -> None:
+        clock = FakeClock(autojump=True)
+        async with harness(tmp_path, clock=clock) as h:
+            h.fake.script(fa.rate_limited(retry_after=30), fa.text("after the wait"))
+            outcome = await h.agent.run("hi")
+            assert outcome.text == "after the wait"
+            assert clock.slept == [30.0]
+            assert [(e.attempt, e.success) for e in h.of(RetryEnd)] == [(1, True)]
+
+    arun(body())
+
+
+def test_retry_wait_is_real_clock_time_not_wall_sleep(tmp_path: Path) -> None:
+    """Without the clock advancing, the retry waits; advancing 2 s releases exactly the first retry."""
+
+    async def body() -> None:
+        import asyncio
+
+        clock = FakeClock()
+        async with harness(tmp_path, clock=clock) as h:
+            h.fake.script(fa.overloaded(), fa.text("ok now"))
+            run = asyncio.create_task(h.agent.run("hi"))
+            await h.wait_event(lambda e: isinstance(e, RetryStart))
+            clock.advance(1.9)
+            await asyncio.sleep(0.05)
+            assert len(h.fake.requests) == 1
+            clock.advance(0.1)
+            assert (await run).text == "ok now"
+            assert len(h.fake.requests) == 2
+
+    arun(body())
+
+
+def test_sdk_retries_are_off(tmp_path: Path) -> None:
+    """A single 529 costs exactly one HTTP request before the runtime's own retry."""
+
+    async def body() -> None:
+        async with harness(tmp_path, clock=FakeClock(autojump=True)) as h:
+            h.fake.script(fa.Failure(status=529, error_type="overloaded_error", message="busy", headers={"x-should-retry": "true"}), fa.text("ok"))
+            await h.agent.run("hi")
+            assert len(h.fake.requests) == 2
+            assert json.dumps(h.fake.requests[0]) == json.dumps(h.fake.requests[1])
+
+    arun(body())
