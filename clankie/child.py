@@ -1,0 +1,80 @@
+"""What every supervised child does first: die with its supervisor.
+
+Call :func:`arm_parent_death` at the very top of a child's ``main`` (before
+any thread or subprocess is started). It asks the kernel to send this process
+``PARENT_DEATH_SIGNAL`` when the supervisor dies (``PR_SET_PDEATHSIG``) and
+then checks that the parent is still the supervisor that spawned us: if the
+supervisor died between its ``posix_spawn`` and our ``prctl``, the signal
+would never come, so we leave at once.
+
+The signal is handled by killing this child's whole process group (the
+supervisor starts each child as a session and group leader), so the
+grandchildren a child started (Chromium, a Node validator) go with it. A
+process started by hand (no ``CLANKIE_SUPERVISOR_PID``) arms nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from types import FrameType
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
+"""The signal the kernel sends a child when its supervisor dies; children must not use it otherwise."""
+
+SUPERVISOR_PID_ENV = "CLANKIE_SUPERVISOR_PID"
+SUPERVISOR_FD_ENV = "CLANKIE_SUPERVISOR_FD"
+EXIT_ORPHANED = 70
+
+
+def prctl(option: int, arg: int) -> None:
+    """Call ``prctl(2)`` through libc; raise ``OSError`` on failure."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, arg, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _die_with_group(signum: int, frame: FrameType | None) -> None:
+    """Parent death: take every process of our group down, ourselves included."""
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+    finally:
+        os._exit(EXIT_ORPHANED)
+
+
+def supervisor_pid(env: Mapping[str, str] | None = None) -> int | None:
+    """The pid of the supervisor that spawned this process, or None if started by hand."""
+    raw = (os.environ if env is None else env).get(SUPERVISOR_PID_ENV, "")
+    return int(raw) if raw.isdigit() else None
+
+
+def arm_parent_death(env: Mapping[str, str] | None = None) -> bool:
+    """Arm ``PR_SET_PDEATHSIG`` and verify the parent; exit at once if it is already gone.
+
+    Returns True when armed, False when this process was not started by a
+    supervisor. Must run in the main thread, before other threads start.
+    """
+    expected = supervisor_pid(env)
+    if expected is None:
+        return False
+    signal.signal(PARENT_DEATH_SIGNAL, _die_with_group)
+    prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL)
+    if os.getppid() != expected:
+        print(f"supervisor {expected} is gone before this child armed; exiting", file=sys.stderr, flush=True)
+        _die_with_group(PARENT_DEATH_SIGNAL, None)
+    return True
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (the supervisor calls this once at start)."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
