@@ -234,6 +234,77 @@ class SayRequest(Record):
     text: str = Field(min_length=1, max_length=8000)
 
 
+# --------------------------------------------------------------- clankiectl -> supervisor
+
+
+class ExitInfo(Record):
+    """How a child's last process ended: ``code`` or ``signal`` (a name such as ``SIGKILL``)."""
+
+    code: int | None = None
+    signal: str | None = None
+    at: float
+    core: bool = False
+
+
+class ChildStatus(Record):
+    """One child in ``status`` (ARCHITECTURE §9: these keys are a contract)."""
+
+    name: str
+    state: str
+    pid: int | None = None
+    uptime_s: float | None = None
+    restarts: int = 0
+    last_exit: ExitInfo | None = None
+    next_start_at: float | None = None
+    cpu_percent: float | None = None
+    rss_bytes: int | None = None
+    num_fds: int | None = None
+    detail: str = ""
+    threads: int | None = None
+    reason: str = ""
+    ended: str = ""
+    ready: bool = False
+    last_heartbeat_age_s: float | None = None
+
+
+class SupervisorInfo(Record):
+    pid: int
+    uptime_s: float
+    state: str
+    ready: bool = False
+
+
+class StatusReply(Record):
+    supervisor: SupervisorInfo
+    children: tuple[ChildStatus, ...] = ()
+
+
+class ChildTarget(Record):
+    """``start`` / ``stop`` / ``restart``: a child name or ``all``."""
+
+    name: str = Field(min_length=1, max_length=32)
+
+
+class ControlReply(Record):
+    ok: bool
+    message: str = ""
+    children: tuple[ChildStatus, ...] = ()
+
+
+class LogsRequest(Record):
+    """``logs``: the last ``lines`` lines, or (``offset`` set) what follows ``offset``."""
+
+    name: str = Field(min_length=1, max_length=32)
+    lines: int = Field(default=50, ge=0, le=100_000)
+    offset: int | None = Field(default=None, ge=0)
+    wait: float = Field(default=0.0, ge=0, le=30)
+
+
+class LogsReply(Record):
+    data: bytes = b""
+    offset: int = 0
+
+
 # --------------------------------------------------------------- method table
 
 
@@ -264,6 +335,17 @@ METHODS: dict[str, dict[str, Method]] = {
         "ready": Method(Empty, None),
         "heartbeat": Method(Heartbeat, None),
         "stopping": Method(Stopping, None),
+    },
+    "supervisor-control": {  # clankiectl -> supervisor over control.sock
+        "status": Method(Empty, StatusReply),
+        "start": Method(ChildTarget, ControlReply),
+        "stop": Method(ChildTarget, ControlReply),
+        "restart": Method(ChildTarget, ControlReply),
+        "shutdown": Method(Empty, ControlReply),
+        "logs": Method(LogsRequest, LogsReply),
+        "lanes": Method(Empty, LanesReply),
+        "abort": Method(AbortRun, AbortReply),
+        "say": Method(SayRequest, TurnResult),
     },
     "child": {  # supervisor -> child over the link
         "abort_run": Method(AbortRun, AbortReply),
