@@ -1,0 +1,339 @@
+"""msgpack-RPC over Unix sockets: both directions, faults, and hostile peers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from clankie import framing, ipc, protocol
+from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
+from clankie.protocol import HistoryReply, HistoryRequest, Room, TurnResult, TurnSubmit
+
+ROOM = Room(guild_id="1", channel_id="2")
+
+
+def submit(delivery: str, text: str = "hi") -> TurnSubmit:
+    return TurnSubmit.model_validate(
+        {"delivery_id": delivery, "room": ROOM.to_wire(), "trigger": {"message_id": "9", "author": {"id": "5"}, "text": text}}
+    )
+
+
+async def echo_service(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+    assert isinstance(params, TurnSubmit)
+    if params.trigger.text == "boom":
+        raise RuntimeError("handler bug")
+    if params.trigger.text == "refuse":
+        raise RemoteError("delivery_conflict", "same id, different body")
+    if params.trigger.text == "ask-back":
+        reply = await conn.request("history", HistoryRequest(delivery_id=params.delivery_id, room=ROOM))
+        assert isinstance(reply, HistoryReply)
+        return TurnResult(outcome="settled", text=f"{len(reply.messages)} messages")
+    if params.trigger.text == "forever":
+        await asyncio.Event().wait()
+    return TurnResult(outcome="settled", turn_id=params.delivery_id, text=params.trigger.text)
+
+
+def run(coro_fn: Callable[[Path], Awaitable[Any]], runtime_dir: Path) -> Any:
+    return asyncio.run(asyncio.wait_for(coro_fn(runtime_dir / "service.sock"), 30))
+
+
+def test_requests_flow_both_ways_on_one_connection(runtime_dir: Path) -> None:
+    """While answering the bridge, the service can call the bridge back on the same connection."""
+
+    async def bridge(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+        return HistoryReply(messages=())
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            conn = await ipc.connect(path, "bridge", bridge)
+            assert conn.peer is not None and conn.peer.role == "service"
+            result = await conn.request("turn.submit", submit("d1", "ask-back"))
+            assert isinstance(result, TurnResult) and result.text == "0 messages"
+            await conn.aclose()
+
+    run(main, runtime_dir)
+
+
+def test_many_requests_in_flight_resolve_to_their_own_callers(runtime_dir: Path) -> None:
+    """Concurrent calls on one connection each get their own answer."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            conn = await ipc.connect(path, "bridge")
+            results = await asyncio.gather(*(conn.request("turn.submit", submit(f"d{i}", f"t{i}")) for i in range(200)))
+            assert [r.text for r in results] == [f"t{i}" for i in range(200)]  # type: ignore[attr-defined]
+            await conn.aclose()
+
+    run(main, runtime_dir)
+
+
+def test_errors_are_typed_by_who_is_at_fault(runtime_dir: Path) -> None:
+    """A refusal keeps its code, a handler bug is internal_error, a gone peer is ChannelBroken."""
+
+    async def main(path: Path) -> None:
+        server = await ipc.serve(path, "service", echo_service)
+        conn = await ipc.connect(path, "bridge")
+        with pytest.raises(RemoteError) as info:
+            await conn.request("turn.submit", submit("d", "refuse"))
+        assert info.value.code == "delivery_conflict"
+        with pytest.raises(RemoteError) as info:
+            await conn.request("turn.submit", submit("d", "boom"))
+        assert info.value.code == "internal_error"
+        pending = asyncio.create_task(conn.request("turn.submit", submit("d", "forever")))
+        await asyncio.sleep(0.05)
+        await server.close()
+        with pytest.raises(ChannelBroken):
+            await pending
+        with pytest.raises(ChannelBroken):
+            await conn.request("turn.submit", submit("d"))
+
+        server = await ipc.serve(path, "service", echo_service)
+        conn = await ipc.connect(path, "bridge")
+        await conn.aclose()
+        with pytest.raises(ChannelClosed):
+            await conn.request("turn.submit", submit("d"))
+        await server.close()
+
+    run(main, runtime_dir)
+
+
+def test_a_cancelled_call_cancels_the_remote_handler(runtime_dir: Path) -> None:
+    """When the caller gives up, the handler on the other side is cancelled too."""
+    cancelled = asyncio.Event
+
+    async def main(path: Path) -> None:
+        seen = cancelled()
+
+        async def handler(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                seen.set()
+                raise
+            return None
+
+        async with ipc.Server(path, "service", handler):
+            conn = await ipc.connect(path, "bridge")
+            with pytest.raises(RequestTimeout):
+                await conn.request("turn.submit", submit("d"), timeout=0.05)
+            await asyncio.wait_for(seen.wait(), 5)
+            await conn.aclose()
+
+    run(main, runtime_dir)
+
+
+def test_protocol_version_mismatch_is_refused(runtime_dir: Path) -> None:
+    """A peer speaking another protocol version gets a clear error and is disconnected."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            writer.write(framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 99}]))
+            dec = framing.FrameDecoder()
+            dec.feed(await reader.read(65536))
+            reply = dec.next_message()
+            assert reply[0] == 1 and reply[2]["code"] == "protocol_mismatch"
+            assert await reader.read(10) == b""
+            writer.close()
+
+    run(main, runtime_dir)
+
+
+def test_unknown_methods_and_bad_params_get_errors_and_the_connection_lives(runtime_dir: Path) -> None:
+    """invalid_request and method_not_found are answers, not disconnects."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            writer.write(framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}]))
+            writer.write(framing.encode([0, 1, "rm_rf", {}]))
+            writer.write(framing.encode([0, 2, "turn.submit", {"delivery_id": 5}]))
+            writer.write(framing.encode([0, 3, "turn.submit", submit("ok", "fine").to_wire()]))
+            dec = framing.FrameDecoder()
+            replies: dict[int, Any] = {}
+            while len(replies) < 4:
+                dec.feed(await reader.read(65536))
+                while (msg := dec.next_message()) is not framing.NEED_DATA:
+                    replies[msg[1]] = msg
+            assert replies[1][2]["code"] == "method_not_found"
+            assert replies[2][2]["code"] == "invalid_request"
+            assert replies[3][3]["text"] == "fine"
+            writer.close()
+
+    run(main, runtime_dir)
+
+
+def test_anything_before_hello_closes_the_connection(runtime_dir: Path) -> None:
+    """A peer that skips the handshake is dropped."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            writer.write(framing.encode([0, 1, "turn.submit", submit("d").to_wire()]))
+            assert await asyncio.wait_for(reader.read(65536), 5) == b""
+            writer.close()
+
+    run(main, runtime_dir)
+
+
+def test_pipelining_1000_requests_in_one_write(runtime_dir: Path) -> None:
+    """A thousand requests in one write get a thousand answers."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            frames = [framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}])]
+            frames += [framing.encode([0, i, "turn.submit", submit(f"d{i}", f"t{i}").to_wire()]) for i in range(1, 1001)]
+            writer.write(b"".join(frames))
+            dec = framing.FrameDecoder()
+            got: dict[int, str] = {}
+            while len(got) < 1000:
+                dec.feed(await reader.read(1 << 20))
+                while (msg := dec.next_message()) is not framing.NEED_DATA:
+                    if msg[1]:
+                        got[msg[1]] = msg[3]["text"]
+            assert got == {i: f"t{i}" for i in range(1, 1001)}
+            writer.close()
+
+    run(main, runtime_dir)
+
+
+def test_a_client_that_never_reads_is_dropped_and_others_keep_working(runtime_dir: Path) -> None:
+    """A peer that stops reading costs its own connection, never the server."""
+
+    async def big(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+        return TurnResult(outcome="settled", text="x" * 7000)
+
+    async def main(path: Path) -> None:
+        server = ipc.Server(path, "service", big, max_output=64 * 1024)
+        await server.start()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(os.fspath(path))
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(sock, framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}]))
+        body = b"".join(framing.encode([0, i, "turn.submit", submit(f"d{i}").to_wire()]) for i in range(1, 400))
+        await loop.sock_sendall(sock, body)
+        for _ in range(200):
+            if not server.connections:
+                break
+            await asyncio.sleep(0.02)
+        assert not server.connections, "the non-reading client should have been dropped"
+        other = await ipc.connect(path, "bridge")
+        result = await other.request("turn.submit", submit("fine"))
+        assert isinstance(result, TurnResult)
+        await other.aclose()
+        sock.close()
+        await server.close()
+
+    run(main, runtime_dir)
+
+
+def test_a_half_sent_frame_times_out(runtime_dir: Path) -> None:
+    """A peer that stops in the middle of a frame is disconnected after the read timeout."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service, partial_frame_timeout=0.1):
+            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            writer.write(framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}]))
+            writer.write(struct.pack(">I", 100) + b"\x93")
+            data = await asyncio.wait_for(reader.read(65536), 5)  # the hello reply
+            while data:
+                data = await asyncio.wait_for(reader.read(65536), 5)
+            writer.close()
+
+    run(main, runtime_dir)
+
+
+def test_oversized_frame_is_refused_with_an_error_then_closed(runtime_dir: Path) -> None:
+    """A length prefix past the limit gets message_too_large and the connection ends."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service, max_frame=4096):
+            reader, writer = await asyncio.open_unix_connection(os.fspath(path))
+            writer.write(framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}]))
+            writer.write(b"\xff\xff\xff\xff")
+            raw = b""
+            while chunk := await asyncio.wait_for(reader.read(65536), 5):
+                raw += chunk
+            dec = framing.FrameDecoder()
+            dec.feed(raw)
+            dec.next_message()  # hello reply
+            note = dec.next_message()
+            assert note[0] == 2 and note[2]["code"] == "message_too_large"
+            writer.close()
+
+    run(main, runtime_dir)
+
+
+def test_socket_file_is_0600_and_a_stale_one_is_replaced(runtime_dir: Path) -> None:
+    """A dead server's socket file is removed; the new one is private."""
+    path = runtime_dir / "service.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(os.fspath(path))
+    stale.close()
+
+    async def main(p: Path) -> None:
+        async with ipc.Server(p, "service", echo_service):
+            assert p.stat().st_mode & 0o777 == 0o600
+            conn = await ipc.connect(p, "bridge")
+            await conn.aclose()
+
+    run(main, runtime_dir)
+
+
+def test_a_live_server_is_never_replaced(runtime_dir: Path) -> None:
+    """Starting a second server on a live socket is a configuration error."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service):
+            with pytest.raises(ConfigError, match="already listening"):
+                await ipc.serve(path, "service", echo_service)
+            conn = await ipc.connect(path, "bridge")
+            await conn.request("turn.submit", submit("still-here"))
+            await conn.aclose()
+
+    run(main, runtime_dir)
+
+
+def test_a_peer_running_as_another_uid_is_refused(runtime_dir: Path) -> None:
+    """SO_PEERCRED: a client that is not us (or root) is disconnected unanswered."""
+    if os.getuid() != 0:
+        pytest.fail("this check needs root to start a client as nobody; CI runs as root")
+    probe = (
+        "import socket,struct,sys,msgpack\n"
+        "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);s.settimeout(5)\n"
+        "b=msgpack.packb([0,0,'hello',{'role':'bridge','pid':1,'protocol':1}])\n"
+        "s.sendall(struct.pack('>I',len(b))+b)\n"
+        "try: print('EOF' if s.recv(100)==b'' else 'ANSWERED')\n"
+        "except ConnectionResetError: print('EOF')\n"
+    )
+
+    async def main(path: Path) -> None:
+        server = await ipc.serve(path, "service", echo_service)
+        os.chmod(runtime_dir, 0o711)
+        os.chmod(path, 0o666)
+        proc = await asyncio.create_subprocess_exec(
+            "/usr/bin/env", "python3", "-S", "-c", "import sys; sys.path[:0]=sys.argv[2:]\n" + probe, os.fspath(path),
+            os.path.dirname(os.path.dirname(msgpack.__file__)),
+            user=65534, group=65534, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd="/",
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 20)
+        assert out.decode().strip() == "EOF", err.decode()
+        assert server.refused == 1
+        conn = await ipc.connect(path, "bridge")
+        await conn.request("turn.submit", submit("own-uid-ok"))
+        await conn.aclose()
+        await server.close()
+
+    run(main, runtime_dir)

@@ -1,0 +1,143 @@
+"""Fuzzing a live server: random bytes and random msgpack never crash it, leak fds, or hurt others."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clankie import framing, ipc, protocol
+from clankie.protocol import TurnResult, TurnSubmit
+
+HELLO = framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}])
+
+
+class LiveServer:
+    """A service-role server on its own event loop thread, so blocking test clients can hammer it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.loop = asyncio.new_event_loop()
+        self.server: ipc.Server | None = None
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _handler(self, conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+        assert isinstance(params, TurnSubmit)
+        return TurnResult(outcome="settled", text=params.trigger.text)
+
+    def __enter__(self) -> LiveServer:
+        self._thread.start()
+        self.server = ipc.Server(self.path, "service", self._handler, max_frame=4096, partial_frame_timeout=0.2)
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.server is not None
+        asyncio.run_coroutine_threadsafe(self.server.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    def connections(self) -> int:
+        assert self.server is not None
+        return len(self.server.connections)
+
+    def healthy_round_trip(self) -> None:
+        """A well-behaved client still gets an answer."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(os.fspath(self.path))
+            sub = {"delivery_id": "ok", "room": {"channel_id": "1"}, "trigger": {"message_id": "2", "author": {"id": "3"}, "text": "alive"}}
+            s.sendall(HELLO + framing.encode([0, 1, "turn.submit", sub]))
+            dec = framing.FrameDecoder()
+            while True:
+                dec.feed(s.recv(65536))
+                while (msg := dec.next_message()) is not framing.NEED_DATA:
+                    if msg[1] == 1:
+                        assert msg[3]["text"] == "alive"
+                        return
+
+
+def send_and_leave(path: Path, payload: bytes) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(os.fspath(path))
+        try:
+            s.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    d = Path("/tmp") / f"ckfz-{os.getpid()}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    with LiveServer(d / "service.sock") as server:
+        yield server
+    os.rmdir(d)
+
+
+def settle(live: LiveServer) -> None:
+    deadline = time.monotonic() + 10
+    while live.connections() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert live.connections() == 0
+
+
+frames = st.one_of(
+    st.binary(max_size=64),
+    st.binary(max_size=64).map(lambda b: struct.pack(">I", len(b)) + b),
+)
+envelopes = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=20) | st.binary(max_size=20),
+    lambda c: st.lists(c, max_size=5) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+    max_leaves=12,
+)
+msgpack_frames = st.one_of(
+    envelopes,
+    st.tuples(st.sampled_from([0, 1, 2]), st.integers(0, 5), st.sampled_from(["turn.submit", "hello", "cancel", "x"]), envelopes).map(list),
+).map(lambda obj: framing.encode(obj, max_frame_size=1 << 20))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.booleans(), frames), min_size=100, max_size=100))
+def test_10000_random_byte_strings(live: LiveServer, batch: list[tuple[bool, bytes]]) -> None:
+    """100 batches of 100 random byte strings, with or without a hello first: the server survives all."""
+    for with_hello, payload in batch:
+        send_and_leave(live.path, (HELLO if with_hello else b"") + payload)
+    live.healthy_round_trip()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(msgpack_frames, min_size=50, max_size=50))
+def test_random_valid_msgpack_objects(live: LiveServer, batch: list[bytes]) -> None:
+    """Valid msgpack that is not a valid message is refused, never fatal."""
+    for payload in batch:
+        send_and_leave(live.path, HELLO + payload)
+    live.healthy_round_trip()
+
+
+def test_fuzzing_leaks_no_file_descriptors(live: LiveServer) -> None:
+    """After a storm of hostile clients, the server holds no more fds than before."""
+    settle(live)
+    before = open_fds()
+    for i in range(500):
+        send_and_leave(live.path, HELLO + os.urandom(i % 40) if i % 2 else os.urandom(8))
+    for i in range(200):
+        send_and_leave(live.path, HELLO + framing.encode([0, i, "turn.submit", {"bad": i}]))
+    settle(live)
+    assert open_fds() <= before
+    live.healthy_round_trip()

@@ -1,0 +1,92 @@
+"""Socket paths and governed artifacts: one writer, one resolver, one root."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from clankie import artifacts, paths
+from clankie.errors import ConfigError
+
+
+def test_socket_paths_live_in_the_runtime_dir(runtime_dir: Path) -> None:
+    """Each socket has a fixed name in the runtime dir."""
+    assert paths.socket_path(runtime_dir, "service") == runtime_dir / "service.sock"
+
+
+def test_a_socket_path_over_107_bytes_is_a_clear_startup_error(tmp_path: Path) -> None:
+    """A runtime dir too deep for sun_path is reported with the fix."""
+    deep = tmp_path / ("x" * 120)
+    with pytest.raises(ConfigError, match="CLANKIE_RUNTIME_DIR"):
+        paths.socket_path(deep, "control")
+
+
+def test_private_dirs_are_0700(tmp_path: Path) -> None:
+    """The runtime dir is made private even if it existed with looser bits."""
+    d = tmp_path / "run"
+    d.mkdir(mode=0o755)
+    paths.ensure_private_dir(d)
+    assert d.stat().st_mode & 0o777 == 0o700
+
+
+def test_written_artifact_resolves_to_the_same_bytes(tmp_path: Path) -> None:
+    """What a host writes, the bridge reads back, verified by hash."""
+    root = tmp_path / "attachments"
+    ref = artifacts.write_artifact(root, "browser", b"\x89PNG fake", "png")
+    digest = hashlib.sha256(b"\x89PNG fake").hexdigest()
+    assert ref == f"sha256:{digest}:browser/{digest}.png"
+    assert (root / "browser").stat().st_mode & 0o777 == 0o700
+    assert (root / "browser" / f"{digest}.png").stat().st_mode & 0o777 == 0o600
+    got = artifacts.resolve_artifact(root, ref, 1024)
+    assert got.data == b"\x89PNG fake" and got.content_type == "image/png"
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "sha256:" + "a" * 64 + ":browser/../../etc/passwd",
+        "sha256:" + "a" * 64 + ":shell/" + "a" * 64 + ".png",
+        "sha256:" + "a" * 64 + ":browser/" + "b" * 64 + ".png",
+        "sha256:" + "A" * 64 + ":browser/" + "A" * 64 + ".png",
+        "/etc/passwd",
+        "",
+    ],
+)
+def test_hostile_refs_are_refused_before_any_file_access(tmp_path: Path, ref: str) -> None:
+    """Anything outside the ref grammar is refused without touching the disk."""
+    with pytest.raises(artifacts.ArtifactError) as info:
+        artifacts.resolve_artifact(tmp_path / "does-not-exist", ref, 1024)
+    assert info.value.code == "artifact_ref_invalid"
+
+
+def test_tampered_missing_oversized_and_escaping_files_are_refused(tmp_path: Path) -> None:
+    """Each way a picture can go bad has its own code."""
+    root = tmp_path / "root"
+    ref = artifacts.write_artifact(root, "tldraw", b"picture", "png")
+    digest, sub, ext = artifacts.parse_ref(ref)
+    target = root / sub / f"{digest}.{ext}"
+
+    with pytest.raises(artifacts.ArtifactError) as info:
+        artifacts.resolve_artifact(root, ref, 3)
+    assert info.value.code == "artifact_too_large"
+
+    target.write_bytes(b"tampered")
+    with pytest.raises(artifacts.ArtifactError) as info:
+        artifacts.resolve_artifact(root, ref, 1024)
+    assert info.value.code == "artifact_hash_mismatch"
+
+    outside = tmp_path / "secret.png"
+    outside.write_bytes(b"picture")
+    target.unlink()
+    os.symlink(outside, target)
+    with pytest.raises(artifacts.ArtifactError) as info:
+        artifacts.resolve_artifact(root, ref, 1024)
+    assert info.value.code == "artifact_outside_root"
+
+    target.unlink()
+    with pytest.raises(artifacts.ArtifactError) as info:
+        artifacts.resolve_artifact(root, ref, 1024)
+    assert info.value.code == "artifact_missing"

@@ -1,0 +1,130 @@
+"""Settings and the one attachment-root resolver (upstream §7.1 plus the seed's defaults)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from clankie import settings
+from clankie.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"CLANKIE_STATE": "/var/clankie"}, "/var/clankie/attachments"),
+        ({"HOME": "/home/op"}, "/home/op/.clankie/attachments"),
+        ({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "  /srv/art  "}, "/srv/art"),
+        ({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "   ", "CLANKIE_STATE": "/s"}, "/s/attachments"),
+        ({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "", "CLANKIE_STATE": "/s"}, "/s/attachments"),
+        ({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "\t\n", "CLANKIE_STATE": " /s "}, "/s/attachments"),
+        ({"STATE_DIRECTORY": "/var/lib/clankie"}, "/var/lib/clankie/attachments"),
+        ({"STATE_DIRECTORY": "/var/lib/a:/var/lib/b"}, "/var/lib/a/attachments"),
+        ({"STATE_DIRECTORY": "/var/lib/x", "CLANKIE_STATE": "/explicit"}, "/explicit/attachments"),
+    ],
+)
+def test_attachment_root_derivations(env: dict[str, str], expected: str) -> None:
+    """The root is the trimmed override if set, else <state>/attachments."""
+    assert settings.discord_attachment_root(env) == Path(expected)
+
+
+def test_attachment_root_is_stable_across_environment_copies() -> None:
+    """Two processes with copies of one environment read one root."""
+    env = {"CLANKIE_STATE": "/var/clankie"}
+    assert settings.discord_attachment_root(dict(env)) == settings.discord_attachment_root(dict(env))
+
+
+def test_relative_values_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative override or state dir is resolved against the current directory, once."""
+    monkeypatch.chdir(tmp_path)
+    assert settings.discord_attachment_root({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "art"}) == tmp_path / "art"
+    assert settings.discord_attachment_root({"CLANKIE_STATE": "st"}) == tmp_path / "st" / "attachments"
+
+
+def test_attachment_root_never_raises_without_any_variables() -> None:
+    """An empty environment still yields an absolute root."""
+    root = settings.discord_attachment_root({})
+    assert root.is_absolute()
+    assert root.name == "attachments"
+
+
+def test_the_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no mapping given, the resolver reads this process's environment."""
+    monkeypatch.setenv("CLANKIE_DISCORD_ATTACHMENT_ROOT", "/from/env")
+    assert settings.discord_attachment_root() == Path("/from/env")
+
+
+def test_children_get_the_absolute_root_the_supervisor_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor hands children absolute paths, so a child in another cwd reads the same root."""
+    monkeypatch.chdir(tmp_path)
+    parent = settings.load({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "rel", "HOME": str(tmp_path)})
+    child_env = settings.child_environment(parent, {"HOME": str(tmp_path)})
+    monkeypatch.chdir("/")
+    assert settings.discord_attachment_root(child_env) == parent.attachment_root == tmp_path / "rel"
+
+
+def test_runtime_dir_preference_order() -> None:
+    """CLANKIE_RUNTIME_DIR, then systemd's, then XDG's, then <state>/run."""
+    assert settings.runtime_dir({"CLANKIE_RUNTIME_DIR": "/r", "RUNTIME_DIRECTORY": "/x"}) == Path("/r")
+    assert settings.runtime_dir({"RUNTIME_DIRECTORY": "/run/clankie"}) == Path("/run/clankie")
+    assert settings.runtime_dir({"XDG_RUNTIME_DIR": "/run/user/1000"}) == Path("/run/user/1000/clankie")
+    assert settings.runtime_dir({"CLANKIE_STATE": "/s"}) == Path("/s/run")
+
+
+def test_defaults_load_from_an_empty_environment() -> None:
+    """Embedded defaults are enough to start."""
+    s = settings.load({"HOME": "/home/op"})
+    assert s.discord_dm_policy == "owner_only"
+    assert s.discord_reply_policy == "all"
+    assert s.discord_guild_ids == ()
+    assert s.stall_seconds == 300 and s.stall_tick_seconds == 5
+    assert s.discord_token is None and s.anthropic_api_key is None
+
+
+def test_comma_lists_are_split_and_trimmed() -> None:
+    """Id lists are comma-separated with blanks ignored."""
+    s = settings.load({"CLANKIE_DISCORD_GUILD_IDS": " 1, 22 ,,333 ", "HOME": "/h"})
+    assert s.discord_guild_ids == ("1", "22", "333")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CLANKIE_DISCORD_DM_POLICY", "everyone"),
+        ("CLANKIE_DISCORD_CONTEXT_MESSAGES", "51"),
+        ("CLANKIE_STALL_SECONDS", "soon"),
+        ("CLANKIE_DISCORD_GUILD_IDS", "12,abc"),
+        ("CLANKIE_BROWSER_ALLOW_PRIVATE", "perhaps"),
+    ],
+)
+def test_bad_values_are_a_config_error_naming_the_setting(name: str, value: str) -> None:
+    """A bad value stops the process with a message that names the variable, not a traceback."""
+    with pytest.raises(ConfigError) as info:
+        settings.load({name: value, "HOME": "/h"})
+    assert name in str(info.value)
+
+
+def test_secrets_come_from_the_credentials_directory(tmp_path: Path) -> None:
+    """systemd LoadCredential= files are read when the variable is not set."""
+    (tmp_path / "discord_token").write_text("tok-from-file\n")
+    (tmp_path / "anthropic_api_key").write_text("key-from-file")
+    s = settings.load({"CREDENTIALS_DIRECTORY": str(tmp_path), "HOME": "/h"})
+    assert s.discord_token is not None and s.discord_token.get_secret_value() == "tok-from-file"
+    assert s.anthropic_api_key is not None and s.anthropic_api_key.get_secret_value() == "key-from-file"
+    s2 = settings.load({"CREDENTIALS_DIRECTORY": str(tmp_path), "DISCORD_TOKEN": "env-wins", "HOME": "/h"})
+    assert s2.discord_token is not None and s2.discord_token.get_secret_value() == "env-wins"
+
+
+def test_secrets_never_show_in_the_settings_repr() -> None:
+    """Printing settings does not leak a token."""
+    s = settings.load({"DISCORD_TOKEN": "very-secret-token", "HOME": "/h"})
+    assert "very-secret-token" not in repr(s)
+
+
+def test_load_does_not_read_the_process_environment_when_given_a_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mapping handed to load() is the only input."""
+    monkeypatch.setenv("CLANKIE_DISCORD_DM_POLICY", "deny")
+    assert settings.load({"HOME": "/h"}).discord_dm_policy == "owner_only"
+    assert os.environ["CLANKIE_DISCORD_DM_POLICY"] == "deny"
