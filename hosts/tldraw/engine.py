@@ -3,7 +3,8 @@
 ``render_er(spec)`` and ``render_sequence(spec)`` validate, lay out once, and
 write that layout three ways: PNG (for Discord), SVG, and a ``.tldr``
 document that opens in tldraw. They are synchronous and CPU-bound; the host
-calls the ``*_async`` forms, which rasterize in a worker thread.
+calls the ``*_async`` forms, which lay out in a worker thread and rasterize in
+a child process (resvg-py holds the GIL; see :mod:`hosts.tldraw.raster`).
 
 Every failure is a :class:`~hosts.tldraw.errors.DiagramError` whose ``code``
 is ``diagram_invalid``, ``diagram_too_large`` or ``render_failed``.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from .errors import DiagramError, DiagramInvalid, DiagramTooLarge, RenderFailed
 from .layout_er import layout_er
 from .layout_sequence import layout_sequence
-from .raster import rasterize
+from .raster import rasterize, rasterize_async
 from .scene import Scene
 from .schema_er import parse_er
 from .schema_sequence import parse_sequence
@@ -73,22 +74,37 @@ def render_sequence(spec: object) -> Rendered:
     return _render("sequence", layout_sequence_spec, spec)
 
 
-async def render_er_async(spec: object) -> Rendered:
-    """:func:`render_er` in a worker thread (the rasterizer releases the GIL)."""
-    return await asyncio.to_thread(render_er, spec)
+async def render_er_async(spec: object, *, isolate: bool = True) -> Rendered:
+    """:func:`render_er` without blocking the event loop."""
+    return await _render_async("er", layout_er_spec, spec, isolate)
 
 
-async def render_sequence_async(spec: object) -> Rendered:
-    """:func:`render_sequence` in a worker thread (the rasterizer releases the GIL)."""
-    return await asyncio.to_thread(render_sequence, spec)
+async def render_sequence_async(spec: object, *, isolate: bool = True) -> Rendered:
+    """:func:`render_sequence` without blocking the event loop."""
+    return await _render_async("sequence", layout_sequence_spec, spec, isolate)
+
+
+def _emit(lay_out: Callable[[object], Scene], spec: object) -> tuple[Scene, str, str]:
+    scene = lay_out(spec)
+    return scene, scene_to_svg(scene), scene_to_tldr(scene)
+
+
+async def _render_async(
+    kind: str, lay_out: Callable[[object], Scene], spec: object, isolate: bool
+) -> Rendered:
+    try:
+        scene, svg, tldr = await asyncio.to_thread(_emit, lay_out, spec)
+        png = await rasterize_async(svg, scene.width, scene.height, isolate=isolate)
+    except DiagramError as exc:
+        log.info("%s diagram refused: %s", kind, exc.code)
+        raise
+    return Rendered(png=png, svg=svg, tldr=tldr)
 
 
 def _render(kind: str, lay_out: Callable[[object], Scene], spec: object) -> Rendered:
     started = time.perf_counter()
     try:
-        scene = lay_out(spec)
-        svg = scene_to_svg(scene)
-        tldr = scene_to_tldr(scene)
+        scene, svg, tldr = _emit(lay_out, spec)
         png = rasterize(svg, scene.width, scene.height)
     except DiagramError as exc:
         log.info("%s diagram refused: %s", kind, exc.code)
