@@ -1,0 +1,1 @@
+"""The captain: every Discord text room is a durable lane (ADR 0118); see ``docs/captain.md``."""
