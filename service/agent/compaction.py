@@ -84,11 +84,10 @@ def plan(path: list[Entry], keep_recent_tokens: int) -> CompactionPlan | None:
         return None
     kept_tokens = 0
     cut: int | None = None
-    for i in reversed(candidates):
+    for i in reversed(candidates):  # keep at least the budget, then cut at the next valid point
         kept_tokens += estimate_tokens(path[i]["message"])
-        if _cuttable(path[i]):
+        if kept_tokens >= keep_recent_tokens and _cuttable(path[i]):
             cut = i
-        if kept_tokens >= keep_recent_tokens and cut is not None:
             break
     if cut is None or cut <= candidates[0]:
         return None
