@@ -47,6 +47,12 @@ class UrlRefused(Exception):
         self.reason = reason
 
 
+class Unresolvable(UrlRefused):
+    """Raised when a host name has no address: not a policy matter, the site just cannot be reached."""
+
+    code = "browser_navigation_failed"
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     scheme: str

@@ -1,0 +1,281 @@
+"""The browser host: one long-lived headless Chromium, a fresh context per screenshot.
+
+Playwright for Python drives Debian's ``chromium-headless-shell`` (no browser
+is ever downloaded). Every context goes through its own policy-proxy
+session (:mod:`hosts.browser.proxy`); Chromium is launched with resolver
+rules that leave it nothing else to reach and with both WebRTC switches, so
+the URL policy holds for redirect hops, subresources and WebSockets too
+(``shared/reference/browser-notes.md`` §6).
+
+Refusal codes: ``browser_url_refused`` (policy), ``browser_unavailable`` (no
+Chromium, or it will not start), ``browser_navigation_failed`` (the site
+could not be loaded), ``browser_timeout`` (a deadline ran out),
+``browser_crashed`` (Chromium died mid-request; it is relaunched on the
+next one), ``browser_image_too_large``, ``artifact_write_failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from clankie.clock import Clock
+from clankie.errors import RemoteError
+from clankie.protocol import Record, ScreenshotRequest, Viewport
+from clankie.settings import Settings
+from hosts.runtime import write_artifact
+
+from . import policy
+from .lifecycle import Lifecycle
+from .proxy import MARKER, PolicyProxy, Resolver, Session, system_resolver
+
+log = logging.getLogger(__name__)
+
+CANDIDATES = (
+    Path("/usr/lib/chromium/chromium-headless-shell"),
+    Path("/usr/bin/chromium-headless-shell"),
+    Path("/usr/bin/chromium"),
+)
+LAUNCH_ARGS = (
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+)
+START_DEADLINE = 30.0
+REQUEST_DEADLINE = 60.0
+NAV_TIMEOUT_MS = 20_000
+LOAD_GRACE_MS = 5_000
+SHOT_TIMEOUT_MS = 10_000
+CLOSE_DEADLINE = 5.0
+MAX_HEIGHT = 8_000
+CONCURRENCY = 2
+NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
+
+
+def find_chromium(configured: Path | None) -> Path | None:
+    """The configured executable if it exists, else the first Debian candidate that does."""
+    for path in (configured,) if configured is not None else CANDIDATES:
+        if path is not None and path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+class BrowserHost:
+    """Serves ``screenshot`` for the host runtime (see :class:`hosts.runtime.Host`)."""
+
+    name = "browser"
+    deadlines = {"screenshot": REQUEST_DEADLINE}
+    timeout_code = "browser_timeout"
+
+    def __init__(self, settings: Settings, clock: Clock, *, resolver: Resolver = system_resolver) -> None:
+        self.settings = settings
+        self.clock = clock
+        pins = policy.Pins.parse(settings.browser_pinned_hosts)
+        self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver)
+        self.tmp = settings.state_dir / "tmp" / "browser"
+        self.life = Lifecycle()
+        self._pw: Playwright | None = None
+        self._browser: Browser | None = None
+        self._default: Session | None = None
+        self._launching: asyncio.Lock | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------ runtime hooks
+
+    async def start(self) -> None:
+        """Empty the private temp dir, open the proxy, and try a first launch (failure is not fatal)."""
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True, mode=0o700)
+        # The Node driver and Chromium put their profiles under TMPDIR; give them ours.
+        os.environ["TMPDIR"] = str(self.tmp)
+        tempfile.tempdir = None
+        self._launching = asyncio.Lock()
+        self._slots = asyncio.Semaphore(CONCURRENCY)
+        self._default = await self.proxy.open_session()
+        try:
+            await self._ensure_browser()
+        except RemoteError as exc:
+            log.warning("browser not started: %s; will retry on the next request", exc.code)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            **self.life.report(self.clock.monotonic()),
+            "executable": str(find_chromium(self.settings.chromium_path) or ""),
+            "allow_private": self.settings.browser_allow_private,
+            "policy_refusals": self.proxy.refused_total,
+        }
+
+    def detail(self) -> str:
+        return f"browser {self.life.state}, restarts {self.life.restarts}"
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._browser is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._browser.close(), CLOSE_DEADLINE)
+        await self._stop_playwright()
+        if self._default is not None:
+            await self.proxy.close_session(self._default)
+
+    async def handle(self, method: str, params: Record) -> Record:
+        assert isinstance(params, ScreenshotRequest) and self._slots is not None
+        target = self._checked(params.url)
+        await self._precheck(target)
+        async with self._slots:
+            browser = await self._ensure_browser()
+            data, ext = await self._shoot(browser, params)
+        return await write_artifact(self.settings.attachment_root, "browser", data, ext)
+
+    # ------------------------------------------------------------ policy
+
+    @staticmethod
+    def _checked(url: str) -> policy.Target:
+        try:
+            return policy.check_url(url)
+        except policy.UrlRefused as exc:
+            raise RemoteError(exc.code, exc.reason) from None
+
+    async def _precheck(self, target: policy.Target) -> None:
+        """A quick, friendly refusal before any browser work; the proxy is still the enforcement point."""
+        try:
+            await self.proxy.vet(target.host, target.port)
+        except policy.UrlRefused as exc:
+            raise RemoteError(exc.code, exc.reason) from None
+
+    # ------------------------------------------------------------ browser lifecycle
+
+    async def _ensure_browser(self) -> Browser:
+        assert self._launching is not None
+        async with self._launching:
+            if self._browser is not None and self._browser.is_connected():
+                return self._browser
+            executable = find_chromium(self.settings.chromium_path)
+            self.life.apply("launch", self.clock.monotonic())
+            if executable is None:
+                self.life.apply("missing", self.clock.monotonic(), "chromium_missing")
+                raise RemoteError("browser_unavailable", "no Chromium executable is installed")
+            try:
+                self._browser = await asyncio.wait_for(self._launch(executable), START_DEADLINE)
+            except (PlaywrightError, TimeoutError, OSError) as exc:
+                log.warning("browser launch failed: %s", type(exc).__name__)
+                self.life.apply("failed", self.clock.monotonic(), "launch_failed")
+                await self._stop_playwright()  # a dead driver needs a fresh Playwright
+                raise RemoteError("browser_unavailable", "the browser could not be started") from None
+            self.life.apply("launched", self.clock.monotonic())
+            log.info("browser up (%s, launch %d)", executable.name, self.life.launches)
+            return self._browser
+
+    async def _launch(self, executable: Path) -> Browser:
+        if self._pw is None:
+            self._pw = await async_playwright().start()
+        assert self._default is not None
+        browser = await self._pw.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            proxy={"server": self._default.url},
+            args=list(LAUNCH_ARGS),
+            timeout=START_DEADLINE * 1000,
+        )
+        browser.on("disconnected", lambda b: self._on_disconnected(b))
+        return browser
+
+    def _on_disconnected(self, browser: Browser) -> None:
+        if self._browser is browser:
+            self._browser = None
+        if not self._closing:
+            log.warning("browser disconnected; it will be relaunched on the next request")
+            self.life.apply("disconnected", self.clock.monotonic(), "browser_crashed")
+
+    async def _stop_playwright(self) -> None:
+        pw, self._pw, self._browser = self._pw, None, None
+        if pw is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pw.stop(), CLOSE_DEADLINE)
+
+    # ------------------------------------------------------------ one screenshot
+
+    async def _shoot(self, browser: Browser, req: ScreenshotRequest) -> tuple[bytes, str]:
+        view = req.viewport or Viewport()
+        session = await self.proxy.open_session()
+        ctx: BrowserContext | None = None
+        try:
+            ctx = await browser.new_context(
+                viewport={"width": view.width, "height": view.height},
+                proxy={"server": session.url},
+                service_workers="block",
+                accept_downloads=False,
+            )
+            page = await ctx.new_page()
+            await self._navigate(page, req.url, session)
+            return await self._capture(ctx, page, req, view)
+        except PlaywrightError as exc:
+            if not browser.is_connected():
+                raise RemoteError("browser_crashed", "the browser closed during the request; it restarts on the next one") from None
+            raise RemoteError("browser_navigation_failed", _net_error(exc)) from None
+        finally:
+            if ctx is not None:
+                await self._close_context(browser, ctx)
+            await self.proxy.close_session(session)
+
+    async def _navigate(self, page: Page, url: str, session: Session) -> None:
+        try:
+            response = await page.goto(url, wait_until="domcontentloaded", timeout=NAV_TIMEOUT_MS)
+        except PlaywrightTimeout:
+            raise RemoteError("browser_timeout", f"the page did not load within {NAV_TIMEOUT_MS // 1000}s") from None
+        except PlaywrightError as exc:
+            if session.refusals:
+                raise RemoteError("browser_url_refused", session.refusals[0]) from None
+            raise RemoteError("browser_navigation_failed", _net_error(exc)) from None
+        marker = await response.header_value(MARKER) if response is not None else None
+        if marker == "refused":
+            reason = session.refusals[-1] if session.refusals else "the page is outside the browser policy"
+            raise RemoteError("browser_url_refused", reason)
+        if marker is not None:
+            raise RemoteError("browser_navigation_failed", "the site could not be reached")
+        with contextlib.suppress(PlaywrightTimeout):
+            await page.wait_for_load_state("load", timeout=LOAD_GRACE_MS)
+
+    async def _capture(self, ctx: BrowserContext, page: Page, req: ScreenshotRequest, view: Viewport) -> tuple[bytes, str]:
+        limit = self.settings.discord_upload_limit_bytes
+        clip = {"x": 0, "y": 0, "width": view.width, "height": MAX_HEIGHT} if req.full_page else None
+        try:
+            data = await page.screenshot(full_page=req.full_page, clip=clip, timeout=SHOT_TIMEOUT_MS)
+        except PlaywrightTimeout:
+            # A web font that never loads blocks page.screenshot; CDP does not wait for fonts.
+            cdp = await ctx.new_cdp_session(page)
+            reply = await cdp.send("Page.captureScreenshot", {"format": "png"})
+            data = base64.b64decode(reply["data"])
+        if len(data) <= limit:
+            return data, "png"
+        log.info("screenshot is %d bytes, over the %d-byte limit; retrying as JPEG", len(data), limit)
+        data = await page.screenshot(full_page=req.full_page, clip=clip, type="jpeg", quality=75, timeout=SHOT_TIMEOUT_MS)
+        if len(data) > limit:
+            raise RemoteError("browser_image_too_large", "the page is too large to attach even as a JPEG")
+        return data, "jpg"
+
+    async def _close_context(self, browser: Browser, ctx: BrowserContext) -> None:
+        try:
+            await asyncio.wait_for(ctx.close(), CLOSE_DEADLINE)
+        except (PlaywrightError, TimeoutError):
+            if browser.is_connected():
+                log.warning("a browser context would not close; restarting the browser")
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(browser.close(), CLOSE_DEADLINE)
+
+
+def _net_error(exc: BaseException) -> str:
+    match = NET_ERROR.search(str(exc))
+    return f"the page could not be loaded ({match.group(0)})" if match else "the page could not be loaded"

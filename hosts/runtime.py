@@ -1,0 +1,206 @@
+"""The shared host runtime: one process shell for the browser and tldraw hosts.
+
+A host is an object that satisfies :class:`Host` (its methods and their
+deadlines, a request handler, a health report). :func:`main` gives it a
+process: load settings (a bad value exits 78), configure logging, start the
+host, serve its socket (``<runtime>/<name>.sock``) with the hello
+handshake, tell the supervisor ``ready`` over the inherited link and send
+heartbeats carrying the host's health, then run until ``shutdown`` or
+SIGTERM/SIGINT and close cleanly.
+
+Every request runs under its method's deadline. Whatever goes wrong inside
+becomes a refusal (:class:`~clankie.errors.RemoteError` with a stable code)
+for that caller only; the process keeps serving everyone else:
+
+* the host's own refusals pass through (``browser_url_refused``, ...);
+* the deadline running out becomes the host's ``timeout_code``;
+* an unexpected exception is logged and answered ``host_internal_error``.
+
+:func:`write_artifact` stores bytes under the attachment root (ARCHITECTURE
+§6) and returns the :class:`~clankie.protocol.Artifact` record callers get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from clankie import artifacts, ipc, logs, paths
+from clankie import settings as settings_mod
+from clankie.clock import Clock, SystemClock
+from clankie.errors import EX_CONFIG, ConfigError, RemoteError
+from clankie.protocol import Artifact, Record
+
+from .link import SupervisorLink
+
+log = logging.getLogger(__name__)
+
+
+class Host(Protocol):
+    """What a host process provides to the runtime."""
+
+    name: str  # "browser" or "tldraw": the socket name and the log role
+    deadlines: Mapping[str, float]  # method -> seconds
+    timeout_code: str
+
+    async def start(self) -> None:
+        """Prepare (may be slow); the socket opens only after this returns."""
+
+    async def handle(self, method: str, params: Record) -> Record:
+        """Serve one request or raise :class:`RemoteError`."""
+
+    def health(self) -> dict[str, Any]:
+        """A small, content-free report for the heartbeat."""
+
+    def detail(self) -> str:
+        """One short line for ``clankiectl status``."""
+
+    async def close(self) -> None:
+        """Release everything; called once, after the socket is closed."""
+
+
+HostFactory = Callable[[settings_mod.Settings, Clock], Host]
+
+
+class Counters:
+    """Requests served and refused, by code; part of every heartbeat."""
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.served = 0
+        self.refused: collections.Counter[str] = collections.Counter()
+
+    def report(self) -> dict[str, Any]:
+        return {"inflight": self.inflight, "served": self.served, "refused": dict(self.refused)}
+
+
+class HostRuntime:
+    """Serves one :class:`Host` on its socket; see the module docstring."""
+
+    def __init__(self, host: Host, settings: settings_mod.Settings, clock: Clock) -> None:
+        self.host = host
+        self.settings = settings
+        self.clock = clock
+        self.counters = Counters()
+        self.stop = asyncio.Event()
+        self.server: ipc.Server | None = None
+
+    async def handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        deadline = self.host.deadlines.get(method)
+        if deadline is None:
+            raise RemoteError("method_not_found", f"{self.host.name} does not serve {method[:64]!r}")
+        self.counters.inflight += 1
+        try:
+            async with asyncio.timeout(deadline) as scope:
+                result = await self.host.handle(method, params)
+        except RemoteError as exc:
+            self.counters.refused[exc.code] += 1
+            raise
+        except TimeoutError:
+            if not scope.expired():
+                raise self._internal(method) from None
+            self.counters.refused[self.host.timeout_code] += 1
+            log.warning("%s exceeded its %.0fs deadline", method, deadline)
+            raise RemoteError(self.host.timeout_code, f"{method} took longer than {deadline:.0f}s") from None
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed unexpectedly", method)
+            raise self._internal(method) from None
+        finally:
+            self.counters.inflight -= 1
+        self.counters.served += 1
+        return result
+
+    def _internal(self, method: str) -> RemoteError:
+        self.counters.refused["host_internal_error"] += 1
+        return RemoteError("host_internal_error", f"{self.host.name} failed on {method}; see its log")
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "attachment_root": str(self.settings.attachment_root),
+            **self.counters.report(),
+            **self.host.health(),
+        }
+
+    async def serve(self) -> None:
+        path = paths.socket_path(self.settings.runtime_dir, self.host.name)
+        paths.ensure_private_dir(self.settings.runtime_dir)
+        self.server = await ipc.serve(path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes)
+        log.info("serving on %s", path)
+
+    async def run(self, link: SupervisorLink | None) -> None:
+        """Start, serve, report, and wait for the stop signal; always close what was opened."""
+        try:
+            await asyncio.wait_for(self.host.start(), 60)
+            await self.serve()
+            if link is not None:
+                await link.ready(self.heartbeat_payload)
+            await self.stop.wait()
+            log.info("stopping")
+            if link is not None:
+                await link.stopping("shutdown")
+        finally:
+            if self.server is not None:
+                await self.server.close()
+            await self.host.close()
+
+    def heartbeat_payload(self) -> tuple[str, dict[str, Any]]:
+        return self.host.detail()[:200], self.health()
+
+
+async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs: tuple[str, ...] = ()) -> Artifact:
+    """Store ``data`` as a governed artifact and describe it; a failed write is ``artifact_write_failed``."""
+    try:
+        ref = await asyncio.to_thread(artifacts.write_artifact, root, sub, data, ext)
+    except OSError as exc:
+        log.error("cannot write a %s artifact under the attachment root: %s", sub, exc.strerror)
+        raise RemoteError("artifact_write_failed", "the artifact could not be written") from None
+    digest, _sub, _ext = artifacts.parse_ref(ref)
+    return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
+
+
+async def _amain(runtime: HostRuntime, link_fd: int | None) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, runtime.stop.set)
+    link = None
+    if link_fd is not None:
+        link = await SupervisorLink.open(link_fd, runtime.clock, runtime.settings.heartbeat_seconds, runtime.stop)
+    try:
+        await runtime.run(link)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EX_CONFIG
+    finally:
+        if link is not None:
+            await link.close()
+    return 0
+
+
+def main(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
+    """The whole life of a host process; returns its exit status."""
+    try:
+        settings = settings_mod.load(environ)
+        link_fd = _link_fd(environ)
+        logs.configure(name, settings.log_level)
+        host = factory(settings, SystemClock())
+    except ConfigError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    return asyncio.run(_amain(HostRuntime(host, settings, SystemClock()), link_fd))
+
+
+def _link_fd(environ: Mapping[str, str]) -> int | None:
+    raw = (environ.get("CLANKIE_SUPERVISOR_FD") or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise ConfigError("CLANKIE_SUPERVISOR_FD must be a file descriptor number")
+    return int(raw)
