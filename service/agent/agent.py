@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from clankie.clock import Clock
 from clankie.errors import ClankieError
+from clankie.settings import Settings
 
 from service.agent import compaction
 from service.agent.content import Block, UserMessage, as_user_message, text_of, tool_uses
@@ -75,6 +76,15 @@ class AgentConfig:
     summary_max_tokens: int = 2048
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AgentConfig:
+        """The window and compaction budget from ``CLANKIE_MODEL_CONTEXT_WINDOW`` and friends."""
+        return cls(
+            context_window=settings.model_context_window,
+            reserve_tokens=settings.compaction_reserve_tokens,
+            keep_recent_tokens=settings.compaction_keep_tokens,
+        )
+
 
 class _RunFailed(Exception):
     def __init__(self, kind: OutcomeKind) -> None:
@@ -115,7 +125,7 @@ class Agent:
         self._clock = clock
         self._system = system_prompt
         self._config = config or AgentConfig()
-        self._queue: list[UserMessage] = []
+        self._queue: list[list[Block]] = []  # content blocks of each queued message
         self._run: _Run | None = None
         self._task: asyncio.Task[RunOutcome] | None = None
         self._abort_reason = "aborted"
@@ -151,15 +161,18 @@ class Agent:
     async def run(self, message: UserMessage | str) -> RunOutcome:
         """Run until the model stops and no steered message is waiting; never raises for model failures.
 
-        Raises :class:`AgentBusy` if a run is live. Cancelling the caller
-        aborts the run (reason ``cancelled``) and re-raises.
+        Raises :class:`AgentBusy` if a run is live, and ``OSError`` /
+        ``UnsupportedImage`` if an image attachment cannot be read (before
+        anything is persisted). Cancelling the caller aborts the run (reason
+        ``cancelled``) and re-raises.
         """
         if self._run is not None:
             raise AgentBusy("a run is live; steer() instead")
+        blocks = as_user_message(message).blocks()
         state = _Run(run_id=uuid.uuid4().hex[:12])
         self._run = state
         self._abort_reason = "aborted"
-        self._queue = [as_user_message(message)]
+        self._queue = [blocks]
         task = asyncio.create_task(self._drive(state), name=f"agent-run-{state.run_id}")
         self._task = task
         try:
@@ -171,10 +184,13 @@ class Agent:
             raise
 
     def steer(self, message: UserMessage | str) -> bool:
-        """Queue ``message`` into the live run; False (nothing queued) if no run is live."""
+        """Queue ``message`` into the live run; False (nothing queued) if no run is live.
+
+        Image attachments are read now, so an unreadable file raises here.
+        """
         if self._run is None:
             return False
-        self._queue.append(as_user_message(message))
+        self._queue.append(as_user_message(message).blocks())
         self._emit(SteerQueued(run_id=self._run.run_id, pending=len(self._queue)))
         return True
 
@@ -241,9 +257,7 @@ class Agent:
         if not self._queue:
             return
         queued, self._queue = self._queue, []
-        blocks: list[Block] = []
-        for message in queued:
-            blocks.extend(message.blocks())
+        blocks: list[Block] = [block for message in queued for block in message]
         self.session.append_message({"role": "user", "content": blocks})
         self.session.sync()
         steered = len(queued) - (0 if state.delivered_first else 1)
@@ -262,6 +276,7 @@ class Agent:
             usage=state.usage,
             turns=state.turn,
             steered=state.steered,
+            abort_reason=self._abort_reason if kind is OutcomeKind.ABORTED else None,
         )
         data: dict[str, object] = {
             "run_id": state.run_id,

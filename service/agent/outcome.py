@@ -69,6 +69,8 @@ class RunOutcome:
     ``text`` is the final answer (only meaningful for ``OK``). ``steered``
     counts the messages absorbed into this run through :meth:`Agent.steer`.
     ``usage`` sums every model call of the run, compaction included.
+    ``abort_reason`` is the reason given to :meth:`Agent.abort` (``stalled``,
+    ``cancelled`` …) when the run was aborted.
     """
 
     kind: OutcomeKind
@@ -77,6 +79,7 @@ class RunOutcome:
     usage: Usage = Usage()
     turns: int = 0
     steered: int = 0
+    abort_reason: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -19,6 +19,9 @@ from typing import Any
 import anthropic
 import httpx2
 
+from clankie.errors import ClankieError
+from clankie.settings import Settings
+
 from service.agent.content import Block
 from service.agent.failures import FailureKind, ProviderError, classify_status
 from service.agent.model import ModelRequest, ModelResponse, Signal
@@ -29,8 +32,26 @@ log = logging.getLogger(__name__)
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
 
 
+class ProviderUnconfigured(ClankieError):
+    """Raised when no Anthropic API key is configured (the operator's fault).
+
+    The captain answers turns with ``captain_provider_unconfigured``.
+    """
+
+
 class AnthropicProvider:
     """A :class:`~service.agent.model.Provider` over ``anthropic.AsyncAnthropic``."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AnthropicProvider:
+        """Build from ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL`` / ``CLANKIE_MODEL``."""
+        if settings.anthropic_api_key is None:
+            raise ProviderUnconfigured("no Anthropic API key configured")
+        return cls(
+            api_key=settings.anthropic_api_key.get_secret_value(),
+            model=settings.model,
+            base_url=settings.anthropic_base_url,
+        )
 
     def __init__(
         self,
