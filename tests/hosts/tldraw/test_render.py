@@ -132,7 +132,7 @@ def test_async_refusals_keep_their_codes() -> None:
         asyncio.run(raster.rasterize_async("<svg/>", 9000, 9000))
 
 
-def test_pictures_look_drawn(tmp_path: object) -> None:
+def test_pictures_look_drawn() -> None:
     """A rendered diagram is mostly white with dark ink: boxes and text were drawn."""
     for png in (render_er(er_example(5)).png, render_sequence(sequence_example()).png):
         with Image.open(io.BytesIO(png)) as image:
