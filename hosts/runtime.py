@@ -2,11 +2,11 @@
 
 A host is an object that satisfies :class:`Host` (its methods and their
 deadlines, a request handler, a health report). :func:`main` gives it a
-process: load settings (a bad value exits 78), configure logging, start the
-host, serve its socket (``<runtime>/<name>.sock``) with the hello
-handshake, tell the supervisor ``ready`` over the inherited link and send
-heartbeats carrying the host's health, then run until ``shutdown`` or
-SIGTERM/SIGINT and close cleanly.
+process: arm parent-death, load settings (a bad value exits 78), configure
+logging, start the host, serve its socket (``<runtime>/<name>.sock``) with
+the hello handshake, tell the supervisor ``ready`` over the inherited link
+(:func:`clankie.link.supervisor_link`) whose heartbeats carry the host's
+health, then run until ``shutdown`` or SIGTERM/SIGINT and close cleanly.
 
 Every request runs under its method's deadline. Whatever goes wrong inside
 becomes a refusal (:class:`~clankie.errors.RemoteError` with a stable code)
@@ -33,11 +33,11 @@ from typing import Any, Protocol
 
 from clankie import artifacts, ipc, logs, paths
 from clankie import settings as settings_mod
+from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
-from clankie.protocol import Artifact, Record
-
-from .link import SupervisorLink
+from clankie.link import Link, supervisor_link
+from clankie.protocol import Artifact, Heartbeat, Record
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,6 @@ class HostRuntime:
         self.settings = settings
         self.clock = clock
         self.counters = Counters()
-        self.stop = asyncio.Event()
         self.server: ipc.Server | None = None
 
     async def handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
@@ -135,24 +134,21 @@ class HostRuntime:
         self.server = await ipc.serve(path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes)
         log.info("serving on %s", path)
 
-    async def run(self, link: SupervisorLink | None) -> None:
-        """Start, serve, report, and wait for the stop signal; always close what was opened."""
+    async def run(self, link: Link) -> None:
+        """Start, serve, say ready, and wait for ``shutdown``/SIGTERM; always close what was opened."""
         try:
             await asyncio.wait_for(self.host.start(), 60)
             await self.serve()
-            if link is not None:
-                await link.ready(self.heartbeat_payload)
-            await self.stop.wait()
-            log.info("stopping")
-            if link is not None:
-                await link.stopping("shutdown")
+            await link.ready()
+            await link.shutdown.wait()
+            log.info("stopping (%s)", link.shutdown_reason or "asked")
         finally:
             if self.server is not None:
                 await self.server.close()
             await self.host.close()
 
-    def heartbeat_payload(self) -> tuple[str, dict[str, Any]]:
-        return self.host.detail()[:200], self.health()
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(detail=self.host.detail()[:200], report=self.health())
 
 
 async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs: tuple[str, ...] = ()) -> Artifact:
@@ -166,41 +162,30 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
 
 
-async def _amain(runtime: HostRuntime, link_fd: int | None) -> int:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, runtime.stop.set)
-    link = None
-    if link_fd is not None:
-        link = await SupervisorLink.open(link_fd, runtime.clock, runtime.settings.heartbeat_seconds, runtime.stop)
-    try:
-        await runtime.run(link)
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return EX_CONFIG
-    finally:
-        if link is not None:
-            await link.close()
+async def _amain(runtime: HostRuntime, environ: Mapping[str, str]) -> int:
+    name = runtime.host.name
+    async with supervisor_link(
+        name, None, runtime.heartbeat, clock=runtime.clock, interval=runtime.settings.heartbeat_seconds, env=environ
+    ) as link:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
+        try:
+            await runtime.run(link)
+        except ConfigError as exc:
+            print(f"{name}: {exc}", file=sys.stderr, flush=True)
+            return EX_CONFIG
     return 0
 
 
 def main(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
     """The whole life of a host process; returns its exit status."""
+    arm_parent_death(environ)
     try:
         settings = settings_mod.load(environ)
-        link_fd = _link_fd(environ)
         logs.configure(name, settings.log_level)
         host = factory(settings, SystemClock())
     except ConfigError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr, flush=True)
         return EX_CONFIG
-    return asyncio.run(_amain(HostRuntime(host, settings, SystemClock()), link_fd))
-
-
-def _link_fd(environ: Mapping[str, str]) -> int | None:
-    raw = (environ.get("CLANKIE_SUPERVISOR_FD") or "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit():
-        raise ConfigError("CLANKIE_SUPERVISOR_FD must be a file descriptor number")
-    return int(raw)
+    return asyncio.run(_amain(HostRuntime(host, settings, SystemClock()), environ))
