@@ -57,16 +57,17 @@ def encode(obj: Any, *, max_frame_size: int = DEFAULT_MAX_FRAME) -> bytes:
 
 def decode_body(body: bytes) -> Any:
     """Decode one frame body strictly; every failure is the peer's fault."""
+    n = len(body)
     try:
         return msgpack.unpackb(
             body,
             raw=False,
             strict_map_key=True,
             ext_hook=_refuse_ext,
-            max_str_len=len(body),
-            max_bin_len=len(body),
-            max_array_len=len(body),
-            max_map_len=len(body) // 2,
+            max_str_len=n,
+            max_bin_len=n,
+            max_array_len=n,
+            max_map_len=n // 2,
             max_ext_len=0,
         )
     except RemoteProtocolError:
@@ -112,21 +113,23 @@ class FrameDecoder:
         a body that is not strict msgpack; the stream cannot be trusted after
         an oversized prefix, so callers close the connection then.
         """
-        if self._need is None:
-            if len(self._buf) < HEADER.size:
+        buf = self._buf
+        need = self._need
+        if need is None:
+            if len(buf) < 4:
                 return self._end_or_wait()
-            (length,) = HEADER.unpack_from(self._buf)
-            if length > self.max_frame_size:
+            need = int.from_bytes(buf[:4], "big")
+            if need > self.max_frame_size:
                 raise RemoteProtocolError(
-                    f"frame of {length} bytes exceeds the {self.max_frame_size}-byte limit",
+                    f"frame of {need} bytes exceeds the {self.max_frame_size}-byte limit",
                     code="message_too_large",
                 )
-            del self._buf[: HEADER.size]
-            self._need = length
-        if len(self._buf) < self._need:
+            del buf[:4]
+            self._need = need
+        if len(buf) < need:
             return self._end_or_wait()
-        body = bytes(self._buf[: self._need])
-        del self._buf[: self._need]
+        body = bytes(buf[:need])
+        del buf[:need]
         self._need = None
         return decode_body(body)
 

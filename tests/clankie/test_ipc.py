@@ -313,9 +313,11 @@ def test_a_peer_running_as_another_uid_is_refused(runtime_dir: Path) -> None:
         "import socket,struct,sys,msgpack\n"
         "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);s.settimeout(5)\n"
         "b=msgpack.packb([0,0,'hello',{'role':'bridge','pid':1,'protocol':1}])\n"
-        "s.sendall(struct.pack('>I',len(b))+b)\n"
-        "try: print('EOF' if s.recv(100)==b'' else 'ANSWERED')\n"
-        "except ConnectionResetError: print('EOF')\n"
+        "try:\n"
+        "    s.sendall(struct.pack('>I',len(b))+b)\n"
+        "    print('EOF' if s.recv(100)==b'' else 'ANSWERED')\n"
+        "except (ConnectionResetError, BrokenPipeError):\n"
+        "    print('EOF')\n"
     )
 
     async def main(path: Path) -> None:

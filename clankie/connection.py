@@ -1,0 +1,426 @@
+"""One msgpack-RPC connection, as an asyncio protocol.
+
+Either end may call the other, many calls may be in flight, and a caller
+that is cancelled tells the peer with a ``cancel`` notification so the
+handler stops too. Bytes are decoded in ``data_received`` itself (no reader
+task, no extra trip through the event loop), checked at one boundary
+(:meth:`Connection._dispatch`), and handed to the handler in a task of their
+own. Garbage is answered with ``invalid_request`` where a msgid can be read;
+otherwise the connection is dropped and nobody else notices.
+
+Socket set-up (listening, dialling, peer checks) lives in :mod:`clankie.ipc`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any
+
+from clankie import framing, protocol
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RemoteProtocolError, RequestTimeout
+from clankie.protocol import Hello, Record
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Connection", str, Record], Awaitable[Record | None]]
+
+DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
+DEFAULT_PARTIAL_FRAME_TIMEOUT = 10.0
+HELLO_TIMEOUT = 5.0
+
+
+_NOT_STARTED = None
+
+
+class _Resumed:
+    """Awaitable that carries on a coroutine someone already started with ``send``."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        value = self._first
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # cancellation and errors go to the coroutine
+                try:
+                    value = self._coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = self._coro.send(sent)
+                except StopIteration:
+                    return
+
+
+async def _resume(coro: Coroutine[Any, Any, None], first: Any) -> None:
+    await _Resumed(coro, first)
+
+
+async def _no_handler(conn: Connection, method: str, params: Record) -> Record | None:
+    raise RemoteError("method_not_found", f"{conn.role} serves no methods")
+
+
+class Connection(asyncio.Protocol):
+    """One msgpack-RPC connection; both ends may call and be called."""
+
+    def __init__(
+        self,
+        *,
+        role: str,
+        handler: Handler | None = None,
+        max_frame: int = framing.DEFAULT_MAX_FRAME,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
+    ) -> None:
+        self.role = role
+        self.peer: Hello | None = None
+        self._handler = handler or _no_handler
+        self._max_frame = max_frame
+        self._max_output = max_output
+        self._partial_timeout = partial_frame_timeout
+        self._decoder = framing.FrameDecoder(max_frame)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._handling: dict[int, asyncio.Task[None] | None] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._transport: asyncio.Transport | None = None
+        self._closed: BaseException | None = None
+        self._loop = asyncio.get_running_loop()
+        self._done = asyncio.Event()
+        self._hello_seen: asyncio.Future[None] = self._loop.create_future()
+        self._stall_timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------ public API
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    @property
+    def close_reason(self) -> BaseException | None:
+        return self._closed
+
+    @property
+    def peer_role(self) -> str | None:
+        return self.peer.role if self.peer else None
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
+
+    async def request(self, method: str, params: Record, *, timeout: float | None = None) -> Record:
+        """Call ``method`` on the peer and return its validated result record.
+
+        Raises :class:`RemoteError` for an error reply, :class:`ChannelBroken`
+        or :class:`ChannelClosed` if the connection goes away first, and
+        :class:`RequestTimeout` if ``timeout`` runs out.
+        """
+        spec = self._spec(method)
+        if spec.result is None:
+            raise ValueError(f"{method} is a notification; use notify()")
+        raw = await self._call(method, params.to_wire(), timeout)
+        return protocol.validate(spec.result, raw)
+
+    async def notify(self, method: str, params: Record) -> None:
+        """Send a notification; no reply comes back."""
+        self._spec(method)
+        self._send(protocol.notification(method, params.to_wire()))
+
+    async def aclose(self) -> None:
+        """Close from our side; pending calls fail with :class:`ChannelClosed`."""
+        self._shutdown(ChannelClosed("connection closed by us"))
+        await self.wait_closed()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+    async def client_hello(self, timeout: float = HELLO_TIMEOUT) -> Hello:
+        hello = Hello(role=self.role, pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION)
+        await self._call("hello", hello.to_wire(), timeout)
+        assert self.peer is not None  # set by _dispatch when the reply arrived
+        return self.peer
+
+    async def server_hello(self, timeout: float = HELLO_TIMEOUT) -> Hello:
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._hello_seen)
+        except (TimeoutError, asyncio.CancelledError):
+            if self._closed is None:
+                self._shutdown(ChannelBroken("peer sent no hello"))
+                raise ChannelBroken("peer sent no hello") from None
+            raise self._closed_error() from None
+        assert self.peer is not None
+        return self.peer
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed is not None:
+            return
+        self._decoder.feed(data)
+        try:
+            while (msg := self._decoder.next_message()) is not framing.NEED_DATA:
+                self._dispatch(msg)
+                if self._closed is not None:
+                    return
+        except RemoteProtocolError as exc:
+            self._violation(exc)
+            return
+        self._arm_stall_timer()
+
+    def eof_received(self) -> bool | None:
+        self._shutdown(ChannelBroken("peer closed the connection"))
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = ChannelBroken(f"connection lost: {exc}" if exc else "peer closed the connection")
+        reason.__cause__ = exc
+        self._shutdown(reason)
+
+    # ------------------------------------------------------------ internals
+
+    def _arm_stall_timer(self) -> None:
+        if self._decoder.mid_frame:
+            if self._stall_timer is None:
+                self._stall_timer = self._loop.call_later(self._partial_timeout, self._stalled_mid_frame)
+        elif self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _stalled_mid_frame(self) -> None:
+        self._stall_timer = None
+        self._violation(RemoteProtocolError("peer stalled in the middle of a frame"))
+
+    def _violation(self, exc: RemoteProtocolError) -> None:
+        log.warning("closing connection from %s: %s", self.peer_role or "unknown peer", exc)
+        if exc.code == "message_too_large":
+            with contextlib.suppress(ChannelBroken, ChannelClosed):
+                self._send(protocol.notification("error", protocol.error_map(exc.code, str(exc))))
+        self._shutdown(ChannelBroken(f"protocol violation: {exc}"))
+
+    def _spec(self, method: str) -> protocol.Method:
+        spec = protocol.METHODS.get(self.peer_role or "", {}).get(method)
+        if spec is None:
+            raise ValueError(f"{self.peer_role} does not serve {method!r}")
+        return spec
+
+    async def _call(self, method: str, params: Any, timeout: float | None) -> Any:
+        if self._closed is not None:
+            raise self._closed_error()
+        msgid = 0 if method == "hello" else next(self._ids)
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[msgid] = fut
+        try:
+            self._send(protocol.request(msgid, method, params))
+            if timeout is None:
+                return await fut
+            async with asyncio.timeout(timeout):
+                return await fut
+        except TimeoutError:
+            self._cancel_remote(msgid)
+            raise RequestTimeout(f"{method} got no reply within {timeout:.1f}s") from None
+        except asyncio.CancelledError:
+            self._cancel_remote(msgid)
+            raise
+        finally:
+            self._pending.pop(msgid, None)
+
+    def _cancel_remote(self, msgid: int) -> None:
+        if self._closed is None and msgid != 0:
+            with contextlib.suppress(ChannelBroken, ChannelClosed):
+                self._send(protocol.notification("cancel", {"msgid": msgid}))
+
+    def _closed_error(self) -> BaseException:
+        reason = self._closed
+        if isinstance(reason, ChannelClosed):
+            return ChannelClosed(str(reason))
+        err = ChannelBroken(str(reason))
+        err.__cause__ = reason
+        return err
+
+    def _send(self, message: list[Any]) -> None:
+        if self._closed is not None or self._transport is None:
+            raise self._closed_error()
+        self._transport.write(framing.encode(message, max_frame_size=self._max_frame))
+        if self._transport.get_write_buffer_size() > self._max_output:
+            log.warning("peer %s is not reading; dropping the connection", self.peer_role or "?")
+            self._shutdown(ChannelBroken("peer stopped reading; output queue is full"), abort=True)
+            raise self._closed_error()
+
+    def _dispatch(self, raw: Any) -> None:
+        try:
+            env = protocol.parse_envelope(raw)
+        except protocol.BadEnvelope as exc:
+            if exc.msgid is None:
+                raise
+            self._reply_error(exc.msgid, "invalid_request", str(exc))
+            return
+        if isinstance(env, protocol.Response):
+            self._on_response(env)
+            return
+        if self.peer is None and not (isinstance(env, protocol.Request) and env.method == "hello"):
+            raise RemoteProtocolError("first message must be hello")
+        if isinstance(env, protocol.Request):
+            self._on_request(env)
+        else:
+            self._on_notification(env)
+
+    def _on_response(self, env: protocol.Response) -> None:
+        fut = self._pending.get(env.msgid)
+        if fut is None or fut.done():
+            return  # a reply to a call we gave up on
+        if env.error is not None:
+            fut.set_exception(RemoteError(env.error["code"], env.error.get("message", "")))
+            return
+        if env.msgid == 0 and self.peer is None:
+            peer = protocol.validate(Hello, env.result)  # a bad hello reply is a violation
+            assert isinstance(peer, Hello)
+            self.peer = peer
+            if not self._hello_seen.done():
+                self._hello_seen.set_result(None)
+        fut.set_result(env.result)
+
+    def _on_request(self, req: protocol.Request) -> None:
+        if req.method == "hello":
+            self._on_hello(req)
+            return
+        if req.msgid in self._handling:
+            self._reply_error(req.msgid, "invalid_request", "msgid already in flight")
+            return
+        spec = protocol.METHODS.get(self.role, {}).get(req.method)
+        if spec is None or spec.result is None:
+            self._reply_error(req.msgid, "method_not_found", f"unknown method {req.method[:64]!r}")
+            return
+        try:
+            params = protocol.validate(spec.params, req.params)
+        except RemoteProtocolError as exc:
+            self._reply_error(req.msgid, "invalid_request", str(exc))
+            return
+        self._handling[req.msgid] = _NOT_STARTED
+        task = self._spawn(self._handle(req.msgid, req.method, params))
+        if task is not None and req.msgid in self._handling:
+            self._handling[req.msgid] = task
+
+    def _on_hello(self, req: protocol.Request) -> None:
+        try:
+            hello = protocol.validate(Hello, req.params)
+        except RemoteProtocolError as exc:
+            self._reply_error(req.msgid, "invalid_request", str(exc))
+            raise
+        assert isinstance(hello, Hello)
+        if hello.protocol != protocol.PROTOCOL_VERSION:
+            self._reply_error(
+                req.msgid,
+                "protocol_mismatch",
+                f"peer speaks protocol {hello.protocol}, we speak {protocol.PROTOCOL_VERSION}",
+            )
+            raise RemoteProtocolError("protocol version mismatch", code="protocol_mismatch")
+        if self.peer is not None:
+            self._reply_error(req.msgid, "invalid_request", "hello already received")
+            return
+        self.peer = hello
+        mine = Hello(role=self.role, pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION)
+        self._send(protocol.response(req.msgid, None, mine.to_wire()))
+        if not self._hello_seen.done():
+            self._hello_seen.set_result(None)
+
+    def _on_notification(self, note: protocol.Notification) -> None:
+        if note.method == "cancel":
+            msgid = note.params.get("msgid") if isinstance(note.params, dict) else None
+            task = self._handling.get(msgid) if isinstance(msgid, int) else None
+            if isinstance(task, asyncio.Task):
+                task.cancel()
+            return
+        if note.method == "error":
+            return  # the peer is about to close on us
+        spec = protocol.METHODS.get(self.role, {}).get(note.method)
+        if spec is None:
+            log.warning("ignoring unknown notification %r from %s", note.method[:64], self.peer_role)
+            return
+        try:
+            params = protocol.validate(spec.params, note.params)
+        except RemoteProtocolError as exc:
+            log.warning("ignoring malformed %s notification: %s", note.method, exc)
+            return
+        self._spawn(self._notify_handler(note.method, params))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        """Run ``coro`` now, up to its first real wait; only then give it a task.
+
+        A handler that answers without waiting (most do, for small calls)
+        never costs a trip through the event loop. This is what Python 3.12
+        calls an eager task; 3.11 has no such thing, so it is done by hand.
+        """
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return None
+        task = self._loop.create_task(_resume(coro, first))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _notify_handler(self, method: str, params: Record) -> None:
+        try:
+            await self._handler(self, method, params)
+        except (ChannelBroken, ChannelClosed, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("notification handler for %s failed", method)
+
+    async def _handle(self, msgid: int, method: str, params: Record) -> None:
+        try:
+            result = await self._handler(self, method, params)
+        except RemoteError as exc:
+            self._reply_error(msgid, exc.code, exc.message)
+        except asyncio.CancelledError:
+            self._reply_error(msgid, "cancelled", f"{method} was cancelled")
+        except (ChannelBroken, ChannelClosed):
+            pass
+        except Exception:
+            log.exception("handler for %s failed", method)
+            self._reply_error(msgid, "internal_error", f"{method} failed inside {self.role}")
+        else:
+            with contextlib.suppress(ChannelBroken, ChannelClosed):
+                self._send(protocol.response(msgid, None, result.to_wire() if result is not None else {}))
+        finally:
+            self._handling.pop(msgid, None)
+
+    def _reply_error(self, msgid: int, code: str, message: str) -> None:
+        with contextlib.suppress(ChannelBroken, ChannelClosed):
+            self._send(protocol.response(msgid, protocol.error_map(code, message), None))
+
+    def _shutdown(self, reason: BaseException, *, abort: bool = False) -> None:
+        if self._closed is not None:
+            return
+        self._closed = reason
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(self._closed_error())
+        for task in list(self._tasks):
+            task.cancel()
+        if not self._hello_seen.done():
+            self._hello_seen.cancel()
+        if self._transport is not None:
+            if abort:
+                self._transport.abort()
+            else:
+                self._transport.close()
+        self._done.set()
