@@ -390,7 +390,8 @@ def _block_events(index: int, block: dict[str, Any], size: int) -> Iterator[tupl
 
     kind = block["type"]
     if kind == "text":
-        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+        head = {"type": "text", "text": ""}
+        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": head}
         for piece in _chunks(block["text"], size):
             yield delta({"type": "text_delta", "text": piece})
     elif kind == "tool_use":

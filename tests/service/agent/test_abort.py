@@ -9,7 +9,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 
 from service.agent.agent import ABORTED_RESULT
-from service.agent.events import RunEnd, TextDelta, ToolStart
+from service.agent.events import RetryStart, RunEnd, TextDelta, ToolStart
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.transcript import repair
@@ -94,5 +94,23 @@ def test_cancelling_the_caller_aborts_the_run(tmp_path: Path) -> None:
                 pass
             assert not h.agent.is_running
             assert h.of(RunEnd)[-1].outcome.kind is OutcomeKind.ABORTED
+
+    arun(body())
+
+
+def test_abort_during_retry_wait(tmp_path: Path) -> None:
+    """Aborting while the runtime waits to retry ends the run at once without another request."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        async with harness(tmp_path, clock=clock) as h:
+            h.fake.script(fa.overloaded())
+            run = asyncio.create_task(h.agent.run("hello"))
+            await h.wait_event(lambda e: isinstance(e, RetryStart))
+            h.agent.abort()
+            outcome = await run
+            assert outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "aborted"
+            assert len(h.fake.requests) == 1
+            assert clock.sleepers == 0
 
     arun(body())

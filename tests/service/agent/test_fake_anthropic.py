@@ -1,0 +1,57 @@
+"""The fake Anthropic server itself: cache-aware usage, signs of life, request log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.clock import FakeClock
+
+from service.agent.events import StreamProgress, TextDelta
+
+from tests.service.agent.helpers import arun, harness
+
+
+def _body(cache: bool, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    system: dict[str, Any] = {"type": "text", "text": "S" * 400}
+    body: dict[str, Any] = {"model": "m", "system": [system], "messages": messages}
+    if cache:
+        system["cache_control"] = {"type": "ephemeral"}
+        body["cache_control"] = {"type": "ephemeral"}
+    return body
+
+
+def test_usage_responds_to_cache_control_and_prefix_reuse() -> None:
+    """Breakpoints write the prefix, a repeated prefix reads it, and without cache_control all input is uncached."""
+    cache = fa.PromptCache()
+    one = [{"role": "user", "content": "hello " * 50}]
+    two = one + [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "again " * 50}]
+    first = cache.usage(_body(True, one))
+    assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 0
+    second = cache.usage(_body(True, two))
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    plain = fa.PromptCache().usage(_body(False, two))
+    assert plain["cache_read_input_tokens"] == plain["cache_creation_input_tokens"] == 0
+    total = sum(second.values())
+    assert plain["input_tokens"] == total
+    changed = cache.usage(_body(True, [{"role": "user", "content": "other " * 50}]))
+    assert changed["cache_read_input_tokens"] < first["cache_creation_input_tokens"]
+
+
+def test_every_streamed_event_is_a_sign_of_life(tmp_path: Path) -> None:
+    """Each SSE event the SDK yields becomes an agent event, and last_event_at follows the clock."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        async with harness(tmp_path, clock=clock) as h:
+            h.fake.script(fa.text("abcdefghijklmnopqrstuvwxyz", chunk_size=5, pings=3))
+            await h.agent.run("hi")
+            whats = [e.what for e in h.of(StreamProgress)]
+            assert whats[0] == "message_start" and whats[-1] == "message_stop"
+            assert "ping" not in whats
+            assert len(h.of(TextDelta)) == 6
+            assert h.agent.last_event_at == clock.boottime()
+            assert h.fake.requests[0]["stream"] is True
+
+    arun(body())
