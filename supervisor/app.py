@@ -1,0 +1,78 @@
+"""``clankie run`` (and ``python -m supervisor``): the supervisor, in the foreground.
+
+No daemonizing and no pidfile: systemd (``Type=notify``) or a terminal owns
+the process. Exit status: 0 after an orderly stop, 78 for a configuration
+error (bad settings, unusable runtime dir, a live supervisor already on the
+control socket), 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from clankie import logs
+from clankie.clock import SystemClock
+from clankie.errors import EX_CONFIG, ConfigError
+from clankie.paths import ensure_private_dir, socket_path
+from clankie.settings import Settings, load
+from supervisor.control import Control
+from supervisor.spec import ChildSpec, default_specs, load_spec_file
+from supervisor.systemd import Notifier
+from supervisor.tree import STOP_BUDGET, Tree
+
+log = logging.getLogger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clankie", description="Run the Clankie process tree in the foreground.")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="start the supervisor and its children (the default)")
+    for target in (p, run):
+        target.add_argument("--spec-file", type=Path, help=argparse.SUPPRESS)
+        target.add_argument("--stop-budget", type=float, default=STOP_BUDGET, help="seconds the ordered stop may take")
+    return p
+
+
+async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float) -> int:
+    loop = asyncio.get_running_loop()
+    tree = Tree(settings, specs, clock=SystemClock(), env=os.environ, notifier=Notifier(os.environ), stop_budget=stop_budget)
+    control = Control(tree)
+    await control.start(socket_path(settings.runtime_dir, "control"))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, tree.request_stop)
+    try:
+        await tree.run()
+    finally:
+        await control.close()
+    log.info("stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = load()
+        logs.configure("supervisor", settings.log_level)
+        ensure_private_dir(settings.state_dir)
+        ensure_private_dir(settings.runtime_dir)
+        if args.spec_file is not None:
+            specs = load_spec_file(args.spec_file)
+        else:
+            specs, missing = default_specs()
+            if missing:
+                log.warning("not starting %s: package has no __main__ yet", ", ".join(missing))
+        return asyncio.run(_serve(settings, specs, args.stop_budget))
+    except ConfigError as exc:
+        print(f"clankie: {exc}", file=sys.stderr, flush=True)
+        return EX_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""``control.sock``: what ``clankiectl`` talks to (role ``supervisor-control``).
+
+Status comes from the tree and psutil; start/stop/restart drive the
+lifecycle; ``lanes``, ``abort`` and ``say`` are proxied to the service over
+its link; ``logs`` reads the child's log file (``wait`` > 0 long-polls for
+``-f``). Errors carry stable codes: ``no_such_child``, ``not_running``,
+``service_unavailable``, ``shutting_down``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from clankie import ipc
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.protocol import (
+    AbortRun,
+    ChildStatus,
+    ChildTarget,
+    ControlReply,
+    Empty,
+    ExitInfo,
+    LanesReply,
+    LogsReply,
+    LogsRequest,
+    Record,
+    SayRequest,
+    StatusReply,
+    SupervisorInfo,
+)
+from supervisor.lifecycle import State
+from supervisor.output import read_from, read_tail
+from supervisor.process import Child
+from supervisor.tree import Tree
+
+log = logging.getLogger(__name__)
+
+ROLE = "supervisor-control"
+PROXY_TIMEOUT = 10.0
+SAY_TIMEOUT = 600.0
+
+
+def _signal_name(sig: int | None) -> str | None:
+    if sig is None:
+        return None
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
+def child_status(tree: Tree, child: Child) -> ChildStatus:
+    life = child.life
+    mono = tree.clock.monotonic()
+    wall = tree.clock.wall()
+    ex = life.last_exit
+    last_exit = (
+        ExitInfo(code=ex.code, signal=_signal_name(ex.signal), at=ex.at, core=ex.core) if ex is not None else None
+    )
+    next_start = wall + (life.next_start_at - mono) if life.next_start_at is not None else None
+    stats = child.stats()
+    beat = child.liveness.last_beat
+    detail = child.detail if life.state is State.RUNNING else (life.reason or child.detail)
+    return ChildStatus(
+        name=child.name,
+        state=life.state.value,
+        pid=child.pid,
+        uptime_s=life.uptime(mono),
+        restarts=life.restarts,
+        last_exit=last_exit,
+        next_start_at=next_start,
+        cpu_percent=stats["cpu_percent"],
+        rss_bytes=stats["rss_bytes"],
+        num_fds=stats["num_fds"],
+        threads=stats["threads"],
+        detail=detail[:200],
+        reason=life.reason[:300],
+        ended=life.ended if ex is not None else "",
+        ready=life.state is State.RUNNING,
+        last_heartbeat_age_s=(mono - beat) if beat is not None and child.alive else None,
+    )
+
+
+def status(tree: Tree) -> StatusReply:
+    return StatusReply(
+        supervisor=SupervisorInfo(pid=os.getpid(), uptime_s=tree.uptime(), state=tree.state, ready=tree.ready_sent),
+        children=tuple(child_status(tree, tree.children[n]) for n in tree.order),
+    )
+
+
+class Control:
+    """The control-socket handler, bound to one tree."""
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self.server: ipc.Server | None = None
+
+    async def start(self, path: Path) -> None:
+        self.server = await ipc.serve(path, ROLE, self.handle, max_frame=self.tree.settings.max_frame_bytes)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+
+    def _targets(self, name: str) -> list[Child]:
+        if name == "all":
+            return [self.tree.children[n] for n in self.tree.order]
+        child = self.tree.child(name)
+        if child is None:
+            raise RemoteError("no_such_child", f"no child named {name!r}; have {', '.join(self.tree.order)}")
+        return [child]
+
+    def _service(self) -> Child:
+        for child in self.tree.children.values():
+            if child.spec.proxy:
+                if child.link is None or child.link.closed:
+                    raise RemoteError("service_unavailable", f"{child.name} is {child.life.state.value}, not linked")
+                return child
+        raise RemoteError("service_unavailable", "no service child in this tree")
+
+    async def _proxy(self, method: str, params: Record, timeout: float) -> Record:
+        child = self._service()
+        assert child.link is not None
+        try:
+            return await child.link.request(method, params, timeout=timeout)
+        except (ChannelBroken, ChannelClosed) as exc:
+            raise RemoteError("service_unavailable", f"{child.name} went away: {exc}") from None
+        except RequestTimeout:
+            raise RemoteError("service_timeout", f"{child.name} did not answer {method} in {timeout:g}s") from None
+
+    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        tree = self.tree
+        if method == "status":
+            return status(tree)
+        if method in ("start", "stop", "restart"):
+            assert isinstance(params, ChildTarget)
+            if tree.stopping:
+                raise RemoteError("shutting_down", "the supervisor is shutting down")
+            targets = self._targets(params.name)
+            if method == "start":
+                for child in targets:
+                    child.start()
+            elif method == "stop":
+                for child in reversed(targets):
+                    await child.stop()
+            else:
+                for child in targets:
+                    child.kill("restart", counts_as_crash=False)
+                await asyncio.gather(*(self._wait_up(c) for c in targets))
+            children = tuple(child_status(tree, c) for c in targets)
+            return ControlReply(ok=True, message=f"{method} {params.name}", children=children)
+        if method == "shutdown":
+            asyncio.get_running_loop().call_soon(tree.request_stop)
+            return ControlReply(ok=True, message="shutting down")
+        if method == "logs":
+            assert isinstance(params, LogsRequest)
+            return await self._logs(params)
+        if method == "lanes":
+            reply = await self._proxy("lanes", Empty(), PROXY_TIMEOUT)
+            assert isinstance(reply, LanesReply)
+            return reply
+        if method == "abort":
+            assert isinstance(params, AbortRun)
+            return await self._proxy("abort_run", params.model_copy(update={"reason": "operator"}), PROXY_TIMEOUT)
+        if method == "say":
+            assert isinstance(params, SayRequest)
+            return await self._proxy("say", params, SAY_TIMEOUT)
+        raise RemoteError("method_not_found", method)
+
+    async def _wait_up(self, child: Child) -> None:
+        """A restart answers once the old process is gone (the new one is spawned at that moment)."""
+        if child.pid is None or child.exited_event.is_set():
+            return
+        try:
+            await asyncio.wait_for(child.exited_event.wait(), child.spec.stop_timeout + 2.0)
+        except TimeoutError:
+            log.warning("%s did not exit during restart", child.name)
+
+    async def _logs(self, req: LogsRequest) -> LogsReply:
+        child = self._targets(req.name)[0] if req.name != "all" else None
+        if child is None:
+            raise RemoteError("no_such_child", "logs needs one child name")
+        path = child.log_path
+        if req.offset is None:
+            data, offset = read_tail(path, req.lines)
+            return LogsReply(data=data, offset=offset)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + req.wait
+        while True:
+            data, offset = read_from(path, req.offset)
+            if data or loop.time() >= end:
+                return LogsReply(data=data, offset=offset)
+            await asyncio.sleep(0.1)
+
+

@@ -1,0 +1,245 @@
+"""``clankiectl``: the operator's CLI over ``control.sock``.
+
+Exit codes (stable): 0 ok, 1 the operation failed (the supervisor said no,
+or a ``say`` turn failed), 2 usage error, 69 the supervisor is not reachable
+(not running, or not answering within ``--timeout``). Read commands take
+``--json`` and print exactly the shapes of ARCHITECTURE §9 (extra keys may
+appear; none of those listed change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from clankie import ipc
+from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
+from clankie.paths import socket_path
+from clankie.protocol import (
+    AbortReply,
+    AbortRun,
+    ChildTarget,
+    ControlReply,
+    Empty,
+    LanesReply,
+    LogsReply,
+    LogsRequest,
+    Record,
+    SayRequest,
+    StatusReply,
+    TurnResult,
+)
+from clankie.settings import runtime_dir
+
+EX_OK, EX_FAILED, EX_USAGE, EX_UNAVAILABLE = 0, 1, 2, 69
+CLIENT_ROLE = "clankiectl"
+
+
+class Unreachable(Exception):
+    """The supervisor is not running or not answering."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clankiectl", description="Control a running Clankie supervisor.")
+    p.add_argument("--socket", type=Path, help="control socket (default: <runtime dir>/control.sock)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the supervisor (default 10)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    st = sub.add_parser("status", help="state of every child")
+    st.add_argument("name", nargs="?", help="only this child")
+    st.add_argument("--json", action="store_true")
+    for verb in ("start", "stop", "restart"):
+        c = sub.add_parser(verb, help=f"{verb} a child, or all")
+        c.add_argument("name", help="service, bridge, browser, tldraw or all")
+        c.add_argument("--json", action="store_true")
+    ln = sub.add_parser("lanes", help="the service's lanes")
+    ln.add_argument("--json", action="store_true")
+    ab = sub.add_parser("abort", help="abort the live run of a lane")
+    ab.add_argument("lane")
+    ab.add_argument("--json", action="store_true")
+    lg = sub.add_parser("logs", help="a child's captured output")
+    lg.add_argument("name")
+    lg.add_argument("-n", "--lines", type=int, default=50)
+    lg.add_argument("-f", "--follow", action="store_true")
+    say = sub.add_parser("say", help="an operator turn through the service, without Discord")
+    say.add_argument("room")
+    say.add_argument("text")
+    say.add_argument("--json", action="store_true")
+    sub.add_parser("shutdown", help="stop every child and the supervisor")
+    return p
+
+
+async def _connect(path: Path, timeout: float) -> ipc.Connection:
+    if not path.exists():
+        raise Unreachable(f"the supervisor is not running (no {path})")
+    try:
+        return await ipc.connect(path, CLIENT_ROLE, timeout=timeout)
+    except (ChannelBroken, ChannelClosed, RequestTimeout, OSError) as exc:
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ConnectionRefusedError):
+            raise Unreachable(f"the supervisor is not running ({path} refuses connections)") from None
+        raise Unreachable(f"the supervisor is not answering on {path}: {type(cause).__name__}") from None
+
+
+async def _call(conn: ipc.Connection, method: str, params: Record, timeout: float | None) -> Record:
+    try:
+        return await conn.request(method, params, timeout=timeout)
+    except (ChannelBroken, ChannelClosed) as exc:
+        raise Unreachable(f"the supervisor went away: {exc}") from None
+    except RequestTimeout:
+        raise Unreachable(f"the supervisor did not answer {method} within the timeout") from None
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1048576:.1f}M"
+
+
+def format_status(reply: StatusReply, now: float) -> str:
+    sup = reply.supervisor
+    lines = [f"supervisor pid {sup.pid} {sup.state} up {_age(sup.uptime_s)}" + (" ready" if sup.ready else "")]
+    lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")
+    for c in reply.children:
+        cpu = "-" if c.cpu_percent is None else f"{c.cpu_percent:.1f}"
+        detail = c.detail
+        if c.state in ("backoff", "fatal") and c.next_start_at is not None:
+            detail = f"{c.reason}; next start in {_age(max(0.0, c.next_start_at - now))}"
+        elif c.state == "fatal":
+            detail = c.reason
+        if c.last_exit is not None and c.state != "running":
+            detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
+        lines.append(
+            f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {_age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
+            f"{_mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"
+        )
+    return "\n".join(lines)
+
+
+def _dump(record: Record) -> Any:
+    return record.model_dump(mode="json")
+
+
+async def _run(args: argparse.Namespace) -> int:
+    path = args.socket or socket_path(runtime_dir(os.environ), "control")
+    conn = await _connect(path, args.timeout)
+    try:
+        return await _command(conn, args)
+    finally:
+        await conn.aclose()
+
+
+async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
+    cmd, out = args.command, sys.stdout
+    timeout = args.timeout
+    if cmd == "status":
+        reply = await _call(conn, "status", Empty(), timeout)
+        assert isinstance(reply, StatusReply)
+        if args.name:
+            kept = tuple(c for c in reply.children if c.name == args.name)
+            if not kept:
+                print(f"clankiectl: no child named {args.name!r}", file=sys.stderr)
+                return EX_FAILED
+            reply = reply.model_copy(update={"children": kept})
+        print(json.dumps(_dump(reply)) if args.json else format_status(reply, time.time()), file=out)
+        return EX_OK
+    if cmd in ("start", "stop", "restart"):
+        ctl = await _call(conn, cmd, ChildTarget(name=args.name), None)
+        assert isinstance(ctl, ControlReply)
+        if args.json:
+            print(json.dumps(_dump(ctl)), file=out)
+        else:
+            for c in ctl.children:
+                print(f"{c.name}: {c.state}" + (f" pid {c.pid}" if c.pid else ""), file=out)
+        return EX_OK if ctl.ok else EX_FAILED
+    if cmd == "shutdown":
+        ctl = await _call(conn, "shutdown", Empty(), timeout)
+        assert isinstance(ctl, ControlReply)
+        print(ctl.message, file=out)
+        return EX_OK
+    if cmd == "lanes":
+        lanes = await _call(conn, "lanes", Empty(), timeout)
+        assert isinstance(lanes, LanesReply)
+        if args.json:
+            print(json.dumps(_dump(lanes)), file=out)
+        else:
+            for lane in lanes.lanes:
+                age = _age(lane.last_event_age_s)
+                print(f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
+                      f"last_event={age}  turns={lane.turns}", file=out)
+        return EX_OK
+    if cmd == "abort":
+        ab = await _call(conn, "abort", AbortRun(lane=args.lane, reason="operator"), timeout)
+        assert isinstance(ab, AbortReply)
+        print(json.dumps(_dump(ab)) if args.json else ("aborted" if ab.aborted else "no live run"), file=out)
+        return EX_OK if ab.aborted else EX_FAILED
+    if cmd == "say":
+        res = await _call(conn, "say", SayRequest(room=args.room, text=args.text), None)
+        assert isinstance(res, TurnResult)
+        if args.json:
+            print(json.dumps(_dump(res)), file=out)
+        else:
+            print(res.text if res.outcome == "settled" else f"({res.outcome}{': ' + res.code if res.code else ''})",
+                  file=out)
+        return EX_FAILED if res.outcome == "failed" else EX_OK
+    if cmd == "logs":
+        return await _logs(conn, args)
+    raise AssertionError(cmd)
+
+
+async def _logs(conn: ipc.Connection, args: argparse.Namespace) -> int:
+    buf = sys.stdout.buffer
+    reply = await _call(conn, "logs", LogsRequest(name=args.name, lines=max(0, args.lines)), args.timeout)
+    assert isinstance(reply, LogsReply)
+    buf.write(reply.data)
+    buf.flush()
+    offset = reply.offset
+    while args.follow:
+        reply = await _call(conn, "logs", LogsRequest(name=args.name, offset=offset, wait=5.0), args.timeout + 5.0)
+        assert isinstance(reply, LogsReply)
+        if reply.data:
+            buf.write(reply.data)
+            buf.flush()
+        offset = reply.offset
+    return EX_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:
+        return EX_USAGE if exc.code not in (0, None) else EX_OK
+    try:
+        return asyncio.run(_run(args))
+    except Unreachable as exc:
+        print(f"clankiectl: {exc}", file=sys.stderr)
+        return EX_UNAVAILABLE
+    except RemoteError as exc:
+        print(f"clankiectl: {exc.code}: {exc.message}", file=sys.stderr)
+        return EX_FAILED
+    except ConfigError as exc:
+        print(f"clankiectl: {exc}", file=sys.stderr)
+        return EX_USAGE
+    except KeyboardInterrupt:
+        return EX_OK
+    except BrokenPipeError:
+        return EX_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

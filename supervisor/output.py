@@ -1,0 +1,207 @@
+"""Child stdout/stderr: to a rotating per-child log file and to our stderr, prefixed.
+
+Each child gets two pipes. Their read ends are non-blocking and watched with
+``loop.add_reader``. Bytes go to ``<state>/logs/<name>.log`` unchanged
+(invalid UTF-8 and a missing final newline included) and, line by line, to
+the supervisor's stderr as ``<name>| <line>`` (journald under systemd).
+When the child exits its pipes are drained to EAGAIN/EOF before they are
+closed, so nothing the child wrote is lost, and a grandchild that keeps the
+pipe open cannot delay the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 65536
+
+
+class RotatingLog:
+    """An append-only log file that rolls to ``.1`` … ``.N`` past ``max_bytes``."""
+
+    def __init__(self, path: Path, max_bytes: int = 10 * 1024 * 1024, backups: int = 5) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._fd = self._open()
+        self._size = os.fstat(self._fd).st_size
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def write(self, data: bytes) -> None:
+        if self._size and self._size + len(data) > self.max_bytes:
+            self.rotate()
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self._size += len(data)
+
+    def rotate(self) -> None:
+        os.close(self._fd)
+        if self.backups > 0:
+            for i in range(self.backups - 1, 0, -1):
+                older = self.path.with_name(f"{self.path.name}.{i}")
+                if older.exists():
+                    older.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
+            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink(missing_ok=True)
+        self._fd = self._open()
+        self._size = 0
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+class Forwarder:
+    """Writes complete lines to a stream fd with a ``name| `` prefix."""
+
+    def __init__(self, name: str, fd: int) -> None:
+        self.prefix = f"{name}| ".encode()
+        self.fd = fd
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        buf = self._partial + data
+        lines = buf.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > 8192:  # an endless line: cut it
+            lines.append(self._partial)
+            self._partial = b""
+        if lines:
+            self._write(b"".join(self.prefix + line + b"\n" for line in lines))
+
+    def flush(self) -> None:
+        if self._partial:
+            self._write(self.prefix + self._partial + b"\n")
+            self._partial = b""
+
+    def _write(self, data: bytes) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except BlockingIOError:
+            pass  # our stderr is full: the log file still has every byte
+        except OSError:
+            pass
+
+
+class Capture:
+    """One pipe read end, feeding a log file and a forwarder; keeps the last line."""
+
+    def __init__(
+        self,
+        fd: int,
+        sink: RotatingLog,
+        forward: Forwarder | None,
+        on_data: Callable[[], None] | None = None,
+    ) -> None:
+        self.fd = fd
+        self.sink = sink
+        self.forward = forward
+        self.on_data = on_data
+        self.last_line = b""
+        self._tail = b""
+        self.closed = False
+        os.set_blocking(fd, False)
+        asyncio.get_running_loop().add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        self._read(once=True)
+
+    def _read(self, *, once: bool) -> None:
+        while not self.closed:
+            try:
+                data = os.read(self.fd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.warning("reading child output failed: %s", exc)
+                self.close()
+                return
+            if not data:
+                self.close()
+                return
+            self._consume(data)
+            if once:
+                return
+
+    def _consume(self, data: bytes) -> None:
+        self.sink.write(data)
+        if self.forward is not None:
+            self.forward.feed(data)
+        text = self._tail + data
+        lines = [line for line in text.split(b"\n") if line.strip()]
+        if lines:
+            self.last_line = lines[-1][-400:]
+        self._tail = text[-400:]
+        if self.on_data is not None:
+            self.on_data()
+
+    def drain_and_close(self) -> None:
+        """The writer died: take whatever is buffered in the pipe, then close."""
+        self._read(once=False)
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(self.fd)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        if self.forward is not None:
+            self.forward.flush()
+
+
+def read_tail(path: Path, lines: int) -> tuple[bytes, int]:
+    """The last ``lines`` lines of ``path`` and the file size (the offset to follow from)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if lines <= 0:
+                return b"", size
+            block, data = 65536, b""
+            pos = size
+            while pos > 0 and data.count(b"\n") <= lines:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+            parts = data.split(b"\n")
+            if parts and parts[-1] == b"":
+                parts.pop()
+                return b"\n".join(parts[-lines:]) + b"\n", size
+            return b"\n".join(parts[-lines:]), size
+    except FileNotFoundError:
+        return b"", 0
+
+
+def read_from(path: Path, offset: int, limit: int = 512 * 1024) -> tuple[bytes, int]:
+    """Bytes after ``offset`` (restarting at 0 if the file was rotated/truncated) and the new offset."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if offset > size:
+                offset = 0
+            f.seek(offset)
+            data = f.read(limit)
+            return data, offset + len(data)
+    except FileNotFoundError:
+        return b"", 0

@@ -1,0 +1,111 @@
+"""Child specs are data: what to run, in what order, with which timings.
+
+The default tree is :data:`DEFAULT_CHILDREN`, started in list order and
+stopped in reverse (bridge first). A child whose package has no
+``__main__`` yet is left out of :func:`default_specs` (it lands with its
+issue) and named in the supervisor's start-up log. Tests and the benchmark
+pass their own specs as JSON (``clankie run --spec-file``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from clankie.errors import ConfigError
+from supervisor.lifecycle import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    name: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    stop_timeout: float = 10.0  # SIGTERM -> SIGKILL grace
+    start_timeout: float = 60.0  # spawn -> ready, else STATUS names it
+    heartbeat_timeout: float | None = None  # None: the heartbeat_timeout_seconds setting
+    heartbeat_seconds: float | None = None  # None: the heartbeat_seconds setting
+    watch_stalls: bool = False  # the service: enforce the stall watchdog on its runs
+    proxy: bool = False  # the service: lanes/abort/say go to it
+    policy: Policy = field(default_factory=Policy)
+
+
+def module_argv(module: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", module)
+
+
+DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
+    ("browser", "hosts.browser"),
+    ("tldraw", "hosts.tldraw"),
+    ("service", "service"),
+    ("bridge", "bridge"),
+)
+"""(name, module) in start order; stop order is the reverse."""
+
+
+def has_main(module: str) -> bool:
+    """True if ``python -m module`` would find a ``__main__`` (without importing the package)."""
+    top, _, rest = module.partition(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for base in spec.submodule_search_locations:
+        path = Path(base, *rest.split(".")) if rest else Path(base)
+        if (path / "__main__.py").is_file():
+            return True
+    return False
+
+
+def default_specs() -> tuple[list[ChildSpec], list[str]]:
+    """The default tree, and the names left out because their package is not there yet."""
+    specs, missing = [], []
+    for name, module in DEFAULT_CHILDREN:
+        if not has_main(module):
+            missing.append(name)
+            continue
+        specs.append(
+            ChildSpec(
+                name=name,
+                argv=module_argv(module),
+                watch_stalls=name == "service",
+                proxy=name == "service",
+            )
+        )
+    return specs, missing
+
+
+_POLICY_KEYS = {f.name for f in fields(Policy)}
+
+
+def specs_from_json(data: Any) -> list[ChildSpec]:
+    """Build specs from ``[{"name", "argv", ...}]``; a bad file is a configuration error."""
+    if not isinstance(data, list):
+        raise ConfigError("spec file must hold a JSON list of children")
+    out: list[ChildSpec] = []
+    allowed = {f.name for f in fields(ChildSpec)}
+    for item in data:
+        if not isinstance(item, dict) or "name" not in item or "argv" not in item:
+            raise ConfigError("each child spec needs a name and an argv")
+        unknown = set(item) - allowed
+        if unknown:
+            raise ConfigError(f"child spec {item['name']!r}: unknown keys {sorted(unknown)}")
+        policy = Policy(**{k: v for k, v in (item.get("policy") or {}).items() if k in _POLICY_KEYS})
+        argv = tuple(sys.executable if a == "{python}" else str(a) for a in item["argv"])
+        spec = ChildSpec(name=str(item["name"]), argv=argv)
+        extra = {k: v for k, v in item.items() if k not in ("name", "argv", "policy")}
+        out.append(replace(spec, policy=policy, **extra))
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ConfigError("child names must be unique")
+    return out
+
+
+def load_spec_file(path: Path) -> list[ChildSpec]:
+    try:
+        return specs_from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read spec file {path}: {exc}") from exc

@@ -1,0 +1,263 @@
+"""The process tree: start, reap, watch, stop. One loop does all of it.
+
+* One reaper (:meth:`Tree.reap`), woken by each child's pidfd and by SIGCHLD:
+  it collects known children through their pidfds and, as a child
+  subreaper, any adopted orphan through ``waitid(P_ALL)``; statuses of known
+  pids are dispatched by pid, so none is ever lost.
+* One supervising tick (``stall_tick_seconds``) re-reads the clocks, kills
+  children whose heartbeats stopped, and runs the stall watchdog on the
+  service's runs.
+* ``WATCHDOG=1`` is sent from this same loop every half ``WATCHDOG_USEC``.
+* Stop: reverse start order, SIGTERM (+SIGCONT) → grace → SIGKILL, within
+  an overall stop budget; a second SIGTERM/SIGINT SIGKILLs everything left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+
+from clankie.child import become_subreaper
+from clankie.clock import Clock
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.protocol import AbortReply, AbortRun
+from clankie.settings import Settings, child_environment
+from supervisor.lifecycle import State
+from supervisor.process import Child, exit_from_waitid
+from supervisor.spec import ChildSpec
+from supervisor.systemd import Notifier, scrub
+from supervisor.watchdog import Abort, KillService
+
+log = logging.getLogger(__name__)
+
+STOP_BUDGET = 25.0
+"""Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""
+
+
+class Tree:
+    """The supervisor: owns every child and the loops that watch them."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        specs: list[ChildSpec],
+        *,
+        clock: Clock,
+        env: Mapping[str, str],
+        notifier: Notifier | None = None,
+        subreaper: bool = True,
+        forward_fd: int | None = 2,
+        stop_budget: float = STOP_BUDGET,
+        rand: Callable[[], float] | None = None,
+        log_max_bytes: int = 10 * 1024 * 1024,
+        log_backups: int = 5,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.notifier = notifier or Notifier({})
+        self.subreaper = subreaper
+        self.forward_fd = forward_fd
+        self.stop_budget = stop_budget
+        self.log_dir = settings.state_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.log_max_bytes = log_max_bytes
+        self.log_backups = log_backups
+        self.child_env = child_environment(settings, scrub(env))
+        self.child_env.setdefault("CLANKIE_HEARTBEAT_SECONDS", str(settings.heartbeat_seconds))
+        self.started_at = clock.monotonic()
+        self.stopping = False
+        self.state = "starting"
+        self.ready_sent = False
+        self._stop_requested = asyncio.Event()
+        self._forced = False
+        self._status_line = ""
+        self.children: dict[str, Child] = {}
+        for spec in specs:
+            self.children[spec.name] = Child(spec, self, heartbeat_timeout=settings.heartbeat_timeout_seconds, rand=rand)
+        self.order = [s.name for s in specs]
+        self._tasks: list[asyncio.Task[None]] = []
+        self.adopted_reaped = 0
+
+    # ------------------------------------------------------------ running
+
+    async def run(self, until: asyncio.Event | None = None) -> None:
+        """Start every child, supervise until asked to stop, then stop in reverse order."""
+        loop = asyncio.get_running_loop()
+        if self.subreaper:
+            become_subreaper()
+            loop.add_signal_handler(signal.SIGCHLD, self.reap)
+        self._tasks.append(loop.create_task(self._tick_loop(), name="supervise-tick"))
+        interval = self.notifier.watchdog_interval()
+        if interval is not None:
+            self._tasks.append(loop.create_task(self._watchdog_loop(interval), name="sd-watchdog"))
+        self.state = "running"
+        for name in self.order:
+            self.children[name].start()
+        self.changed()
+        waiters = [asyncio.ensure_future(self._stop_requested.wait())]
+        if until is not None:
+            waiters.append(asyncio.ensure_future(until.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            w.cancel()
+        await self.shutdown()
+
+    def request_stop(self) -> None:
+        """First SIGTERM/SIGINT: ordered stop. Second: SIGKILL whatever is left."""
+        if self._stop_requested.is_set():
+            self.force()
+            return
+        log.info("stop requested")
+        self._stop_requested.set()
+
+    def force(self) -> None:
+        if self._forced:
+            return
+        self._forced = True
+        log.warning("forced stop: killing every child now")
+        for child in self.children.values():
+            child.force()
+
+    async def shutdown(self) -> None:
+        self.stopping = True
+        self.state = "stopping"
+        self.notifier.stopping("stopping")
+        deadline = self.clock.monotonic() + self.stop_budget
+        for name in reversed(self.order):
+            child = self.children[name]
+            remaining = max(0.1, deadline - self.clock.monotonic())
+            grace = min(child.spec.stop_timeout, remaining)
+            if self._forced:
+                child.force()
+            await child.stop(grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.subreaper:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
+            self.reap()
+        self.state = "stopped"
+
+    # ------------------------------------------------------------ reaping
+
+    def reap(self) -> None:
+        """The one reaper: collect every exited child (known or adopted) and dispatch by pid."""
+        by_pid = {c.pid: c for c in self.children.values() if c.pid is not None}
+        for child in list(by_pid.values()):
+            if child.pidfd is None:
+                continue
+            try:
+                res = os.waitid(os.P_PIDFD, child.pidfd, os.WEXITED | os.WNOHANG)
+            except ChildProcessError:
+                res = None
+            if res is not None and res.si_pid:
+                child.exited(exit_from_waitid(res))
+        if not self.subreaper:
+            return
+        while True:
+            try:
+                res = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+            except ChildProcessError:
+                return
+            if res is None or not res.si_pid:
+                return
+            child = by_pid.get(res.si_pid)
+            if child is not None and child.pid == res.si_pid:
+                child.exited(exit_from_waitid(res))
+            else:
+                self.adopted_reaped += 1
+                log.debug("reaped adopted pid %d", res.si_pid)
+
+    # ------------------------------------------------------------ watching
+
+    async def _tick_loop(self) -> None:
+        tick = self.settings.stall_tick_seconds
+        while True:
+            await self.clock.sleep(tick)
+            self.tick()
+
+    def tick(self) -> None:
+        """One supervising pass: heartbeat liveness and the stall watchdog."""
+        now = self.clock.monotonic()
+        for child in self.children.values():
+            if child.alive and child.life.state in (State.STARTING, State.RUNNING) and child.liveness.expired(now):
+                child.kill("heartbeat")
+                continue
+            if child.stall is not None and child.alive and child.life.state is State.RUNNING:
+                for verdict in child.stall.tick(self.clock.boottime()):
+                    if isinstance(verdict, KillService):
+                        child.kill(f"stalled: {verdict.reason}")
+                        break
+                    if isinstance(verdict, Abort):
+                        asyncio.get_running_loop().create_task(self._abort_stalled(child, verdict))
+        self.changed()
+
+    async def _abort_stalled(self, child: Child, verdict: Abort) -> None:
+        log.warning("run %s in lane %s stalled (%.0fs silent); aborting it", verdict.run_id, verdict.lane, verdict.age_s)
+        link = child.link
+        if link is None or child.stall is None:
+            return
+        try:
+            reply = await link.request(
+                "abort_run",
+                AbortRun(lane=verdict.lane, run_id=verdict.run_id, reason="stalled"),
+                timeout=self.settings.stall_abort_grace_seconds,
+            )
+        except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
+            log.warning("abort of run %s failed: %s", verdict.run_id, type(exc).__name__)
+            return  # the grace timer in the watchdog decides
+        if isinstance(reply, AbortReply) and child.stall is not None:
+            child.stall.confirmed(verdict.run_id, reply.aborted)
+
+    async def _watchdog_loop(self, interval: float) -> None:
+        while True:
+            self.notifier.watchdog()
+            await asyncio.sleep(interval)
+
+    # ------------------------------------------------------------ readiness and status
+
+    def changed(self) -> None:
+        """A child changed state: update READY=1 and STATUS= for systemd."""
+        states = {c.name: c.life.state for c in self.children.values()}
+        all_ready = all(s is State.RUNNING for s in states.values())
+        line = self.status_line()
+        if all_ready and not self.ready_sent and not self.stopping:
+            self.ready_sent = True
+            self.notifier.ready(line)
+            self._status_line = line
+        elif line != self._status_line:
+            self._status_line = line
+            self.notifier.status(line)
+
+    def status_line(self) -> str:
+        states = [c.life.state for c in self.children.values()]
+        running = sum(1 for s in states if s is State.RUNNING)
+        parts = [f"{running}/{len(states)} running"]
+        now = self.clock.monotonic()
+        for child in self.children.values():
+            st = child.life.state
+            if st is State.RUNNING:
+                continue
+            if st is State.STARTING and child.life.started_at is not None:
+                if now - child.life.started_at > child.spec.start_timeout:
+                    parts.append(f"{child.name} not ready after {child.spec.start_timeout:g}s")
+                    continue
+            text = f"{child.name} {st.value}"
+            if st in (State.FATAL, State.BACKOFF) and child.life.reason:
+                text += f" ({child.life.reason[:80]})"
+            parts.append(text)
+        return "; ".join(parts)
+
+    def uptime(self) -> float:
+        return self.clock.monotonic() - self.started_at
+
+    def child(self, name: str) -> Child | None:
+        return self.children.get(name)
+

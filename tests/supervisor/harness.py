@@ -1,0 +1,151 @@
+"""Boot a real supervisor process on fixture children and talk to it like clankiectl does."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from clankie import ipc
+from clankie.protocol import Empty, Record, StatusReply
+
+FIXTURE = Path(__file__).parent / "fixtures" / "child.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fixture(name: str, *flags: str, events: Path | None = None, **spec: Any) -> dict[str, Any]:
+    """A child spec running the fixture child with ``flags``."""
+    argv = ["{python}", str(FIXTURE), *flags]
+    if events is not None:
+        argv += ["--events", str(events)]
+    base: dict[str, Any] = {"name": name, "argv": argv, "stop_timeout": 1.0}
+    base.update(spec)
+    return base
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll a real-world condition until it holds (real processes: no event to await)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def events(path: Path, kind: str | None = None) -> list[tuple[str, int, int]]:
+    """The START/READY/EXIT lines a fixture child wrote: (kind, monotonic ns, pid)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and (kind is None or parts[0] == kind):
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Running:
+    """A supervisor process under test."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], runtime: Path, state: Path, stderr: Path) -> None:
+        self.proc = proc
+        self.runtime = runtime
+        self.state = state
+        self.stderr_path = stderr
+        self.sock = runtime / "control.sock"
+
+    def call(self, method: str, params: Record | None = None, timeout: float = 10.0) -> Record:
+        async def go() -> Record:
+            conn = await ipc.connect(self.sock, "test", timeout=timeout)
+            try:
+                return await conn.request(method, params or Empty(), timeout=timeout)
+            finally:
+                await conn.aclose()
+
+        return asyncio.run(go())
+
+    def status(self) -> StatusReply:
+        reply = self.call("status")
+        assert isinstance(reply, StatusReply)
+        return reply
+
+    def child(self, name: str) -> Any:
+        return next(c for c in self.status().children if c.name == name)
+
+    def wait_state(self, name: str, state: str, timeout: float = 10.0) -> Any:
+        return wait_for(lambda: (c := self.child(name)).state == state and c, timeout, f"{name} {state}")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def supervisor(
+    tmp: Path,
+    runtime: Path,
+    children: list[dict[str, Any]],
+    *,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    wait_ready: bool = True,
+) -> Iterator[Running]:
+    state = tmp / "state"
+    state.mkdir(exist_ok=True, mode=0o700)
+    spec = tmp / "spec.json"
+    spec.write_text(json.dumps(children))
+    full_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(state),
+        "CLANKIE_STATE": str(state),
+        "CLANKIE_RUNTIME_DIR": str(runtime),
+        "CLANKIE_HEARTBEAT_SECONDS": "0.1",
+        "CLANKIE_STALL_TICK_SECONDS": "0.1",
+        "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "5",
+        "PYTHONPATH": str(REPO),
+    }
+    full_env.update(env or {})
+    err = tmp / "supervisor.stderr"
+    with err.open("wb") as errf:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor", "run", "--spec-file", str(spec), *args],
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=errf,
+            stderr=errf,
+            cwd=REPO,
+        )
+    run = Running(proc, runtime, state, err)
+    try:
+        wait_for(lambda: run.sock.exists() or proc.poll() is not None, 10, "control socket")
+        if proc.poll() is not None:
+            raise AssertionError(f"supervisor exited {proc.returncode}: {run.stderr()}")
+        if wait_ready:
+            wait_for(lambda: all(c.state == "running" for c in run.status().children), 15, "all children running")
+        yield run
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
