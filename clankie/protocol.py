@@ -90,6 +90,9 @@ class TurnSubmit(Record):
     delivery_id: str = Field(min_length=1, max_length=128)
     room: Room
     trigger: Trigger
+    # A catch-up turn answers a drifted room's buffered messages at once: the
+    # trigger is the newest, these are the ones before it (oldest first).
+    backlog: tuple[HistoryMessage, ...] = Field(default=(), max_length=50)
 
 
 Outcome = Literal["settled", "silent", "absorbed", "failed"]

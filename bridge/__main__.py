@@ -1,0 +1,61 @@
+"""``python -m bridge``: load settings, link to the supervisor, run until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+
+from bridge.app import BridgeApp
+from clankie.child import arm_parent_death
+from clankie.errors import EX_CONFIG, ConfigError
+from clankie.link import supervisor_link
+from clankie.logs import configure
+from clankie.settings import Settings, load
+
+
+async def run(settings: Settings) -> int:
+    app = BridgeApp(settings)
+    async with supervisor_link("bridge", None, app.heartbeat, interval=settings.heartbeat_seconds) as link:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, link.request_shutdown, sig.name)
+        body = asyncio.create_task(app.run(), name="bridge")
+        stop = asyncio.create_task(link.shutdown.wait(), name="stop")
+        ready = asyncio.create_task(app.ready.wait(), name="ready")
+        await asyncio.wait({body, ready}, return_when=asyncio.FIRST_COMPLETED)
+        if ready.done():
+            await link.ready()
+        await asyncio.wait({body, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (stop, ready):
+            task.cancel()
+        if body.done():
+            body.result()  # a ConfigError leaves through here
+            return 1
+        await link.stopping(link.shutdown_reason)
+        body.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await body
+    return 0
+
+
+def main() -> int:
+    arm_parent_death()
+    try:
+        settings = load()
+    except ConfigError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    configure("bridge", settings.log_level)
+    try:
+        return asyncio.run(run(settings))
+    except ConfigError as exc:
+        print(f"bridge: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""Which Discord messages become turns (pure; ``now`` is passed in).
+
+:class:`Ingress` decides, in a fixed order, what happens to one inbound
+message and records how rooms stay engaged. It does no I/O and imports no
+Discord code: the shell converts a ``discord.Message`` to an :class:`Inbound`
+and carries out the returned :class:`Decision`.
+
+Order (each drop names its reason code):
+
+1. bot or own author                    ``self_or_bot_message``
+2. DM policy                            ``dm_denied`` / ``dm_not_owner`` / ``dm_not_allowlisted``
+3. guild allowlist (mandatory)          ``guild_not_allowlisted``
+4. channel allowlist (optional)         ``channel_not_allowlisted``
+5. ``addressed`` policy, never engaged  ``not_addressed``
+6. nothing to read                      ``empty_message``
+7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
+8. too many retained deliveries         ``delivery_backpressure``
+9. room drifted and not addressed       buffered for the catch-up turn
+10. otherwise                           run a turn
+
+Engagement (only under ``addressed``): a room is *tracked* once he has
+answered in it. Every admitted message counts toward ``since_reply``; a
+``settled`` or ``absorbed`` result resets it and clears the backlog; a
+``silent`` (declined) or failed result does not, so after ``window``
+messages without an answer the room drifts and unaddressed chatter is
+buffered instead of read live. The catch-up timer turns each room's backlog
+into one turn (newest message as trigger, the rest as context).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+DEFAULT_RETENTION_S = 7 * 3600.0
+DEFAULT_MAX_RETAINED = 50_000
+BACKLOG_CAP = 20
+MAX_TRACKED_ROOMS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The admission settings, already parsed."""
+
+    guild_ids: frozenset[str]
+    channel_ids: frozenset[str] = frozenset()
+    dm_policy: str = "owner_only"
+    owner_id: str | None = None
+    dm_user_ids: frozenset[str] = frozenset()
+    reply_policy: str = "all"
+    window: int = 3
+    names: tuple[str, ...] = ("clankie",)
+    retention_s: float = DEFAULT_RETENTION_S
+    max_retained: int = DEFAULT_MAX_RETAINED
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One Discord message, reduced to what admission needs."""
+
+    message_id: str
+    channel_id: str
+    guild_id: str | None
+    author_id: str
+    text: str = ""
+    author_is_bot: bool = False
+    from_self: bool = False
+    mentions_bot: bool = False
+    attachment_ids: tuple[str, ...] = ()
+    readable_attachments: int = 0
+
+    @property
+    def fingerprint(self) -> tuple[object, ...]:
+        return (self.message_id, self.guild_id, self.channel_id, self.author_id, self.text, self.attachment_ids)
+
+
+# ------------------------------------------------------------------ decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    delivery_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    backlog: int
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Start a turn for ``trigger``; ``context`` only for catch-up turns (oldest first)."""
+
+    trigger: Inbound
+    unprompted: bool
+    catching_up: bool = False
+    context: tuple[Inbound, ...] = ()
+
+    @property
+    def delivery_id(self) -> str:
+        return self.trigger.message_id
+
+
+Decision = Drop | Duplicate | Buffered | Run
+
+
+# ------------------------------------------------------------------ engagement
+
+
+class Engagement(enum.Enum):
+    UNTRACKED = "untracked"  # never answered here
+    ENGAGED = "engaged"  # answered recently: read everything live
+    DRIFTED = "drifted"  # `window` messages without an answer: buffer chatter
+
+
+class RoomEvent(enum.Enum):
+    HEARD = "heard"  # an admitted message was read live
+    ANSWERED = "answered"  # settled or absorbed
+    DECLINED = "declined"  # silent or failed
+
+
+@dataclass(slots=True)
+class _Room:
+    since_reply: int = 0
+    tracked: bool = False
+    backlog: list[Inbound] = field(default_factory=list)
+
+    def state(self, window: int) -> Engagement:
+        if not self.tracked:
+            return Engagement.UNTRACKED
+        return Engagement.ENGAGED if self.since_reply < window else Engagement.DRIFTED
+
+
+# Where each event may lead from each state (the counter decides ENGAGED vs DRIFTED).
+TRANSITIONS: dict[Engagement, dict[RoomEvent, frozenset[Engagement]]] = {
+    Engagement.UNTRACKED: {
+        RoomEvent.HEARD: frozenset({Engagement.UNTRACKED}),
+        RoomEvent.ANSWERED: frozenset({Engagement.ENGAGED}),
+        RoomEvent.DECLINED: frozenset({Engagement.UNTRACKED}),
+    },
+    Engagement.ENGAGED: {
+        RoomEvent.HEARD: frozenset({Engagement.ENGAGED, Engagement.DRIFTED}),
+        RoomEvent.ANSWERED: frozenset({Engagement.ENGAGED}),
+        RoomEvent.DECLINED: frozenset({Engagement.ENGAGED, Engagement.DRIFTED}),
+    },
+    Engagement.DRIFTED: {
+        RoomEvent.HEARD: frozenset({Engagement.DRIFTED}),
+        RoomEvent.ANSWERED: frozenset({Engagement.ENGAGED}),
+        RoomEvent.DECLINED: frozenset({Engagement.DRIFTED}),
+    },
+}
+
+
+@dataclass(slots=True)
+class _Retained:
+    fingerprint: tuple[object, ...]
+    expires: float
+
+
+def name_pattern(names: tuple[str, ...]) -> re.Pattern[str] | None:
+    words = [re.escape(n.lower()) for n in names if n.strip()]
+    if not words:
+        return None
+    return re.compile(r"(?<![a-z0-9])(?:" + "|".join(words) + r")(?![a-z0-9])")
+
+
+class Ingress:
+    """Admission, dedupe, engagement and catch-up for every room of one bridge."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._names = name_pattern(policy.names)
+        self._rooms: OrderedDict[str, _Room] = OrderedDict()
+        self._retained: OrderedDict[str, _Retained] = OrderedDict()
+
+    # -------------------------------------------------------------- queries
+
+    def addressed(self, msg: Inbound) -> bool:
+        if msg.guild_id is None or msg.mentions_bot:
+            return True
+        return bool(self._names and self._names.search(msg.text.lower()))
+
+    def engagement(self, channel_id: str) -> Engagement:
+        room = self._rooms.get(channel_id)
+        return room.state(self.policy.window) if room else Engagement.UNTRACKED
+
+    def backlog(self, channel_id: str) -> int:
+        room = self._rooms.get(channel_id)
+        return len(room.backlog) if room else 0
+
+    @property
+    def retained(self) -> int:
+        return len(self._retained)
+
+    def room_admitted(self, guild_id: str | None, channel_id: str) -> bool:
+        """Steps 3-4 alone: may the bridge act in this guild room at all?"""
+        if guild_id is None:
+            return False
+        if guild_id not in self.policy.guild_ids:
+            return False
+        return not self.policy.channel_ids or channel_id in self.policy.channel_ids
+
+    # -------------------------------------------------------------- admission
+
+    def admit(self, msg: Inbound, now: float) -> Decision:
+        """Decide what happens to ``msg``; a Run or Buffered is retained for dedupe."""
+        p = self.policy
+        if msg.author_is_bot or msg.from_self:
+            return Drop("self_or_bot_message")
+        if msg.guild_id is None:
+            code = self._dm_refusal(msg.author_id)
+            if code:
+                return Drop(code)
+        else:
+            if msg.guild_id not in p.guild_ids:
+                return Drop("guild_not_allowlisted")
+            if p.channel_ids and msg.channel_id not in p.channel_ids:
+                return Drop("channel_not_allowlisted")
+        addressed = self.addressed(msg)
+        live_policy = p.reply_policy == "all" or msg.guild_id is None
+        if not live_policy and not addressed and not self._tracked(msg.channel_id):
+            return Drop("not_addressed")
+        if not msg.text.strip() and msg.readable_attachments == 0:
+            return Drop("empty_message")
+        self._prune(now)
+        seen = self._retained.get(msg.message_id)
+        if seen is not None:
+            if seen.fingerprint != msg.fingerprint:
+                return Drop("delivery_id_conflict")
+            return Duplicate(msg.message_id)
+        if len(self._retained) >= p.max_retained:
+            return Drop("delivery_backpressure")
+        self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
+        room = self._rooms.get(msg.channel_id)
+        if not live_policy and not addressed and room is not None and room.since_reply >= p.window:
+            self._hear(room)
+            room.backlog.append(msg)
+            del room.backlog[:-BACKLOG_CAP]
+            return Buffered(len(room.backlog))
+        if room is not None:
+            self._hear(room)
+        return Run(msg, unprompted=not addressed)
+
+    def _dm_refusal(self, author_id: str) -> str | None:
+        p = self.policy
+        if p.dm_policy == "deny":
+            return "dm_denied"
+        if p.dm_policy == "owner_only":
+            return None if p.owner_id is not None and author_id == p.owner_id else "dm_not_owner"
+        return None if author_id in p.dm_user_ids else "dm_not_allowlisted"
+
+    def _tracked(self, channel_id: str) -> bool:
+        room = self._rooms.get(channel_id)
+        return room is not None and room.tracked
+
+    def _hear(self, room: _Room) -> None:
+        if room.tracked:
+            room.since_reply += 1
+
+    def _prune(self, now: float) -> None:
+        while self._retained:
+            key, first = next(iter(self._retained.items()))
+            if first.expires > now:
+                return
+            del self._retained[key]
+
+    # -------------------------------------------------------------- results
+
+    def settle(self, channel_id: str, outcome: str) -> Engagement:
+        """Record a turn's outcome for its room; returns the room's new engagement."""
+        before = self.engagement(channel_id)
+        event = RoomEvent.ANSWERED if outcome in ("settled", "absorbed") else RoomEvent.DECLINED
+        if event is RoomEvent.ANSWERED:
+            room = self._rooms.get(channel_id)
+            if room is None:
+                room = self._rooms[channel_id] = _Room()
+                while len(self._rooms) > MAX_TRACKED_ROOMS:
+                    self._rooms.popitem(last=False)
+            room.tracked = True
+            room.since_reply = 0
+            room.backlog.clear()
+        after = self.engagement(channel_id)
+        if after not in TRANSITIONS[before][event]:
+            raise AssertionError(f"illegal engagement move {before} -{event}-> {after}")
+        return after
+
+    def forget(self, delivery_id: str) -> None:
+        """Evict a delivery whose turn could not be run, so a re-delivery may try again."""
+        self._retained.pop(delivery_id, None)
+
+    def owner(self, owner_id: str) -> None:
+        """Fill in the owner id (the application's owner) when none was configured."""
+        if self.policy.owner_id is None:
+            self.policy = dataclasses.replace(self.policy, owner_id=owner_id)
+
+    # -------------------------------------------------------------- catch-up
+
+    def catch_up(self) -> list[Run]:
+        """One turn per room with a backlog: newest as trigger, the rest as context; backlogs cleared."""
+        runs: list[Run] = []
+        for room in self._rooms.values():
+            if not room.backlog:
+                continue
+            *context, trigger = room.backlog
+            room.backlog.clear()
+            runs.append(Run(trigger, unprompted=True, catching_up=True, context=tuple(context)))
+        return runs

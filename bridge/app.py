@@ -1,0 +1,190 @@
+"""``python -m bridge``: the Discord body, run inside one task group.
+
+:class:`BridgeApp` wires settings to the core (:mod:`bridge.turns`), the
+service link and the discord.py client, and keeps an honest status for the
+supervisor's heartbeat: ``connecting``, ``connected``, ``disabled (no token)``
+or ``failed: <reason>``. Without a token the bridge stays up and healthy in
+local-only mode. A rejected token or an ungranted message-content intent is
+the operator's to fix: :class:`clankie.errors.ConfigError`, exit status 78.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from bridge import discord_client as dc
+from bridge.admission import Ingress, Policy
+from bridge.delivery import RetryPolicy
+from bridge.receipts import Receipts
+from bridge.turns import Bridge
+from clankie import paths
+from clankie.backoff import Backoff
+from clankie.clock import Clock, SystemClock
+from clankie.errors import ConfigError
+from clankie.protocol import Heartbeat
+from clankie.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TOKEN_REJECTED = "Discord rejected the bot token (401/4004); check DISCORD_TOKEN or the discord_token credential"
+INTENT_MISSING = (
+    "Discord closed the gateway with 4014: the Message Content intent is not enabled for this bot "
+    "in the Developer Portal (Bot → Privileged Gateway Intents)"
+)
+
+
+def policy(settings: Settings) -> Policy:
+    return Policy(
+        guild_ids=frozenset(settings.discord_guild_ids),
+        channel_ids=frozenset(settings.discord_channel_ids),
+        dm_policy=settings.discord_dm_policy,
+        owner_id=settings.discord_owner_id,
+        dm_user_ids=frozenset(settings.discord_dm_user_ids),
+        reply_policy=settings.discord_reply_policy,
+        window=settings.discord_engagement_declines,
+        names=(settings.character_id,),
+    )
+
+
+class BridgeApp:
+    """One bridge process's worth of state; ``await app.run()`` until cancelled or misconfigured."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        retry: RetryPolicy | None = None,
+        guild_ready_timeout: float = 2.0,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.discord_status = "disabled (no token)" if settings.discord_token is None else "connecting"
+        self._guild_ready_timeout = guild_ready_timeout
+        self._heartbeat_seq = 0
+        self.ready = asyncio.Event()
+        paths.ensure_private_dir(settings.runtime_dir)
+        self.receipts = Receipts(settings.state_dir, wall=self.clock.wall)
+        self.ingress = Ingress(policy(settings))
+        self.port = dc.DiscordPort(settings.discord_upload_limit_bytes)
+        self.bridge = Bridge(
+            ingress=self.ingress,
+            port=self.port,
+            receipts=self.receipts,
+            clock=self.clock,
+            service_path=paths.socket_path(settings.runtime_dir, "service"),
+            attachment_root=settings.attachment_root,
+            upload_limit=settings.discord_upload_limit_bytes,
+            context_messages=settings.discord_context_messages,
+            retry=retry,
+        )
+
+    # ------------------------------------------------------------ status
+
+    def set_status(self, status: str) -> None:
+        if status != self.discord_status:
+            log.info("discord: %s", status)
+        self.discord_status = status
+
+    def heartbeat(self) -> Heartbeat:
+        """The heartbeat record for the supervisor: status in ``detail``, counters in ``report``."""
+        self._heartbeat_seq += 1
+        c = self.bridge.counters
+        report: dict[str, Any] = {
+            "discord": self.discord_status,
+            "service": self.bridge.link.status,
+            "held": len(self.bridge.held),
+            "admitted": c.admitted,
+            "dropped": c.dropped,
+            "buffered": c.buffered,
+            "duplicates": c.duplicates,
+            "replies": c.replies,
+            "reply_failures": c.reply_failures,
+            "outcomes": dict(c.by_outcome),
+            "resubmits": self.bridge.link.resubmits,
+        }
+        detail = f"discord: {self.discord_status}; service: {self.bridge.link.status}"
+        return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
+
+    # ------------------------------------------------------------ running
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.bridge.link.run(), name="service-link")
+                if self.settings.discord_reply_policy == "addressed":
+                    tg.create_task(self.bridge.catch_up_loop(self.settings.discord_catch_up_seconds), name="catch-up")
+                if self.settings.discord_token is not None:
+                    tg.create_task(self._discord(), name="discord")
+                else:
+                    log.warning("no Discord token: running local-only")
+                self.ready.set()
+        except* ConfigError as group:
+            raise group.exceptions[0] from None
+        finally:
+            await self.bridge.aclose()
+            self.receipts.close()
+
+    async def _discord(self) -> None:
+        assert self.settings.discord_token is not None
+        token = self.settings.discord_token.get_secret_value()
+        dc.point_at(self.settings.discord_api_base)
+        backoff = Backoff(base=1.0, cap=60.0, reset_after=300.0)
+        while True:
+            self.set_status("connecting")
+            client = dc.BridgeClient(
+                on_message_cb=self._on_message,
+                on_status=self.set_status,
+                on_owner=self.ingress.owner,
+                discover_gateway=bool(self.settings.discord_api_base),
+                guild_ready_timeout=self._guild_ready_timeout,
+            )
+            self.port.client = client
+            try:
+                async with client:
+                    await client.start(token)
+                return
+            except dc.LoginFailure:
+                self.set_status("failed: token rejected")
+                raise ConfigError(TOKEN_REJECTED) from None
+            except dc.PrivilegedIntentsRequired:
+                self.set_status("failed: message content intent not granted")
+                raise ConfigError(INTENT_MISSING) from None
+            except dc.ConnectionClosed as exc:
+                if exc.code == 4004:
+                    self.set_status("failed: token rejected")
+                    raise ConfigError(TOKEN_REJECTED) from None
+                self.set_status(f"failed: gateway closed {exc.code}")
+            except (dc.HTTPException, dc.GatewayNotFound, OSError, TimeoutError) as exc:
+                self.set_status(f"failed: {type(exc).__name__}")
+            finally:
+                self.port.client = None
+            delay = backoff.delay(self.clock.monotonic())
+            log.warning("discord connection failed; retrying in %.1fs", delay)
+            await self.clock.sleep(delay)
+
+    def _on_message(self, message: Any) -> None:
+        client = self.port.client
+        self_id = client.user.id if client is not None and client.user is not None else None
+        try:
+            inbound, room, trigger = dc.convert(
+                message,
+                self_id,
+                frozenset(self.settings.discord_system_actor_ids),
+                frozenset(self.settings.discord_trusted_rooms),
+            )
+        except ValueError:
+            log.warning("could not read message %s; dropped", getattr(message, "id", "?"))
+            return
+        self.bridge.on_message(inbound, room, trigger)
+
+
+async def heartbeats(app: BridgeApp, send: Any, interval: float) -> None:
+    """Call ``send(heartbeat)`` every ``interval`` seconds of the app's clock."""
+    while True:
+        with contextlib.suppress(Exception):
+            await send(app.heartbeat())
+        await app.clock.sleep(interval)

@@ -1,0 +1,168 @@
+"""Posting a settled reply: pictures resolved or degraded, words split, retried, never lost.
+
+A reply becomes one or more messages (:mod:`bridge.chunks`). The first is
+threaded to the trigger and carries the pictures; each message has a nonce
+derived from the delivery id and its index, so a re-send after a fault is
+de-duplicated by Discord instead of posted twice. Transient failures (429,
+5xx, connection errors) are retried with backoff on the injected clock up to
+a bound. If a picture cannot be resolved, or Discord refuses the message that
+carries it, the words go out alone with a short note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.chunks import split_reply, with_picture_note
+from bridge.port import DiscordPort, File, PostError, Transient
+from clankie.artifacts import ArtifactError, resolve_artifact
+from clankie.backoff import Backoff
+from clankie.clock import Clock
+
+log = logging.getLogger(__name__)
+
+MAX_FILES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    attempts: int = 6
+    base: float = 1.0
+    cap: float = 30.0
+    max_retry_after: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    message_ids: tuple[str, ...]
+    picture_failures: tuple[str, ...] = ()
+    error: str | None = None  # a code when the words could not be posted
+
+
+def nonce_for(delivery_id: str, kind: str, index: int) -> str:
+    """A stable ≤25-character nonce for one message of one delivery."""
+    return hashlib.sha256(f"{delivery_id}:{kind}:{index}".encode()).hexdigest()[:25]
+
+
+def resolve_media(root: Path, refs: tuple[str, ...], limit: int) -> tuple[tuple[File, ...], tuple[str, ...]]:
+    """Resolve governed refs to files; returns the files and the failure codes of the rest."""
+    files: list[File] = []
+    failures: list[str] = []
+    budget = limit
+    for ref in refs[:MAX_FILES]:
+        try:
+            got = resolve_artifact(root, ref, budget)
+        except ArtifactError as exc:
+            failures.append(exc.code)
+            continue
+        except OSError:
+            failures.append("artifact_unreadable")
+            continue
+        budget -= len(got.data)
+        files.append(File(got.filename, got.data))
+    failures.extend("artifact_too_many" for _ in refs[MAX_FILES:])
+    return tuple(files), tuple(failures)
+
+
+async def post_once(
+    port: DiscordPort,
+    clock: Clock,
+    policy: RetryPolicy,
+    channel_id: str,
+    content: str,
+    *,
+    guild_id: str | None,
+    reply_to: str | None,
+    files: tuple[File, ...] = (),
+    nonce: str | None = None,
+) -> str:
+    """Post one message, retrying transient failures on ``clock``; raises the last :class:`PostError`."""
+    backoff = Backoff(policy.base, policy.cap, reset_after=float("inf"))
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return await port.post(channel_id, content, guild_id=guild_id, reply_to=reply_to, files=files, nonce=nonce)
+        except Transient as exc:
+            if attempt == policy.attempts:
+                raise
+            wait = max(backoff.delay(clock.monotonic()), min(exc.retry_after, policy.max_retry_after))
+            log.warning("post to channel %s failed (%s), attempt %d; retrying in %.2fs", channel_id, exc.code, attempt, wait)
+            await clock.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+async def deliver_reply(
+    port: DiscordPort,
+    clock: Clock,
+    policy: RetryPolicy,
+    *,
+    delivery_id: str,
+    channel_id: str,
+    guild_id: str | None,
+    reply_to: str,
+    text: str,
+    media: tuple[str, ...],
+    attachment_root: Path,
+    upload_limit: int,
+) -> Delivered:
+    """Post a settled reply; the words always go out unless Discord refuses them outright."""
+    words = text.strip()
+    files, failures = resolve_media(attachment_root, media, upload_limit) if media else ((), ())
+    if failures:
+        log.warning("delivery %s: picture not attached (%s)", delivery_id, ",".join(failures))
+        words = with_picture_note(words)
+    posted: list[str] = []
+    messages = split_reply(words) if words else []
+    if not messages and not files:
+        return Delivered((), failures, "reply_empty")
+    if not messages:
+        messages = [""]
+    try:
+        for i, content in enumerate(messages):
+            first = i == 0
+            posted.append(
+                await post_once(
+                    port, clock, policy, channel_id, content,
+                    guild_id=guild_id,
+                    reply_to=reply_to if first else None,
+                    files=files if first else (),
+                    nonce=nonce_for(delivery_id, "reply", i),
+                )
+            )
+    except PostError as exc:
+        if not (files and not posted):
+            return Delivered(tuple(posted), failures, f"reply_{exc.code}")
+        # Discord refused the message carrying the picture: send the words without it.
+        log.warning("delivery %s: message with picture refused (%s); sending words only", delivery_id, exc.code)
+        return await _words_only(port, clock, policy, delivery_id, channel_id, guild_id, reply_to, text,
+                                 (*failures, f"upload_{exc.code}"))
+    return Delivered(tuple(posted), failures)
+
+
+async def _words_only(
+    port: DiscordPort,
+    clock: Clock,
+    policy: RetryPolicy,
+    delivery_id: str,
+    channel_id: str,
+    guild_id: str | None,
+    reply_to: str,
+    text: str,
+    failures: tuple[str, ...],
+) -> Delivered:
+    posted: list[str] = []
+    try:
+        for i, content in enumerate(split_reply(with_picture_note(text.strip()))):
+            posted.append(
+                await post_once(
+                    port, clock, policy, channel_id, content,
+                    guild_id=guild_id,
+                    reply_to=reply_to if i == 0 else None,
+                    nonce=nonce_for(delivery_id, "words", i),
+                )
+            )
+    except PostError as exc:
+        return Delivered(tuple(posted), failures, f"reply_{exc.code}")
+    return Delivered(tuple(posted), failures)

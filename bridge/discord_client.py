@@ -1,0 +1,275 @@
+"""discord.py at the edge: the gateway client, the REST port, and the conversions.
+
+This is the only module that imports ``discord``. It turns a
+``discord.Message`` into the records the core works with, and implements
+:class:`bridge.port.DiscordPort` on discord.py's HTTP client (replies threaded
+with ``fail_if_not_exists=False``, ``AllowedMentions.none()``, a caller-given
+nonce). Pointed at a loopback fake (``CLANKIE_DISCORD_API_BASE``) it sets
+``Route.BASE`` and takes the gateway URL from ``GET /gateway/bot``, which a
+plain ``discord.Client`` never asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from collections.abc import Callable
+
+import aiohttp
+import discord
+import yarl
+
+from bridge.admission import Inbound
+from bridge.port import File, Rejected, Transient
+from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trigger
+
+log = logging.getLogger(__name__)
+
+MAX_TRIGGER_TEXT = 8000
+MAX_HISTORY_TEXT = 2000
+MAX_IMAGES = 4
+MAX_IMAGE_BYTES = 8 * 1024 * 1024
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def intents() -> discord.Intents:
+    """Guilds, guild and DM messages, and message content (0x9201)."""
+    wanted = discord.Intents.none()
+    wanted.guilds = True
+    wanted.guild_messages = True
+    wanted.dm_messages = True
+    wanted.message_content = True
+    return wanted
+
+
+def point_at(api_base: str | None) -> None:
+    """Send discord.py's REST calls to ``api_base`` (a loopback fake) instead of Discord."""
+    if api_base:
+        discord.http.Route.BASE = api_base.rstrip("/")
+
+
+# ---------------------------------------------------------------- conversions
+
+
+def _images(message: discord.Message) -> tuple[ImageAttachment, ...]:
+    out: list[ImageAttachment] = []
+    for a in message.attachments:
+        ctype = (a.content_type or "").split(";")[0].strip().lower()
+        if ctype in IMAGE_TYPES and 0 < a.size <= MAX_IMAGE_BYTES and len(out) < MAX_IMAGES:
+            out.append(ImageAttachment(url=a.url[:2048], filename=a.filename[:256], content_type=ctype, size=a.size))
+    return tuple(out)
+
+
+def convert(
+    message: discord.Message,
+    self_id: int | None,
+    system_actors: frozenset[str],
+    trusted_rooms: frozenset[str],
+) -> tuple[Inbound, Room, Trigger]:
+    """The admission view, the room and the trigger of one Discord message."""
+    guild_id = str(message.guild.id) if message.guild is not None else None
+    channel_id = str(message.channel.id)
+    author_id = str(message.author.id)
+    images = _images(message)
+    text = message.content[:MAX_TRIGGER_TEXT]
+    mentions_bot = self_id is not None and any(u.id == self_id for u in message.mentions)
+    inbound = Inbound(
+        message_id=str(message.id),
+        channel_id=channel_id,
+        guild_id=guild_id,
+        author_id=author_id,
+        text=text,
+        author_is_bot=message.author.bot,
+        from_self=self_id is not None and message.author.id == self_id,
+        mentions_bot=mentions_bot,
+        attachment_ids=tuple(str(a.id) for a in message.attachments),
+        readable_attachments=len(images),
+    )
+    key = f"{guild_id or 'dm'}:{channel_id}"
+    room = Room(
+        guild_id=guild_id,
+        channel_id=channel_id,
+        name=str(getattr(message.channel, "name", "") or "")[:200],
+        trusted=key in trusted_rooms or channel_id in trusted_rooms,
+    )
+    trigger = Trigger(
+        message_id=str(message.id),
+        author=Author(
+            id=author_id,
+            name=message.author.name[:200],
+            is_bot=message.author.bot,
+            is_system_actor=author_id in system_actors,
+        ),
+        text=text,
+        attachments=images,
+        at=message.created_at.timestamp(),
+    )
+    return inbound, room, trigger
+
+
+# ---------------------------------------------------------------- the REST port
+
+
+class DiscordPort:
+    """:class:`bridge.port.DiscordPort` over the current client's HTTP session."""
+
+    def __init__(self, default_limit: int) -> None:
+        self.client: BridgeClient | None = None
+        self.default_limit = default_limit
+
+    def _client(self) -> BridgeClient:
+        if self.client is None or self.client.is_closed():
+            raise Transient(0, "discord_not_connected")
+        return self.client
+
+    async def post(
+        self,
+        channel_id: str,
+        content: str,
+        *,
+        guild_id: str | None,
+        reply_to: str | None,
+        files: tuple[File, ...],
+        nonce: str | None,
+    ) -> str:
+        client = self._client()
+        channel = client.get_partial_messageable(int(channel_id), guild_id=int(guild_id) if guild_id else None)
+        reference = None
+        if reply_to is not None:
+            reference = discord.MessageReference(
+                message_id=int(reply_to),
+                channel_id=int(channel_id),
+                guild_id=int(guild_id) if guild_id else None,
+                fail_if_not_exists=False,
+            )
+        dfiles = [discord.File(io.BytesIO(f.data), filename=f.filename) for f in files]
+        try:
+            sent = await channel.send(
+                content or None,
+                reference=reference,  # type: ignore[arg-type]
+                allowed_mentions=discord.AllowedMentions.none(),
+                files=dfiles or None,  # type: ignore[arg-type]
+                nonce=nonce,  # type: ignore[arg-type]
+            )
+        except discord.RateLimited as exc:
+            raise Transient(429, "rate_limited", exc.retry_after) from None
+        except discord.HTTPException as exc:
+            raise _post_error(exc) from None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise Transient(0, type(exc).__name__.lower()) from None
+        return str(sent.id)
+
+    async def typing(self, channel_id: str) -> None:
+        await self._client().http.send_typing(int(channel_id))
+
+    async def history(self, channel_id: str, before: str | None, limit: int) -> list[HistoryMessage]:
+        client = self._client()
+        me = client.user.id if client.user else None
+        try:
+            raw = await client.http.logs_from(int(channel_id), limit, before=int(before) if before else None)
+        except discord.HTTPException as exc:
+            raise _post_error(exc) from None
+        out = []
+        for m in reversed(raw):  # Discord answers newest first
+            author = m.get("author", {})
+            ts = discord.utils.parse_time(m.get("timestamp"))
+            out.append(
+                HistoryMessage(
+                    id=str(m["id"]),
+                    author_id=str(author.get("id", "")),
+                    author_name=str(author.get("username", ""))[:200],
+                    is_bot=bool(author.get("bot", False)),
+                    is_self=me is not None and str(author.get("id")) == str(me),
+                    text=str(m.get("content", ""))[:MAX_HISTORY_TEXT],
+                    at=ts.timestamp() if ts else 0.0,
+                )
+            )
+        return out
+
+    def upload_limit(self, guild_id: str | None) -> int:
+        client = self.client
+        if guild_id is not None and client is not None:
+            guild = client.get_guild(int(guild_id))
+            if guild is not None:
+                return guild.filesize_limit
+        return self.default_limit
+
+
+def _post_error(exc: discord.HTTPException) -> Transient | Rejected:
+    status = exc.status
+    code = f"http_{status}" + (f"_{exc.code}" if exc.code else "")
+    if status == 429:
+        retry_after = 1.0
+        headers = getattr(exc.response, "headers", None)
+        if headers is not None:
+            try:
+                retry_after = float(headers.get("Retry-After", "1"))
+            except ValueError:
+                pass
+        return Transient(status, code, retry_after)
+    if status >= 500:
+        return Transient(status, code)
+    return Rejected(status, code)
+
+
+# ---------------------------------------------------------------- the gateway client
+
+
+class BridgeClient(discord.Client):
+    """The gateway client: reports connection status and hands messages to ``on_inbound``."""
+
+    def __init__(
+        self,
+        *,
+        on_message_cb: Callable[[discord.Message], None],
+        on_status: Callable[[str], None],
+        on_owner: Callable[[str], None],
+        discover_gateway: bool,
+        guild_ready_timeout: float = 2.0,
+    ) -> None:
+        super().__init__(
+            intents=intents(),
+            allowed_mentions=discord.AllowedMentions.none(),
+            guild_ready_timeout=guild_ready_timeout,
+            enable_debug_events=False,
+        )
+        self._on_message_cb = on_message_cb
+        self._on_status = on_status
+        self._on_owner = on_owner
+        self._discover = discover_gateway
+
+    async def setup_hook(self) -> None:
+        if self._discover:
+            _shards, url, _limits = await self.http.get_bot_gateway()
+            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+            log.info("gateway discovered from the configured API base")
+        try:
+            info = await self.application_info()
+        except discord.HTTPException as exc:
+            log.warning("could not read the application's owner (%s)", exc.status)
+            return
+        owner = info.team.owner_id if info.team is not None else (info.owner.id if info.owner else None)
+        if owner is not None:
+            self._on_owner(str(owner))
+
+    async def on_ready(self) -> None:
+        self._on_status("connected")
+
+    async def on_resumed(self) -> None:
+        self._on_status("connected")
+
+    async def on_disconnect(self) -> None:
+        if not self.is_closed():
+            self._on_status("connecting")
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._on_message_cb(message)
+
+
+# re-exported so the app can classify start-up failures without importing discord itself
+LoginFailure = discord.LoginFailure
+PrivilegedIntentsRequired = discord.PrivilegedIntentsRequired
+ConnectionClosed = discord.ConnectionClosed
+GatewayNotFound = discord.GatewayNotFound
+HTTPException = discord.HTTPException

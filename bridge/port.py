@@ -1,0 +1,64 @@
+"""What the bridge needs from Discord, as a small interface (no discord imports).
+
+The Discord implementation is :class:`bridge.discord_client.DiscordPort`;
+delivery, typing and the service handlers are written against this, so the
+retry and degrade rules read without discord.py in the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from clankie.protocol import HistoryMessage
+
+
+@dataclass(frozen=True, slots=True)
+class File:
+    filename: str
+    data: bytes
+
+
+class PostError(Exception):
+    """Raised when Discord did not take a post; ``transient`` says whether trying again can help."""
+
+    transient = False
+
+    def __init__(self, status: int, code: str, retry_after: float = 0.0) -> None:
+        super().__init__(f"discord answered {status} ({code})")
+        self.status = status
+        self.code = code
+        self.retry_after = retry_after
+
+
+class Transient(PostError):
+    """Raised for 429, 5xx and connection failures: the same post may succeed later."""
+
+    transient = True
+
+
+class Rejected(PostError):
+    """Raised for a 4xx other than 429: this exact post will never be accepted."""
+
+
+class DiscordPort(Protocol):
+    async def post(
+        self,
+        channel_id: str,
+        content: str,
+        *,
+        guild_id: str | None,
+        reply_to: str | None,
+        files: tuple[File, ...],
+        nonce: str | None,
+    ) -> str:
+        """Create a message (no mentions ping anyone); returns its id or raises :class:`PostError`."""
+
+    async def typing(self, channel_id: str) -> None:
+        """Show the typing indicator once (it lasts about 10 s); raises on failure."""
+
+    async def history(self, channel_id: str, before: str | None, limit: int) -> list[HistoryMessage]:
+        """Up to ``limit`` messages before ``before``, oldest first."""
+
+    def upload_limit(self, guild_id: str | None) -> int:
+        """The most bytes of files one message may carry in this room."""

@@ -1,0 +1,102 @@
+"""The bridge's connection to the captain's ``service.sock``.
+
+One connection at a time, re-dialled with jittered backoff whenever it drops.
+:meth:`ServiceLink.submit` holds a turn open as long as the service takes (no
+client timeout); if the connection breaks first, it waits for the next
+connection and submits the same delivery again. The service de-duplicates by
+delivery id, so a re-submission joins the turn already running or returns its
+retained result: one outcome per delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from bridge.receipts import code as reason_code
+from clankie import ipc
+from clankie.backoff import Backoff
+from clankie.clock import Clock
+from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError
+from clankie.protocol import TurnResult, TurnSubmit
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_REMOTE = frozenset({"cancelled", "shutting_down", "service_unavailable"})
+MAX_REMOTE_RETRIES = 5
+
+
+class ServiceLink:
+    def __init__(self, path: Path, handler: ipc.Handler, clock: Clock, backoff: Backoff | None = None) -> None:
+        self.path = path
+        self._handler = handler
+        self._clock = clock
+        self._backoff = backoff or Backoff(base=0.05, cap=5.0, reset_after=30.0)
+        self._conn: ipc.Connection | None = None
+        self._changed = asyncio.Condition()
+        self.connects = 0
+        self.resubmits = 0
+
+    @property
+    def status(self) -> str:
+        return "connected" if self._conn is not None and not self._conn.closed else "connecting"
+
+    async def run(self) -> None:
+        """Keep a connection up until cancelled."""
+        while True:
+            try:
+                conn = await ipc.connect(self.path, "bridge", self._handler)
+            except (ChannelBroken, ConfigError, OSError) as exc:
+                delay = self._backoff.delay(self._clock.monotonic())
+                log.debug("service not reachable (%s); retrying in %.2fs", type(exc).__name__, delay)
+                await self._clock.sleep(delay)
+                continue
+            self.connects += 1
+            log.info("connected to the service (connection %d)", self.connects)
+            await self._set(conn)
+            try:
+                await conn.wait_closed()
+            finally:
+                await self._set(None)
+                if not conn.closed:
+                    await conn.aclose()
+            log.warning("service connection lost: %s", conn.close_reason)
+            await self._clock.sleep(self._backoff.delay(self._clock.monotonic()))
+
+    async def _set(self, conn: ipc.Connection | None) -> None:
+        async with self._changed:
+            self._conn = conn
+            self._changed.notify_all()
+
+    async def _connection(self, not_this: ipc.Connection | None) -> ipc.Connection:
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self._conn is not None and self._conn is not not_this and not self._conn.closed
+            )
+            assert self._conn is not None
+            return self._conn
+
+    async def submit(self, record: TurnSubmit) -> TurnResult:
+        """Run one turn to its result, across reconnects; service errors become ``failed``."""
+        last: ipc.Connection | None = None
+        remote_retries = 0
+        while True:
+            conn = await self._connection(last)
+            if last is not None:
+                self.resubmits += 1
+                log.info("re-submitting delivery %s after a reconnect", record.delivery_id)
+            try:
+                result = await conn.request("turn.submit", record)
+            except (ChannelBroken, ChannelClosed):
+                last = conn
+                continue
+            except RemoteError as exc:
+                if exc.code in RETRYABLE_REMOTE and remote_retries < MAX_REMOTE_RETRIES:
+                    remote_retries += 1
+                    last = conn
+                    continue
+                log.warning("service refused delivery %s: %s", record.delivery_id, exc.code)
+                return TurnResult(outcome="failed", code=reason_code(exc.code))
+            assert isinstance(result, TurnResult)
+            return result

@@ -1,0 +1,289 @@
+"""The bridge's core: admitted messages become held turns, results become replies.
+
+:class:`Bridge` sits between the Discord client (which hands it inbound
+messages) and the service link (which runs turns). It owns the deliveries it
+is holding: each one is submitted once (re-submitted by id after a reconnect),
+gets exactly one outcome and at most one reply, and may be lit with a typing
+indicator by the service while it is held. It also serves the service's calls
+on the same connection: ``history``, ``typing`` and ``text_update``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
+from bridge.port import DiscordPort, PostError
+from bridge.receipts import Receipts
+from bridge.service_link import ServiceLink
+from clankie import ipc
+from clankie.clock import Clock
+from clankie.errors import RemoteError
+from clankie.protocol import (
+    HistoryMessage,
+    HistoryReply,
+    HistoryRequest,
+    Record,
+    Room,
+    TextUpdate,
+    TextUpdateReply,
+    Trigger,
+    TurnResult,
+    TurnSubmit,
+    TypingSignal,
+)
+
+log = logging.getLogger(__name__)
+
+TYPING_REFRESH_S = 8.0
+TYPING_BACKSTOP_S = 30 * 60.0
+MAX_PENDING_TRIGGERS = 2000
+
+
+class Phase(enum.Enum):
+    SUBMITTED = "submitted"  # waiting for the service's result; typing may be lit
+    DELIVERING = "delivering"  # result in hand, posting the reply
+    DONE = "done"
+
+
+PHASES: dict[Phase, frozenset[Phase]] = {
+    Phase.SUBMITTED: frozenset({Phase.DELIVERING, Phase.DONE}),
+    Phase.DELIVERING: frozenset({Phase.DONE}),
+    Phase.DONE: frozenset(),
+}
+
+
+@dataclass(slots=True)
+class Held:
+    """A delivery the bridge is holding open while its turn runs."""
+
+    run: Run
+    room: Room
+    phase: Phase = Phase.SUBMITTED
+    typing: asyncio.Task[None] | None = None
+    outcome: asyncio.Future[TurnResult] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def move(self, to: Phase) -> None:
+        if to not in PHASES[self.phase]:
+            raise AssertionError(f"delivery cannot go from {self.phase.value} to {to.value}")
+        self.phase = to
+
+
+@dataclass(slots=True)
+class Counters:
+    admitted: int = 0
+    dropped: int = 0
+    buffered: int = 0
+    duplicates: int = 0
+    replies: int = 0
+    reply_failures: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+class Bridge:
+    def __init__(
+        self,
+        *,
+        ingress: Ingress,
+        port: DiscordPort,
+        receipts: Receipts,
+        clock: Clock,
+        service_path: Path,
+        attachment_root: Path,
+        upload_limit: int,
+        context_messages: int = 10,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.ingress = ingress
+        self.port = port
+        self.receipts = receipts
+        self.clock = clock
+        self.attachment_root = attachment_root
+        self.upload_limit = upload_limit
+        self.context_messages = context_messages
+        self.retry = retry or RetryPolicy()
+        self.link = ServiceLink(service_path, self.handle, clock)
+        self.held: dict[str, Held] = {}
+        self.counters = Counters()
+        self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ ingress
+
+    def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
+        """Admit one message; a turn, if any, starts as a background task (returned Run)."""
+        decision = self.ingress.admit(inbound, self.clock.wall())
+        ids = {"delivery_id": inbound.message_id, "channel_id": inbound.channel_id, "guild_id": inbound.guild_id}
+        if isinstance(decision, Drop):
+            self.counters.dropped += 1
+            self.receipts.record("dropped", reason=decision.code, **ids)
+            return None
+        if isinstance(decision, Duplicate):
+            self.counters.duplicates += 1
+            self.receipts.record("deduplicated", **ids)
+            return None
+        self._pending[inbound.message_id] = (room, trigger)
+        while len(self._pending) > MAX_PENDING_TRIGGERS:
+            self._pending.popitem(last=False)
+        if isinstance(decision, Buffered):
+            self.counters.buffered += 1
+            self.receipts.record("buffered", **ids)
+            return None
+        self.start(decision)
+        return decision
+
+    def start(self, run: Run) -> None:
+        task = asyncio.get_running_loop().create_task(self._turn(run), name=f"turn-{run.delivery_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def catch_up_loop(self, interval: float) -> None:
+        """Every ``interval`` seconds, answer each room's buffered messages in one turn."""
+        while True:
+            await self.clock.sleep(interval)
+            for run in self.ingress.catch_up():
+                self.start(run)
+
+    # ------------------------------------------------------------ one turn
+
+    def _submit_record(self, run: Run, room: Room, trigger: Trigger) -> TurnSubmit:
+        backlog = []
+        for msg in run.context:
+            found = self._pending.pop(msg.message_id, None)
+            if found is not None:
+                t = found[1]
+                backlog.append(HistoryMessage(id=t.message_id, author_id=t.author.id, author_name=t.author.name,
+                                              is_bot=t.author.is_bot, text=t.text, at=t.at))
+        if run.unprompted != trigger.unprompted:
+            trigger = trigger.model_copy(update={"unprompted": run.unprompted})
+        return TurnSubmit(delivery_id=run.delivery_id, room=room, trigger=trigger, backlog=tuple(backlog))
+
+    async def _turn(self, run: Run) -> None:
+        did = run.delivery_id
+        found = self._pending.pop(did, None)
+        if found is None:
+            log.error("delivery %s has no stored trigger; dropping it", did)
+            return
+        room, trigger = found
+        held = Held(run, room)
+        self.held[did] = held
+        self.counters.admitted += 1
+        ids = {"delivery_id": did, "channel_id": room.channel_id, "guild_id": room.guild_id}
+        self.receipts.record("accepted", **ids)
+        try:
+            result = await self.link.submit(self._submit_record(run, room, trigger))
+        except asyncio.CancelledError:
+            self._stop_typing(held)
+            raise
+        self.ingress.settle(room.channel_id, result.outcome)
+        delivered = Delivered(())
+        if result.outcome == "settled":
+            held.move(Phase.DELIVERING)
+            delivered = await deliver_reply(
+                self.port, self.clock, self.retry,
+                delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
+                reply_to=trigger.message_id, text=result.text, media=result.media,
+                attachment_root=self.attachment_root,
+                upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
+            )
+        self._stop_typing(held)
+        held.move(Phase.DONE)
+        self.counters.by_outcome[result.outcome] = self.counters.by_outcome.get(result.outcome, 0) + 1
+        self.receipts.record(result.outcome, reason=result.code, turn_id=result.turn_id,
+                             message_ids=delivered.message_ids, **ids)
+        if delivered.message_ids:
+            self.counters.replies += 1
+        if delivered.error is not None:
+            self.counters.reply_failures += 1
+            self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **ids)
+        del self.held[did]
+        held.outcome.set_result(result)
+
+    # ------------------------------------------------------------ typing
+
+    def _stop_typing(self, held: Held) -> None:
+        if held.typing is not None:
+            held.typing.cancel()
+
+    async def _typing_loop(self, channel_id: str) -> None:
+        started = self.clock.monotonic()
+        while self.clock.monotonic() - started < TYPING_BACKSTOP_S:
+            try:
+                await self.port.typing(channel_id)
+            except Exception as exc:  # cosmetic: the first failure ends the indicator, never the turn
+                log.info("typing in channel %s failed (%s); not refreshing", channel_id, type(exc).__name__)
+                return
+            await self.clock.sleep(TYPING_REFRESH_S)
+
+    def light(self, delivery_id: str) -> bool:
+        """Show typing for a held delivery until it settles; False (nothing posted) if not held."""
+        held = self.held.get(delivery_id)
+        if held is None or held.phase is Phase.DONE or held.run.catching_up:
+            log.info("typing refused for delivery %s: not held", delivery_id)
+            return False
+        if held.typing is None:
+            held.typing = asyncio.get_running_loop().create_task(self._typing_loop(held.room.channel_id))
+        return True
+
+    # ------------------------------------------------------------ service calls
+
+    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        if method == "typing":
+            assert isinstance(params, TypingSignal)
+            self.light(params.delivery_id)
+            return None
+        if method == "history":
+            assert isinstance(params, HistoryRequest)
+            return await self._history(params)
+        if method == "text_update":
+            assert isinstance(params, TextUpdate)
+            return await self._text_update(params)
+        raise RemoteError("method_not_found", f"bridge does not serve {method}")
+
+    async def _history(self, req: HistoryRequest) -> HistoryReply:
+        held = self.held.get(req.delivery_id)
+        if held is None or held.room.channel_id != req.room.channel_id:
+            raise RemoteError("delivery_not_held", "history is served only for a delivery the bridge is holding")
+        limit = min(req.limit, 50)
+        if limit == 0:
+            return HistoryReply()
+        before = req.before_message_id or held.run.trigger.message_id
+        try:
+            messages = await self.port.history(req.room.channel_id, before, limit)
+        except PostError as exc:
+            raise RemoteError("history_unavailable", f"discord answered {exc.status}") from None
+        return HistoryReply(messages=tuple(messages))
+
+    async def _text_update(self, req: TextUpdate) -> TextUpdateReply:
+        held = self.held.get(req.delivery_id)
+        if held is None or held.phase is not Phase.SUBMITTED:
+            raise RemoteError("delivery_not_held", "no live turn for that delivery")
+        room = held.room
+        if room.guild_id is None:
+            raise RemoteError("dm_not_allowed", "text updates are not available in DMs")
+        if not self.ingress.room_admitted(room.guild_id, room.channel_id):
+            raise RemoteError("room_not_admitted", "that channel is outside the admitted rooms")
+        try:
+            mid = await post_once(self.port, self.clock, self.retry, room.channel_id, req.text.strip(),
+                                  guild_id=room.guild_id, reply_to=held.run.trigger.message_id)
+        except PostError as exc:
+            raise RemoteError("text_update_failed", f"discord answered {exc.status}") from None
+        return TextUpdateReply(message_id=mid)
+
+    # ------------------------------------------------------------ shutdown
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for held in self.held.values():
+            self._stop_typing(held)
