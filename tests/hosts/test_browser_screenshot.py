@@ -1,0 +1,170 @@
+"""The browser host as a real process with real Chromium: screenshots, bad input, crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+from PIL import Image
+
+from clankie.errors import RemoteError
+from clankie.protocol import Artifact, ScreenshotRequest, Viewport
+from hosts.browser.host import MAX_HEIGHT
+from tests.hosts.hostproc import HostProcess, raw_call
+from tests.hosts.pages import GREEN, Site
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def _private_env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}
+
+
+def _load(root: Path, art: Artifact) -> bytes:
+    digest, rel = art.ref.split(":")[1], art.ref.split(":")[2]
+    path = root / rel
+    data = path.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == digest == art.sha256
+    assert len(data) == art.size
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    return data
+
+
+async def _shoot(host: HostProcess, url: str, **kw: object) -> Artifact:
+    conn = await host.client()
+    try:
+        result = await conn.request("screenshot", ScreenshotRequest(url=url, **kw), timeout=70)  # type: ignore[arg-type]
+    finally:
+        await conn.aclose()
+    assert isinstance(result, Artifact)
+    return result
+
+
+def test_screenshot_lands_under_the_default_attachment_root(env: dict[str, str], state_dir: Path, tmp_path: Path) -> None:
+    """With no attachment-root variable, a screenshot of a local page is a PNG under <state>/attachments whose bytes hash to the ref."""
+
+    async def main() -> None:
+        async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
+            art = await _shoot(host, site.origin + "/")
+            assert art.ref.startswith("sha256:") and ":browser/" in art.ref and art.mime == "image/png"
+            image = Image.open(io.BytesIO(_load(state_dir / "attachments", art)))
+            assert image.format == "PNG" and image.size == (1280, 800)
+            assert image.convert("RGB").getpixel((640, 700)) == GREEN
+            assert site.hits == ["/"]
+
+    asyncio.run(main())
+
+
+def test_screenshot_honours_the_attachment_root_override(env: dict[str, str], tmp_path: Path) -> None:
+    """With CLANKIE_DISCORD_ATTACHMENT_ROOT set, the screenshot is written under that root and the viewport is honoured."""
+    root = tmp_path / "elsewhere" / "attachments"
+
+    async def main() -> None:
+        host_env = {**_private_env(env), "CLANKIE_DISCORD_ATTACHMENT_ROOT": str(root)}
+        async with Site() as site, HostProcess("browser", host_env, tmp_path / "host.log") as host:
+            art = await _shoot(host, site.origin + "/", viewport=Viewport(width=640, height=480))
+            image = Image.open(io.BytesIO(_load(root, art)))
+            assert image.size == (640, 480)
+            beat = await host.next_heartbeat()
+            assert beat.report["attachment_root"] == str(root)
+
+    asyncio.run(main())
+
+
+def test_full_page_height_is_capped(env: dict[str, str], state_dir: Path, tmp_path: Path) -> None:
+    """A 20,000-pixel page photographed full-page comes back cut at the height cap."""
+
+    async def main() -> None:
+        async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
+            art = await _shoot(host, site.origin + "/tall", full_page=True)
+            image = Image.open(io.BytesIO(_load(state_dir / "attachments", art)))
+            assert image.size == (1280, MAX_HEIGHT)
+
+    asyncio.run(main())
+
+
+def test_malformed_requests_are_refused_and_the_host_keeps_serving(env: dict[str, str], tmp_path: Path) -> None:
+    """Requests with missing or wrong-typed fields get invalid_request, unknown methods method_not_found, and the next good request still works."""
+
+    async def main() -> None:
+        async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
+            for params in ({}, {"url": 42}, {"url": "http://x/", "full_page": "maybe"}, {"url": "http://x/", "extra": 1}, [1, 2]):
+                error = await raw_call(host.socket, "screenshot", params)
+                assert error is not None and error["code"] == "invalid_request", params
+            error = await raw_call(host.socket, "draw_er_diagram", {"spec": {}})
+            assert error is not None and error["code"] == "method_not_found"
+            art = await _shoot(host, site.origin + "/")
+            assert art.size > 0 and host.alive()
+
+    asyncio.run(main())
+
+
+def _chromium_pids(host_pid: int) -> list[int]:
+    procs = psutil.Process(host_pid).children(recursive=True)
+    return [p.pid for p in procs if "chromium" in p.name() and "--type=" not in " ".join(p.cmdline())]
+
+
+def test_a_killed_browser_is_relaunched_on_the_next_request(env: dict[str, str], tmp_path: Path) -> None:
+    """After Chromium is SIGKILLed, the host reports it down, the next screenshot relaunches it, and the heartbeat counts the restart."""
+
+    async def main() -> None:
+        async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
+            assert host.proc is not None
+            await _shoot(host, site.origin + "/")
+            browsers = _chromium_pids(host.proc.pid)
+            assert len(browsers) == 1
+            os.kill(browsers[0], signal.SIGKILL)
+            deadline = asyncio.get_running_loop().time() + 10
+            while (await host.next_heartbeat()).report["browser"] != "down":
+                assert asyncio.get_running_loop().time() < deadline, "host never noticed the dead browser"
+            art = await _shoot(host, site.origin + "/")
+            assert art.size > 0
+            beat = await host.next_heartbeat()
+            assert beat.report["browser"] == "up"
+            assert beat.report["restarts"] == 1 and beat.report["crashes"] == 1
+            assert _chromium_pids(host.proc.pid) != browsers
+
+    asyncio.run(main())
+
+
+def test_without_chromium_the_host_stays_up_and_refuses(env: dict[str, str], tmp_path: Path) -> None:
+    """With no Chromium executable the host still becomes ready, answers every screenshot with browser_unavailable, and keeps running."""
+
+    async def main() -> None:
+        host_env = {**_private_env(env), "CLANKIE_CHROMIUM_PATH": str(tmp_path / "no-such-chromium")}
+        async with HostProcess("browser", host_env, tmp_path / "host.log") as host:
+            for _ in range(2):
+                with pytest.raises(RemoteError) as info:
+                    await _shoot(host, "http://127.0.0.1:9/")
+                assert info.value.code == "browser_unavailable"
+            assert host.alive()
+            beat = await host.next_heartbeat()
+            assert beat.report["browser"] == "absent"
+            assert beat.report["refused"] == {"browser_unavailable": 2}
+            assert await host.shutdown() == 0
+
+    asyncio.run(main())
+
+
+def test_the_private_temp_dir_is_emptied_at_start(env: dict[str, str], state_dir: Path, tmp_path: Path) -> None:
+    """Leftovers from a previous run in the host's temp dir are gone once it is ready, and SIGTERM stops it cleanly."""
+    leftover = state_dir / "tmp" / "browser" / "playwright_chromiumdev_profile-old"
+    leftover.mkdir(parents=True)
+
+    async def main() -> None:
+        async with HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
+            assert not leftover.exists()
+            assert host.proc is not None
+            host.proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(host.proc.wait(), 15) == 0
+            assert not host.socket.exists()
+            assert host.stopping
+
+    asyncio.run(main())
