@@ -1,0 +1,142 @@
+"""The ``service`` process: the captain on ``service.sock``, reporting to the supervisor over its link.
+
+Composition root: settings in, one Anthropic provider (or none: every turn
+then fails ``captain_provider_unconfigured`` without touching the network),
+lazy host clients, the captain, the turn service, the link. The supervisor
+gets ``ready`` once the socket is bound and a heartbeat every
+``heartbeat_seconds`` listing every live run with the CLOCK_BOOTTIME age of
+its last agent event; it may answer with ``abort_run``, ``lanes`` or ``say``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Mapping
+
+from clankie import ipc, logs
+from clankie import settings as settings_mod
+from clankie.child import arm_parent_death
+from clankie.clock import Clock, SystemClock
+from clankie.errors import EX_CONFIG, ConfigError, RemoteError
+from clankie.link import supervisor_link
+from clankie.paths import ensure_private_dir, socket_path
+from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
+from clankie.settings import Settings
+
+from service.agent.model import Provider
+from service.captain.captain import Captain, CaptainDeps
+from service.captain.deliveries import DeliveryStore
+from service.captain.hosts import HostClient
+from service.captain.records import Evidence
+from service.captain.service import TurnService
+
+log = logging.getLogger(__name__)
+
+
+def make_provider(settings: Settings) -> Provider | None:
+    """The Anthropic provider, or None when no API key is configured."""
+    if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value().strip():
+        return None
+    from service.agent.provider import AnthropicProvider
+
+    return AnthropicProvider(
+        api_key=settings.anthropic_api_key.get_secret_value(),
+        model=settings.model,
+        base_url=settings.anthropic_base_url,
+    )
+
+
+class ServiceApp:
+    """Everything the service process runs; usable in-process by tests."""
+
+    def __init__(self, settings: Settings, clock: Clock | None = None, provider: Provider | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.provider = provider if provider is not None else make_provider(settings)
+        rt = settings.runtime_dir
+        self.browser = HostClient("browser", socket_path(rt, "browser"), self.clock)
+        self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
+        self.captain = Captain(
+            CaptainDeps(settings=settings, clock=self.clock, provider=self.provider, browser=self.browser, tldraw=self.tldraw)
+        )
+        ensure_private_dir(self.captain.paths.root)
+        self.store = DeliveryStore(self.captain.paths.deliveries, self.clock)
+        self.turns = TurnService(self.captain, self.store, Evidence(self.captain.paths.evidence, self.clock), self.clock)
+        self.server: ipc.Server | None = None
+        self.socket_path = socket_path(rt, "service")
+
+    async def start(self) -> None:
+        pruned = self.store.prune()
+        if pruned:
+            log.info("pruned %d expired delivery records", pruned)
+        ensure_private_dir(self.settings.runtime_dir)
+        self.server = await ipc.serve(self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes)
+        log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
+
+    async def close(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
+        await self.captain.aclose()
+        await self.browser.aclose()
+        await self.tldraw.aclose()
+        if self.provider is not None:
+            await self.provider.aclose()
+
+    async def link_handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        """What the supervisor may ask of the service."""
+        if method == "abort_run":
+            assert isinstance(params, AbortRun)
+            return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
+        if method == "lanes":
+            return LanesReply(lanes=self.captain.lane_infos())
+        if method == "say":
+            assert isinstance(params, SayRequest)
+            return await self.turns.say(params)
+        raise RemoteError("method_not_found", f"service does not serve {method}")
+
+    def heartbeat(self) -> Heartbeat:
+        runs = self.captain.runs()
+        detail = f"{len(self.captain.lanes)} lanes, {len(runs)} live runs"
+        if self.provider is None:
+            detail += ", provider unconfigured"
+        return Heartbeat(detail=detail, runs=runs, report={"lanes": len(self.captain.lanes), "runs": len(runs)})
+
+
+async def _amain(settings: Settings, environ: Mapping[str, str]) -> int:
+    app = ServiceApp(settings)
+    async with supervisor_link(
+        "service", app.link_handler, app.heartbeat, clock=app.clock, interval=settings.heartbeat_seconds, env=environ
+    ) as link:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
+        try:
+            await app.start()
+            await link.ready()
+            await link.shutdown.wait()
+            log.info("stopping (%s)", link.shutdown_reason or "asked")
+        except ConfigError as exc:
+            print(f"service: {exc}", file=sys.stderr, flush=True)
+            return EX_CONFIG
+        finally:
+            await app.close()
+    return 0
+
+
+def main(environ: Mapping[str, str] | None = None) -> int:
+    """The whole life of the service process; returns its exit status."""
+    import os
+
+    env = dict(os.environ if environ is None else environ)
+    arm_parent_death(env)
+    try:
+        settings = settings_mod.load(env)
+    except ConfigError as exc:
+        print(f"service: {exc}", file=sys.stderr, flush=True)
+        return EX_CONFIG
+    logs.configure("service", settings.log_level)
+    return asyncio.run(_amain(settings, env))

@@ -1,0 +1,453 @@
+"""The captain shell: lanes in memory, turns through the lane machine, runs on the agent runtime.
+
+:meth:`Captain.submit` takes one admitted message and returns how its turn
+ended. The lane lookup, the lane machine's decision and the run start happen
+with no ``await`` between them, so two messages can never both start a run in
+one room. Agent events drive the machine (``RunStart`` → streaming, ``RunEnd``
+→ results), the typing watcher and the stall report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clankie.clock import Clock
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.protocol import (
+    Author,
+    HistoryMessage,
+    HistoryReply,
+    HistoryRequest,
+    LaneInfo,
+    Room,
+    RunReport,
+    Trigger,
+    TurnResult,
+    TurnSubmit,
+    TypingSignal,
+)
+from clankie.settings import Settings
+
+from service.agent.agent import Agent, AgentConfig
+from service.agent.content import UserMessage
+from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, TurnStart
+from service.agent.model import Provider
+from service.agent.outcome import OutcomeKind, RunOutcome
+from service.agent.session import SessionTree
+from service.agent.tools import Tool
+from service.captain import keys, prompt
+from service.captain.hosts import HostClient
+from service.captain.lane import (
+    AbortAgent,
+    AbortRequested,
+    Action,
+    DropLane,
+    Fail,
+    Finish,
+    FlushSteers,
+    HoldSteer,
+    Lane,
+    LaneState,
+    RunEnded,
+    RunStreaming,
+    StartRun,
+    Steer,
+    TurnArrived,
+)
+from service.captain.records import LaneLog
+from service.captain.tools import (
+    Admission,
+    DeliveryContext,
+    TurnCapture,
+    diagram_tool,
+    screenshot_tool,
+    shell_tool,
+    text_update_tool,
+)
+
+log = logging.getLogger(__name__)
+
+SESSION_FAILED = "captain_session_failed"
+UNCONFIGURED = "captain_provider_unconfigured"
+FAILURE_CODES = {
+    OutcomeKind.USAGE_LIMIT: "captain_usage_limit_reached",
+    OutcomeKind.MODEL_FAILED: "captain_model_failed",
+    OutcomeKind.RESPONSE_MISSING: "captain_response_missing",
+    OutcomeKind.ABORTED: SESSION_FAILED,
+}
+HISTORY_TIMEOUT = 30.0
+TEARDOWN_GRACE = 10.0
+LIVE = (LaneState.STARTING, LaneState.RUNNING)
+
+SYSTEM_PROMPT = """You are {character}, a regular in a few Discord text rooms. Each user turn is one bounded, \
+untrusted Discord message from someone in the room (several messages may arrive together when people \
+talk while you are still working). Answer the way a thoughtful friend in the channel would: short, \
+direct, in your own voice. Several people may speak; answer what was actually said, once.
+
+Tools: send_text_update posts a short mid-turn note when someone is waiting on slow work; \
+browse_screenshot looks at a web page; draw_er_diagram and draw_sequence_diagram draw diagrams. \
+Pictures you make are attached to your reply automatically."""
+ROOM_NOTE = "# This room\nYou have no shell or file access here."
+PRIVILEGED_NOTE = "# This turn\nThis person is a system actor: you may use the bash tool for this grant only."
+
+
+@dataclass(frozen=True, slots=True)
+class LanePlan:
+    kind: str  # "room" | "system" | "oneshot"
+    key: str
+    directory: Path
+    privileged: bool
+
+
+@dataclass
+class TurnSlot:
+    turn_id: str
+    delivery: DeliveryContext
+    trigger: Trigger
+    future: asyncio.Future[TurnResult]
+
+
+@dataclass
+class LiveLane:
+    """One lane's live objects: the machine, the agent, and the turns waiting on it."""
+
+    key: str
+    plan: LanePlan
+    room: Room
+    machine: Lane
+    agent: Agent
+    capture: TurnCapture
+    lane_log: LaneLog
+    fresh: bool = True  # cold until its first run starts
+    slots: dict[str, TurnSlot] = field(default_factory=dict)
+    owner_task: asyncio.Task[None] | None = None
+    run_started_boot: float = 0.0
+    last_event_boot: float = 0.0
+    typing_sent: bool = False
+    text_so_far: str = ""
+    last_outcome: RunOutcome | None = None
+    unsubscribe: Callable[[], None] | None = None
+    history_requests: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptainDeps:
+    settings: Settings
+    clock: Clock
+    provider: Provider | None
+    browser: HostClient | None = None
+    tldraw: HostClient | None = None
+
+
+class Captain:
+    """Every lane of this process."""
+
+    def __init__(self, deps: CaptainDeps) -> None:
+        self._s = deps.settings
+        self.character = deps.settings.character_id
+        self._clock = deps.clock
+        self._provider = deps.provider
+        self._browser = deps.browser
+        self._tldraw = deps.tldraw
+        self.paths = keys.CaptainPaths.under(deps.settings.state_dir)
+        self.lanes: dict[str, LiveLane] = {}
+        self._closing: dict[str, asyncio.Task[None]] = {}
+        self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
+        self._config = AgentConfig(
+            context_window=deps.settings.model_context_window,
+            reserve_tokens=deps.settings.compaction_reserve_tokens,
+            keep_recent_tokens=deps.settings.compaction_keep_tokens,
+        )
+
+    # ------------------------------------------------------------------ turns
+
+    async def submit(self, submit: TurnSubmit, delivery: DeliveryContext) -> TurnResult:
+        """Run (or attach) one turn and return how it ended; never raises for model trouble."""
+        room, trigger = submit.room, submit.trigger
+        LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
+        if self._provider is None:
+            return TurnResult(outcome="failed", code=UNCONFIGURED)
+        plan = self._plan(room, trigger.author)
+        key = f"{plan.key}#{submit.delivery_id}" if plan.kind == "oneshot" else plan.key
+        while key in self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._closing[key])
+        # -- from here to the decision: no await, so the idle check and the run start are one step
+        lane = self.lanes.get(key) or self._open(plan, key, room)
+        future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        actions = lane.machine.handle(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), self._clock.boottime())
+        self._apply(lane, actions, (delivery, trigger, future))
+        return await asyncio.shield(future)
+
+    def _plan(self, room: Room, author: Author) -> LanePlan:
+        system = author.is_system_actor or author.id in self._s.discord_system_actor_ids
+        room_key = keys.room_lane_key(self._s.character_id, room)
+        if system and keys.is_trusted(room, self._s.discord_trusted_rooms):
+            key = keys.system_lane_key(self._s.character_id, room, author.id)
+            return LanePlan("system", key, self.paths.system(key), True)
+        if system or not self._s.captain_durable:
+            return LanePlan("oneshot", room_key, self.paths.turns(room), system)
+        return LanePlan("room", room_key, self.paths.room(room_key), False)
+
+    def _open(self, plan: LanePlan, key: str, room: Room) -> LiveLane:
+        if plan.kind == "oneshot":
+            session = SessionTree.create(plan.directory, self._clock)
+        else:
+            session = SessionTree.open_latest(plan.directory, self._clock)
+        capture = TurnCapture(room=room)
+        assert self._provider is not None
+        agent = Agent(
+            session=session,
+            provider=self._provider,
+            tools=self._tools(capture, plan.privileged),
+            clock=self._clock,
+            system_prompt=self._system_prompt(plan.privileged),
+            config=self._config,
+        )
+        lane = LiveLane(
+            key=key,
+            plan=plan,
+            room=room,
+            machine=Lane(key),
+            agent=agent,
+            capture=capture,
+            lane_log=LaneLog(self.paths.lane_log(room), room, self._clock),
+        )
+        lane.unsubscribe = agent.subscribe(lambda event: self._on_event(lane, event))
+        self.lanes[key] = lane
+        log.info("lane %s opened (%s, session %s)", key, plan.kind, session.session_id[:8])
+        return lane
+
+    def _system_prompt(self, privileged: bool) -> str:
+        note = PRIVILEGED_NOTE if privileged else ROOM_NOTE
+        return SYSTEM_PROMPT.format(character=self._s.character_id) + "\n\n" + note
+
+    def _tools(self, capture: TurnCapture, privileged: bool) -> list[Tool]:
+        root = self._s.attachment_root
+        tools = [text_update_tool(capture, self._admission)]
+        if self._browser is not None:
+            tools.append(screenshot_tool(self._browser, capture, root))
+        if self._tldraw is not None:
+            tools.append(diagram_tool("draw_er_diagram", self._tldraw, capture, root))
+            tools.append(diagram_tool("draw_sequence_diagram", self._tldraw, capture, root))
+        if privileged:
+            tools.append(shell_tool(self._s.state_dir))
+        return tools
+
+    # ------------------------------------------------------------------ actions
+
+    def _apply(
+        self,
+        lane: LiveLane,
+        actions: list[Action],
+        new: tuple[DeliveryContext, Trigger, asyncio.Future[TurnResult]] | None = None,
+    ) -> None:
+        for action in actions:
+            if isinstance(action, StartRun | HoldSteer | Steer):
+                assert new is not None
+                slot = TurnSlot(action.turn_id, *new)
+                lane.slots[action.turn_id] = slot
+            if isinstance(action, StartRun):
+                lane.capture.owner = slot.delivery
+                self._stamp(lane, slot)
+                lane.run_started_boot = lane.last_event_boot = self._clock.boottime()
+                lane.owner_task = asyncio.create_task(self._own(lane, slot, action.run_id), name=f"lane-run-{action.run_id}")
+            elif isinstance(action, Steer):
+                self._steer(lane, slot)
+            elif isinstance(action, FlushSteers):
+                for turn_id in action.turn_ids:
+                    self._steer(lane, lane.slots[turn_id])
+            elif isinstance(action, AbortAgent):
+                log.info("lane %s: aborting run %s (%s)", lane.key, action.run_id, action.reason)
+                if lane.agent.is_running:
+                    lane.agent.abort(action.reason)
+                elif lane.owner_task is not None:
+                    lane.owner_task.cancel()
+            elif isinstance(action, Finish):
+                self._finish(lane, action)
+            elif isinstance(action, Fail):
+                for turn_id in action.turn_ids:
+                    self._resolve(lane, turn_id, TurnResult(outcome="failed", turn_id=turn_id, code=action.code))
+            elif isinstance(action, DropLane):
+                self._drop(lane)
+
+    def _stamp(self, lane: LiveLane, slot: TurnSlot) -> None:
+        lane.capture.actor_id = slot.trigger.author.id
+        lane.capture.message_id = slot.trigger.message_id
+
+    def _steer(self, lane: LiveLane, slot: TurnSlot) -> None:
+        self._stamp(lane, slot)
+        text = prompt.turn_prompt(slot.trigger, None)
+        if not lane.agent.steer(UserMessage(text=text)):
+            log.warning("lane %s: run was not live for steered turn %s", lane.key, slot.turn_id)
+
+    def _finish(self, lane: LiveLane, action: Finish) -> None:
+        outcome = lane.last_outcome
+        text = outcome.text.strip() if outcome is not None else ""
+        if not text:
+            for turn_id in (action.owner, *action.steerers):
+                self._resolve(lane, turn_id, TurnResult(outcome="failed", turn_id=turn_id, code=FAILURE_CODES[OutcomeKind.RESPONSE_MISSING]))
+            return
+        if prompt.is_silent(text):
+            for turn_id in (action.owner, *action.steerers):
+                self._resolve(lane, turn_id, TurnResult(outcome="silent", turn_id=turn_id))
+            return
+        media = tuple(lane.capture.media[-1:])
+        lane.lane_log.said(text)
+        self._resolve(lane, action.owner, TurnResult(outcome="settled", turn_id=action.owner, text=text, media=media))
+        for turn_id in action.steerers:
+            self._resolve(lane, turn_id, TurnResult(outcome="absorbed", turn_id=turn_id))
+
+    def _resolve(self, lane: LiveLane, turn_id: str, result: TurnResult) -> None:
+        slot = lane.slots.pop(turn_id, None)
+        if slot is not None and not slot.future.done():
+            slot.future.set_result(result)
+
+    def _drop(self, lane: LiveLane) -> None:
+        if self.lanes.get(lane.key) is lane:
+            del self.lanes[lane.key]
+        if lane.key not in self._closing:
+            task = asyncio.create_task(self._teardown(lane), name=f"lane-teardown-{lane.key}")
+            self._closing[lane.key] = task
+            task.add_done_callback(lambda _t, k=lane.key: self._closing.pop(k, None))
+        log.info("lane %s dropped", lane.key)
+
+    async def _teardown(self, lane: LiveLane) -> None:
+        if lane.owner_task is not None and lane.owner_task is not asyncio.current_task():
+            await asyncio.wait({lane.owner_task}, timeout=TEARDOWN_GRACE)
+        if lane.unsubscribe is not None:
+            lane.unsubscribe()
+        lane.agent.session.close()
+
+    # ------------------------------------------------------------------ the owner's run
+
+    async def _own(self, lane: LiveLane, slot: TurnSlot, run_id: str) -> None:
+        code: str | None = None
+        try:
+            history: tuple[HistoryMessage, ...] | None = None
+            if lane.fresh:
+                lane.fresh = False
+                history = await self._history(lane, slot)
+            text = prompt.turn_prompt(slot.trigger, history)
+            lane.capture.media.clear()
+            lane.typing_sent, lane.text_so_far = False, ""
+            await lane.agent.run(UserMessage(text=text))
+        except asyncio.CancelledError:
+            code = SESSION_FAILED
+        except Exception:
+            log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
+            code = SESSION_FAILED
+        if code is not None and lane.machine.state in LIVE and lane.machine.run_id == run_id:
+            self._apply(lane, lane.machine.handle(RunEnded(code), self._clock.boottime()))
+        if lane.plan.kind == "oneshot" and lane.machine.state is LaneState.IDLE:
+            self._drop(lane)
+
+    async def _history(self, lane: LiveLane, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
+        conn, limit = slot.delivery.conn, self._s.discord_context_messages
+        if conn is None or conn.closed or limit == 0:
+            return None
+        lane.history_requests += 1
+        request = HistoryRequest(
+            delivery_id=slot.delivery.delivery_id, room=lane.room, before_message_id=slot.trigger.message_id, limit=limit
+        )
+        try:
+            reply = await conn.request("history", request, timeout=HISTORY_TIMEOUT)
+        except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
+            log.warning("lane %s: no history for a cold lane (%s)", lane.key, type(exc).__name__)
+            return None
+        assert isinstance(reply, HistoryReply)
+        return reply.messages[-limit:]
+
+    # ------------------------------------------------------------------ agent events
+
+    def _on_event(self, lane: LiveLane, event: AgentEvent) -> None:
+        lane.last_event_boot = self._clock.boottime()
+        machine = lane.machine
+        if isinstance(event, RunStart):
+            if machine.state is LaneState.STARTING:
+                self._apply(lane, machine.handle(RunStreaming(), lane.last_event_boot))
+            elif machine.state is LaneState.DROPPED:
+                lane.agent.abort("stalled")
+        elif isinstance(event, TurnStart | RetryStart):
+            lane.text_so_far = ""
+        elif isinstance(event, TextDelta):
+            self._watch_typing(lane, event.text)
+        elif isinstance(event, RunEnd):
+            lane.last_outcome = event.outcome
+            if machine.state in LIVE:
+                code = None if event.outcome.kind is OutcomeKind.OK else FAILURE_CODES[event.outcome.kind]
+                self._apply(lane, machine.handle(RunEnded(code), lane.last_event_boot))
+
+    def _watch_typing(self, lane: LiveLane, delta: str) -> None:
+        if lane.typing_sent:
+            return
+        lane.text_so_far += delta
+        if prompt.may_become_silent(lane.text_so_far):
+            return
+        lane.typing_sent = True
+        owner = lane.capture.owner
+        if owner is None or owner.conn is None or owner.conn.closed:
+            return
+        asyncio.create_task(_send_typing(owner.conn, owner.delivery_id), name="typing")
+
+    # ------------------------------------------------------------------ operator surface
+
+    def abort(self, key: str, run_id: str | None, reason: str) -> bool:
+        lane = self.lanes.get(key)
+        if lane is None or lane.machine.state not in LIVE:
+            return False
+        if run_id is not None and run_id != lane.machine.run_id:
+            return False
+        self._apply(lane, lane.machine.handle(AbortRequested("stalled" if reason == "stalled" else "operator"), self._clock.boottime()))
+        return True
+
+    def runs(self) -> tuple[RunReport, ...]:
+        now = self._clock.boottime()
+        out = []
+        for lane in self.lanes.values():
+            m = lane.machine
+            if m.state in LIVE and m.run_id is not None:
+                out.append(
+                    RunReport(
+                        lane=lane.key,
+                        run_id=m.run_id,
+                        last_event_age_s=max(0.0, now - lane.last_event_boot),
+                        started_age_s=max(0.0, now - lane.run_started_boot),
+                        turns=len(m.attached),
+                    )
+                )
+        return tuple(out)
+
+    def lane_infos(self) -> tuple[LaneInfo, ...]:
+        now = self._clock.boottime()
+        return tuple(
+            LaneInfo(
+                key=lane.key,
+                warm=not lane.fresh,
+                state=lane.machine.state.value,
+                run_id=lane.machine.run_id,
+                last_event_age_s=max(0.0, now - lane.last_event_boot) if lane.machine.state in LIVE else None,
+                turns=lane.machine.turns_started,
+            )
+            for lane in self.lanes.values()
+        )
+
+    async def aclose(self) -> None:
+        """Abort every live run and close every session tree."""
+        for lane in list(self.lanes.values()):
+            if lane.agent.is_running:
+                lane.agent.abort("shutdown")
+            self._drop(lane)
+        if self._closing:
+            await asyncio.gather(*self._closing.values(), return_exceptions=True)
+
+
+async def _send_typing(conn: object, delivery_id: str) -> None:
+    with contextlib.suppress(ChannelBroken, ChannelClosed):
+        await conn.notify("typing", TypingSignal(delivery_id=delivery_id))  # type: ignore[attr-defined]

@@ -1,0 +1,73 @@
+"""Clients for the browser and tldraw hosts: connect lazily, reconnect with jittered backoff.
+
+A host that is down is not an error of the turn: the tool tells the model
+``<host>_unavailable`` so he can say so, and the next call tries again once
+the backoff allows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from clankie import ipc
+from clankie.backoff import Backoff
+from clankie.clock import Clock
+from clankie.errors import ChannelBroken, ChannelClosed, ClankieError
+from clankie.protocol import Record
+
+log = logging.getLogger(__name__)
+
+
+class HostUnavailable(ClankieError):
+    """The host's socket is not there or not answering (its fault, or not started yet)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class HostClient:
+    """One lazily dialled connection to a host socket."""
+
+    def __init__(self, name: str, path: Path, clock: Clock, backoff: Backoff | None = None) -> None:
+        self.name = name
+        self.path = path
+        self._clock = clock
+        self._backoff = backoff or Backoff(base=0.2, cap=10.0, reset_after=30.0)
+        self._conn: ipc.Connection | None = None
+        self._next_try = 0.0
+
+    @property
+    def unavailable_code(self) -> str:
+        return f"{self.name}_unavailable"
+
+    async def request(self, method: str, params: Record, timeout: float) -> Record:
+        """Call ``method`` on the host; raises :class:`HostUnavailable` or ``RemoteError``."""
+        conn = await self._connection()
+        try:
+            return await conn.request(method, params, timeout=timeout)
+        except (ChannelBroken, ChannelClosed):
+            self._conn = None
+            raise HostUnavailable(self.unavailable_code) from None
+
+    async def _connection(self) -> ipc.Connection:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        now = self._clock.monotonic()
+        if now < self._next_try:
+            raise HostUnavailable(self.unavailable_code)
+        try:
+            self._conn = await ipc.connect(self.path, "service")
+        except (OSError, ChannelBroken, ChannelClosed, ClankieError) as exc:
+            self._next_try = now + self._backoff.delay(now)
+            log.warning("%s host not reachable (%s); next try in %.1fs", self.name, type(exc).__name__, self._next_try - now)
+            raise HostUnavailable(self.unavailable_code) from None
+        self._backoff.reset()
+        log.info("connected to the %s host", self.name)
+        return self._conn
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            await self._conn.aclose()
+            self._conn = None

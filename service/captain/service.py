@@ -1,0 +1,123 @@
+"""The turn protocol on ``service.sock``: ``turn.submit`` with idempotency by delivery id, plus ``say``.
+
+One delivery id is one turn. A re-submission with the same body attaches to
+the running turn (a reconnected bridge becomes the connection the turn
+answers on) or gets the retained result; a different body is refused with
+``delivery_conflict``. Results are retained on disk for seven hours, so a
+restarted service answers a re-submitted delivery the same way. The turn
+itself runs in its own task: a bridge that goes away does not cancel it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+
+from clankie import ipc
+from clankie.clock import Clock
+from clankie.errors import RemoteError
+from clankie.protocol import Author, Record, SayRequest, Trigger, TurnResult, TurnSubmit
+
+from service.captain import keys
+from service.captain.captain import SESSION_FAILED, Captain
+from service.captain.deliveries import MAX_ATTEMPTS, DeliveryStore, fingerprint
+from service.captain.records import Evidence
+from service.captain.tools import DeliveryContext
+
+log = logging.getLogger(__name__)
+
+EVIDENCE_EVENT = {"settled": "settled", "absorbed": "absorbed", "silent": "declined", "failed": "failed"}
+OPERATOR = Author(id="operator", name="operator")
+
+
+@dataclass
+class InFlight:
+    fingerprint: str
+    delivery: DeliveryContext
+    task: asyncio.Task[TurnResult]
+
+
+class TurnService:
+    """Accepts turns from the bridge (and the operator) and answers each exactly once per delivery."""
+
+    def __init__(self, captain: Captain, store: DeliveryStore, evidence: Evidence, clock: Clock) -> None:
+        self.captain = captain
+        self.store = store
+        self.evidence = evidence
+        self._clock = clock
+        self._inflight: dict[str, InFlight] = {}
+
+    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        """The ``service.sock`` handler."""
+        if method == "turn.submit":
+            assert isinstance(params, TurnSubmit)
+            return await self.submit(params, conn)
+        raise RemoteError("method_not_found", f"service does not serve {method}")
+
+    async def submit(self, submit: TurnSubmit, conn: ipc.Connection | None) -> TurnResult:
+        did = submit.delivery_id
+        fp = fingerprint(submit)
+        live = self._inflight.get(did)
+        if live is not None:
+            if live.fingerprint != fp:
+                raise RemoteError("delivery_conflict", "this delivery id was submitted with a different body")
+            if conn is not None:
+                live.delivery.conn = conn  # the bridge reconnected: answer on the new connection
+            log.info("delivery %s re-submitted while running; attached", did)
+            return await asyncio.shield(live.task)
+        retained = self.store.load(did)
+        attempts = 1
+        if retained is not None:
+            if retained.fingerprint != fp:
+                raise RemoteError("delivery_conflict", "this delivery id was submitted with a different body")
+            if retained.result is not None:
+                log.info("delivery %s re-submitted; returning the retained result", did)
+                return retained.result
+            attempts = retained.attempts + 1
+        lane = keys.room_lane_key(self.captain.character, submit.room)
+        if attempts > MAX_ATTEMPTS:
+            result = TurnResult(outcome="failed", code=SESSION_FAILED)
+            log.warning("delivery %s was interrupted %d times; failing it", did, attempts - 1)
+            self.store.settle(did, fp, attempts, retained.accepted_at if retained else self._clock.wall(), result)
+            self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED)
+            return result
+        self.store.accept(did, fp, attempts)
+        accepted_at = self._clock.wall()
+        self.evidence.record(did, "accepted", lane=lane)
+        delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn)
+        task = asyncio.create_task(self._run(submit, delivery, fp, attempts, accepted_at, lane), name=f"turn-{did}")
+        self._inflight[did] = InFlight(fp, delivery, task)
+        return await asyncio.shield(task)
+
+    async def _run(
+        self, submit: TurnSubmit, delivery: DeliveryContext, fp: str, attempts: int, accepted_at: float, lane: str
+    ) -> TurnResult:
+        did = submit.delivery_id
+        try:
+            try:
+                result = await self.captain.submit(submit, delivery)
+            except Exception:
+                log.exception("delivery %s: captain failed", did)
+                result = TurnResult(outcome="failed", code=SESSION_FAILED)
+            self.store.settle(did, fp, attempts, accepted_at, result)
+            self.evidence.record(did, EVIDENCE_EVENT[result.outcome], lane=lane, code=result.code, turn_id=result.turn_id)
+            log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "")
+            return result
+        finally:
+            self._inflight.pop(did, None)
+
+    async def say(self, request: SayRequest) -> TurnResult:
+        """An operator turn in a room, through the same lanes (no bridge: cold lanes get no history)."""
+        try:
+            room = keys.parse_room(request.room, self.captain.character)
+        except ValueError as exc:
+            raise RemoteError("invalid_room", str(exc)) from None
+        message_id = uuid.uuid4().hex[:20]
+        submit = TurnSubmit(
+            delivery_id=f"say-{message_id}",
+            room=room,
+            trigger=Trigger(message_id=message_id, author=OPERATOR, text=request.text, at=self._clock.wall()),
+        )
+        return await self.submit(submit, None)

@@ -1,0 +1,288 @@
+"""The captain's tools: one short text update, screenshots, diagrams, and (privileged only) a shell.
+
+The model supplies only the content fields; who and where are stamped by the
+host from the turn (:class:`TurnCapture`). Host failures come back to the
+model as a clear error text (``browser_unavailable`` …) so he can say so out
+loud; they never fail the turn. A tool that makes a picture appends its
+governed ref to the turn's media; the last one rides with the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clankie import ipc
+from clankie.artifacts import ArtifactError, resolve_artifact
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.protocol import Artifact, DiagramRequest, Room, ScreenshotRequest, TextUpdate, TextUpdateReply
+
+from service.agent.tools import Tool, ToolContext, ToolResult
+from service.captain.hosts import HostClient, HostUnavailable
+
+log = logging.getLogger(__name__)
+
+TEXT_UPDATE_MAX = 600
+IMAGE_TO_MODEL_MAX = 4 * 1024 * 1024
+
+TEXT_UPDATE_DESCRIPTION = (
+    "Post one short text message to this channel right now, threaded onto the message you are answering, "
+    "without ending your turn. Your final reply still posts when the turn ends. Use it only when someone is "
+    "actually waiting on slow work and a meaningful delay would otherwise leave them hanging (looking up a "
+    "bracket, reading a long page). Never use it for an unsolicited link or task you chose to inspect on your "
+    "own: work quietly. Say what you are off to do, in your own voice, in a sentence or two. Never pad a turn "
+    "you can simply answer."
+)
+
+
+@dataclass
+class DeliveryContext:
+    """One delivery as the captain holds it: where it came from and the bridge connection to answer on."""
+
+    delivery_id: str
+    room: Room
+    conn: ipc.Connection | None
+
+
+@dataclass
+class TurnCapture:
+    """Host-stamped facts of the live run that tools read: the delivery being answered, media made so far."""
+
+    room: Room
+    owner: DeliveryContext | None = None
+    actor_id: str = ""
+    message_id: str = ""
+    media: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """The rooms a channel write may target (the bridge's admission lists)."""
+
+    guild_ids: tuple[str, ...]
+    channel_ids: tuple[str, ...]
+
+    def admits(self, room: Room) -> bool:
+        if room.guild_id is None or room.guild_id not in self.guild_ids:
+            return False
+        return not self.channel_ids or room.channel_id in self.channel_ids
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult(content=text, is_error=True)
+
+
+def text_update_tool(capture: TurnCapture, admission: Admission) -> Tool:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        text = str(args.get("text", "")).strip()
+        if not 1 <= len(text) <= TEXT_UPDATE_MAX:
+            return _error(f"The update must be 1 to {TEXT_UPDATE_MAX} characters.")
+        room = capture.room
+        if room.guild_id is None:
+            return _error("That Discord action is not available in DMs.")
+        if not admission.admits(room):
+            return _error("That channel is outside my admitted Discord channels.")
+        owner = capture.owner
+        if owner is None or owner.conn is None or owner.conn.closed:
+            return _error("I can't reach my live Discord body for that action.")
+        try:
+            reply = await owner.conn.request("text_update", TextUpdate(delivery_id=owner.delivery_id, text=text), timeout=20)
+        except RemoteError as exc:
+            return _error(f"My Discord body refused that action: {exc.code}")
+        except (ChannelBroken, ChannelClosed, RequestTimeout):
+            return _error("I can't reach my live Discord body for that action.")
+        assert isinstance(reply, TextUpdateReply)
+        return ToolResult(content="I posted that text update. Keep working; your final text reply still posts when the turn ends.")
+
+    return Tool(
+        name="send_text_update",
+        description=TEXT_UPDATE_DESCRIPTION,
+        input_schema={
+            "type": "object",
+            "properties": {
+                "text": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": TEXT_UPDATE_MAX,
+                    "description": "What to say now, in your own voice. One or two sentences.",
+                }
+            },
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+        timeout=30.0,
+    )
+
+
+async def _artifact_call(
+    client: HostClient, method: str, params: Any, capture: TurnCapture, root: Path, what: str
+) -> ToolResult:
+    try:
+        artifact = await client.request(method, params, timeout=90)
+    except HostUnavailable as exc:
+        return _error(f"{exc.code}: the {client.name} host is not available right now. Tell the room plainly if it matters.")
+    except RemoteError as exc:
+        return _error(f"{exc.code}: the {client.name} host refused: {exc.message[:300]}")
+    except RequestTimeout:
+        return _error(f"{client.name}_timeout: the {client.name} host did not answer in time.")
+    assert isinstance(artifact, Artifact)
+    capture.media.append(artifact.ref)
+    note = f"{what} ready ({artifact.ref}). It will be attached to your reply; do not paste the ref."
+    content: list[dict[str, Any]] = [{"type": "text", "text": note}]
+    if artifact.mime in ("image/png", "image/jpeg", "image/webp"):
+        try:
+            resolved = resolve_artifact(root, artifact.ref, IMAGE_TO_MODEL_MAX)
+        except ArtifactError as exc:
+            log.warning("%s artifact not readable for the model: %s", client.name, exc.code)
+        else:
+            data = base64.b64encode(resolved.data).decode("ascii")
+            content.append({"type": "image", "source": {"type": "base64", "media_type": resolved.content_type, "data": data}})
+    return ToolResult(content=content)
+
+
+def screenshot_tool(client: HostClient, capture: TurnCapture, root: Path) -> Tool:
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            request = ScreenshotRequest(url=str(args.get("url", "")), full_page=bool(args.get("full_page", False)))
+        except ValueError:
+            return _error("The url must be 1 to 2048 characters.")
+        return await _artifact_call(client, "screenshot", request, capture, root, "Screenshot")
+
+    return Tool(
+        name="browse_screenshot",
+        description="Open a web page in a headless browser and take a screenshot of it. You see the picture, "
+        "and the last picture of your turn is attached to your reply.",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "url": {"type": "string", "description": "The http(s) address to open."},
+                "full_page": {"type": "boolean", "description": "Capture the whole page, not just the first screen."},
+            },
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+        execute=execute,
+        timeout=120.0,
+    )
+
+
+ER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "entities": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "fields": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string"},
+                                "type": {"type": "string"},
+                                "key": {"enum": ["pk", "fk", "pk_fk", "uk"]},
+                            },
+                            "required": ["name"],
+                        },
+                    },
+                },
+                "required": ["name"],
+            },
+        },
+        "relations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "from": {"type": "string"},
+                    "to": {"type": "string"},
+                    "cardinality": {"enum": ["one_to_one", "one_to_many", "many_to_one", "many_to_many"]},
+                    "label": {"type": "string"},
+                },
+                "required": ["from", "to", "cardinality"],
+            },
+        },
+    },
+    "required": ["entities"],
+}
+
+SEQUENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "participants": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+        "messages": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "from": {"type": "string"},
+                    "to": {"type": "string"},
+                    "text": {"type": "string"},
+                    "kind": {"enum": ["sync", "async", "reply"]},
+                },
+                "required": ["from", "to"],
+            },
+        },
+    },
+    "required": ["participants", "messages"],
+}
+
+
+def diagram_tool(method: str, client: HostClient, capture: TurnCapture, root: Path) -> Tool:
+    er = method == "draw_er_diagram"
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return await _artifact_call(client, method, DiagramRequest(spec=dict(args)), capture, root, "Diagram")
+
+    return Tool(
+        name=method,
+        description=(
+            "Draw an entity-relationship diagram from described entities, fields and relations."
+            if er
+            else "Draw a sequence diagram from described participants and the messages between them, top to bottom."
+        )
+        + " The picture is attached to your reply.",
+        input_schema=ER_SCHEMA if er else SEQUENCE_SCHEMA,
+        execute=execute,
+        timeout=120.0,
+    )
+
+
+SHELL_OUTPUT_MAX = 16_000
+
+
+def shell_tool(cwd: Path) -> Tool:
+    """Privileged turns only: run one shell command (60 s), see its output."""
+
+    async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        command = str(args.get("command", ""))
+        if not command.strip():
+            return _error("Give a command to run.")
+        proc = await asyncio.create_subprocess_shell(
+            command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        except (TimeoutError, asyncio.CancelledError):
+            proc.kill()
+            await proc.wait()
+            raise
+        text = out.decode("utf-8", "replace")[-SHELL_OUTPUT_MAX:]
+        return ToolResult(content=f"exit {proc.returncode}\n{text}", is_error=proc.returncode != 0)
+
+    return Tool(
+        name="bash",
+        description="Run one shell command on the host (granted to this actor for this turn only).",
+        input_schema={"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        execute=execute,
+        timeout=70.0,
+    )
