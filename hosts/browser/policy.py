@@ -11,7 +11,8 @@ Two checks, both pure:
   (100.64/10), multicast, unspecified and NAT64-wrapped addresses are refused.
   IPv4-mapped, 6to4 and Teredo IPv6 addresses are judged by the IPv4 address
   they carry (Python's ``is_loopback`` is False for ``::ffff:127.0.0.1``).
-  ``allow_private`` relaxes everything except multicast and unspecified.
+  ``allow_private`` relaxes everything except multicast, unspecified and
+  the cloud-metadata addresses, which are never a page anyone means.
 
 :class:`Pins` is the operator's (and the tests') explicit list of names the
 policy proxy resolves itself to a fixed address and trusts
@@ -87,10 +88,10 @@ def address_verdict(ip: IPAddress, *, allow_private: bool) -> str | None:
         return "unspecified address"
     if ip.is_multicast:
         return "multicast address"
-    if allow_private:
-        return None
     if ip in METADATA:
         return "cloud metadata address"
+    if allow_private:
+        return None
     if isinstance(ip, ipaddress.IPv6Address) and (ip in NAT64 or ip in NAT64_LOCAL):
         return "NAT64 address"
     if ip.is_loopback:
