@@ -65,10 +65,13 @@ async def harness(
     clock: FakeClock | None = None,
     config: AgentConfig | None = None,
     session: SessionTree | None = None,
+    read_timeout: float = 600.0,
 ) -> AsyncIterator[Harness]:
     clock = clock or FakeClock()
     async with FakeAnthropic() as fake:
-        provider = AnthropicProvider(api_key="test", model="fake-model", base_url=fake.base_url)
+        provider = AnthropicProvider(
+            api_key="test", model="fake-model", base_url=fake.base_url, read_timeout=read_timeout
+        )
         tree = session or SessionTree.create(tmp_path / "lane", clock)
         agent = Agent(
             session=tree, provider=provider, tools=tools, clock=clock, system_prompt=SYSTEM, config=config

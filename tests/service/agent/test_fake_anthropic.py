@@ -55,3 +55,25 @@ def test_every_streamed_event_is_a_sign_of_life(tmp_path: Path) -> None:
             assert h.fake.requests[0]["stream"] is True
 
     arun(body())
+
+
+def test_unscripted_requests_echo_and_non_stream_returns_json() -> None:
+    """With an empty script the fake echoes the last user text; without stream it answers one JSON message."""
+    import aiohttp
+
+    async def body() -> None:
+        async with fa.FakeAnthropic() as fake, aiohttp.ClientSession() as http:
+            payload = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "ping"}]}
+            async with http.post(fake.base_url + "/v1/messages", json=payload) as response:
+                assert response.status == 200
+                message = await response.json()
+            assert message["content"] == [{"type": "text", "text": "echo: ping"}]
+            assert message["stop_reason"] == "end_turn" and message["usage"]["input_tokens"] > 0
+            fake.script(fa.spend_limit())
+            async with http.post(fake.base_url + "/v1/messages", json=payload) as response:
+                assert response.status == 429
+                error = await response.json()
+            assert error["error"]["details"]["error_code"] == "enforced_spend_limit_reached"
+            assert fake.requests == [payload, payload]
+
+    arun(body())

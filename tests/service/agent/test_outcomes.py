@@ -138,3 +138,17 @@ def test_sdk_retries_are_off(tmp_path: Path) -> None:
             assert json.dumps(h.fake.requests[0]) == json.dumps(h.fake.requests[1])
 
     arun(body())
+
+
+def test_stalled_stream_hits_the_read_timeout_and_fails_after_retries(tmp_path: Path) -> None:
+    """A stream that goes silent past the SDK read timeout is a connection failure: retried, then model_failed."""
+
+    async def body() -> None:
+        clock = FakeClock(autojump=True)
+        async with harness(tmp_path, clock=clock, read_timeout=0.2) as h:
+            h.fake.script(*[fa.text("silence", stall_after=2)] * 4)
+            outcome = await h.agent.run("hi")
+            assert outcome.kind is OutcomeKind.MODEL_FAILED
+            assert len(h.fake.requests) == 4 and clock.slept == [2.0, 4.0, 8.0]
+
+    arun(body())
