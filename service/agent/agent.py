@@ -128,7 +128,8 @@ class Agent:
         self._queue: list[list[Block]] = []  # content blocks of each queued message
         self._run: _Run | None = None
         self._task: asyncio.Task[RunOutcome] | None = None
-        self._abort_reason = "aborted"
+        self._abort_reason = ""
+        self._started = False
         self._subscribers: list[Subscriber] = []
         self._last_event_at: float | None = None
 
@@ -171,7 +172,8 @@ class Agent:
         blocks = as_user_message(message).blocks()
         state = _Run(run_id=uuid.uuid4().hex[:12])
         self._run = state
-        self._abort_reason = "aborted"
+        self._abort_reason = ""
+        self._started = False
         self._queue = [blocks]
         task = asyncio.create_task(self._drive(state), name=f"agent-run-{state.run_id}")
         self._task = task
@@ -196,16 +198,20 @@ class Agent:
 
     def abort(self, reason: str = "aborted") -> None:
         """Cancel the live model call, tools or retry wait; the run ends ``aborted``."""
-        if self._task is not None and not self._task.done():
+        if self._task is not None and not self._task.done() and not self._abort_reason:
             self._abort_reason = reason
             log.info("aborting run %s (%s)", self.run_id, reason)
-            self._task.cancel()
+            if self._started:  # else _drive sees the reason before its first await
+                self._task.cancel()
 
     # -- the run ---------------------------------------------------------------
 
     async def _drive(self, state: _Run) -> RunOutcome:
+        self._started = True
         try:
             try:
+                if self._abort_reason:
+                    raise asyncio.CancelledError
                 return await self._loop(state)
             except _RunFailed as failed:
                 return self._settle(state, failed.kind)
@@ -264,7 +270,7 @@ class Agent:
         state.delivered_first = True
         if steered > 0:
             state.steered += steered
-            self._emit(SteerDelivered(run_id=state.run_id, count=len(queued)))
+            self._emit(SteerDelivered(run_id=state.run_id, count=steered))
 
     def _settle(self, state: _Run, kind: OutcomeKind) -> RunOutcome:
         if self._queue:  # undelivered steers stay in the transcript for the next run
@@ -276,7 +282,7 @@ class Agent:
             usage=state.usage,
             turns=state.turn,
             steered=state.steered,
-            abort_reason=self._abort_reason if kind is OutcomeKind.ABORTED else None,
+            abort_reason=(self._abort_reason or "aborted") if kind is OutcomeKind.ABORTED else None,
         )
         data: dict[str, object] = {
             "run_id": state.run_id,
@@ -285,8 +291,8 @@ class Agent:
             "turns": state.turn,
             "steered": state.steered,
         }
-        if kind is OutcomeKind.ABORTED:
-            data["reason"] = self._abort_reason
+        if outcome.abort_reason is not None:
+            data["reason"] = outcome.abort_reason
         self.session.append_custom("run_end", data)
         self.session.sync()
         self._run = None
@@ -310,6 +316,12 @@ class Agent:
 
     # -- model calls, retry and compaction --------------------------------------
 
+    def _summary_signal(self, state: _Run) -> Callable[[Signal], None]:
+        def on_signal(signal: Signal) -> None:  # summary text is not the answer: no TextDelta
+            self._emit(StreamProgress(run_id=state.run_id, what=f"compaction:{signal.kind}"))
+
+        return on_signal
+
     async def _call(self, state: _Run) -> ModelResponse:
         def request() -> ModelRequest:
             return ModelRequest(
@@ -319,17 +331,22 @@ class Agent:
                 max_tokens=self._config.max_tokens,
             )
 
-        return await self._complete(state, request, overflow_compacts=True)
+        return await self._complete(state, request, self._on_signal(state), overflow_compacts=True)
 
     async def _complete(
-        self, state: _Run, request: Callable[[], ModelRequest], *, overflow_compacts: bool
+        self,
+        state: _Run,
+        request: Callable[[], ModelRequest],
+        on_signal: Callable[[Signal], None],
+        *,
+        overflow_compacts: bool,
     ) -> ModelResponse:
         policy = self._config.retry
         attempt = 0
         compacted = False
         while True:
             try:
-                response = await self._provider.complete(request(), self._on_signal(state))
+                response = await self._provider.complete(request(), on_signal)
             except ProviderError as err:
                 self._record_error(state, err, attempt)
                 if err.kind is FailureKind.CONTEXT_OVERFLOW and overflow_compacts and not compacted:
@@ -396,6 +413,7 @@ class Agent:
                         messages=[prompt],
                         max_tokens=self._config.summary_max_tokens,
                     ),
+                    self._summary_signal(state),
                     overflow_compacts=False,
                 )
                 state.usage += response.usage

@@ -114,3 +114,21 @@ def test_abort_during_retry_wait(tmp_path: Path) -> None:
             assert clock.sleepers == 0
 
     arun(body())
+
+
+def test_abort_before_the_run_task_starts(tmp_path: Path) -> None:
+    """An abort issued in the same tick as run() still settles the run as aborted and keeps the message."""
+
+    async def body() -> None:
+        async with harness(tmp_path) as h:
+            run = asyncio.create_task(h.agent.run("too soon"))
+            await asyncio.sleep(0)  # run() has created its task, which has not started yet
+            h.agent.abort("stalled")
+            outcome = await run
+            assert outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "stalled"
+            assert h.fake.requests == [] and not h.agent.is_running
+            assert h.session.messages()[0]["content"][0]["text"] == "too soon"
+            h.fake.script(fa.text("later"))
+            assert (await h.agent.run("now")).text == "later"
+
+    arun(body())

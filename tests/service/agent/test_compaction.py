@@ -11,7 +11,7 @@ from clankie.testing.clock import FakeClock
 
 from service.agent.agent import AgentConfig
 from service.agent.compaction import SUMMARY_SYSTEM, plan
-from service.agent.events import CompactionEnd, CompactionStart
+from service.agent.events import CompactionEnd, CompactionStart, TextDelta
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.transcript import SUMMARY_PREFIX, repair
@@ -83,6 +83,7 @@ def test_threshold_compaction_summarises_and_keeps_the_tail(tmp_path: Path) -> N
             entry = [e for e in h.session.entries if e["type"] == "compaction"][0]
             assert entry["first_kept_id"] == ids[3] and entry["tokens_before"] > 2000
             assert [e.reason for e in h.of(CompactionEnd) if e.ok] == ["threshold"]
+            assert "".join(e.text for e in h.of(TextDelta)) == "answer"  # summary text is not answer text
             assert outcome.usage.output > 0
 
     arun(body())
