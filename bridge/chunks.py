@@ -41,7 +41,7 @@ def _fence_opens(text: str) -> list[Mark]:
     marks: list[Mark] = []
     open_line: str | None = None
     offset = 0
-    for line in text.splitlines(keepends=True):
+    for line in _lines(text):
         stripped = line.strip()
         if stripped.startswith(FENCE):
             if open_line is None:
@@ -53,6 +53,22 @@ def _fence_opens(text: str) -> list[Mark]:
                 marks.append((offset, offset + len(line), None))
         offset += len(line)
     return marks
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as Discord sees them: split on ``\n`` only, newline kept."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _looks_like_fence(text: str, at: int) -> bool:
+    """Would a message starting at ``at`` begin with a fence it did not have in the text?"""
+    if at == 0 or text[at - 1] == "\n":
+        return False
+    j = at
+    while j < len(text) and text[j] in " \t":
+        j += 1
+    return text.startswith(FENCE, j)
 
 
 def _open_at(marks: list[Mark], offset: int) -> str | None:
@@ -103,6 +119,8 @@ def pieces(text: str, limit: int = DISCORD_LIMIT) -> list[Piece]:
         budget = limit - len(prefix) - len(CLOSE)
         cut = _cut(text[pos : pos + budget])
         end = _outside_fence_line(marks, pos, pos + cut)
+        while end > pos + 1 and _looks_like_fence(text, end):
+            end -= 1
         out.append(Piece(prefix, text[pos:end], CLOSE if _open_at(marks, end) else ""))
         pos = end
     return out

@@ -14,11 +14,16 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import warnings
 from collections.abc import Callable
 
 import aiohttp
-import discord
 import yarl
+
+with warnings.catch_warnings():
+    # discord.py 2.7 imports the stdlib audioop for voice, which we do not use (deprecated in 3.11)
+    warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
+    import discord
 
 from bridge.admission import Inbound
 from bridge.port import File, Rejected, Transient

@@ -45,6 +45,17 @@ class Receipts:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         self._fd = os.open(self.path, flags, 0o600)
         os.fchmod(self._fd, 0o600)
+        self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        """After a crash mid-line, start on a fresh line so the next receipt is not glued to the torn one."""
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                os.write(self._fd, b"\n")
 
     def record(
         self,

@@ -1,0 +1,182 @@
+"""Which messages become turns, in the documented order, and how rooms stay engaged."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.admission import Buffered, Drop, Duplicate, Engagement, Inbound, Ingress, Policy, Run
+
+G, C, C2, OTHER_G = "1", "11", "12", "2"
+OWNER, FRIEND, STRANGER = "900", "901", "902"
+
+
+def msg(mid: str = "m1", *, channel: str = C, guild: str | None = G, author: str = STRANGER, text: str = "hi", **kw: object) -> Inbound:
+    return Inbound(message_id=mid, channel_id=channel, guild_id=guild, author_id=author, text=text, **kw)  # type: ignore[arg-type]
+
+
+def ingress(**kw: object) -> Ingress:
+    base: dict[str, object] = {"guild_ids": frozenset({G}), "owner_id": OWNER}
+    base.update(kw)
+    return Ingress(Policy(**base))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("policy", "message", "code"),
+    [
+        ({}, msg(author_is_bot=True), "self_or_bot_message"),
+        ({}, msg(from_self=True), "self_or_bot_message"),
+        ({"dm_policy": "deny"}, msg(guild=None, author=OWNER), "dm_denied"),
+        ({"dm_policy": "owner_only"}, msg(guild=None, author=STRANGER), "dm_not_owner"),
+        ({"dm_policy": "owner_only", "owner_id": None}, msg(guild=None, author=OWNER), "dm_not_owner"),
+        ({"dm_policy": "allowlist", "dm_user_ids": frozenset({FRIEND})}, msg(guild=None, author=STRANGER), "dm_not_allowlisted"),
+        ({}, msg(guild=OTHER_G, channel="21"), "guild_not_allowlisted"),
+        ({"guild_ids": frozenset()}, msg(), "guild_not_allowlisted"),
+        ({"channel_ids": frozenset({C2})}, msg(channel=C), "channel_not_allowlisted"),
+        ({"channel_ids": frozenset({C2})}, msg(guild=OTHER_G, channel=C2), "guild_not_allowlisted"),
+        ({"reply_policy": "addressed"}, msg(text="just chatting"), "not_addressed"),
+        ({"reply_policy": "addressed"}, msg(text="clankiest thing ever"), "not_addressed"),
+        ({}, msg(text="   \n"), "empty_message"),
+        ({}, msg(text=" ", attachment_ids=("a1",), readable_attachments=0), "empty_message"),
+        # order: a bot in an unlisted guild is dropped for being a bot first
+        ({}, msg(guild=OTHER_G, author_is_bot=True), "self_or_bot_message"),
+    ],
+)
+def test_drops_name_their_reason(policy: dict[str, object], message: Inbound, code: str) -> None:
+    """Each refused message is dropped with the reason of the first check it fails."""
+    assert ingress(**policy).admit(message, 0.0) == Drop(code)
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"dm_policy": "owner_only"}, msg(guild=None, author=OWNER)),
+        ({"dm_policy": "allowlist", "dm_user_ids": frozenset({FRIEND})}, msg(guild=None, author=FRIEND)),
+        ({}, msg(channel=C2)),  # empty channel list admits every channel of a listed guild
+        ({"channel_ids": frozenset({C2})}, msg(channel=C2)),
+        ({"reply_policy": "addressed"}, msg(text="hey clankie what do you think")),
+        ({"reply_policy": "addressed"}, msg(text="Clankie?")),
+        ({"reply_policy": "addressed"}, msg(text="look", mentions_bot=True)),
+        ({"reply_policy": "addressed"}, msg(guild=None, author=OWNER, text="no name needed in a DM")),
+        ({}, msg(text="", attachment_ids=("a1",), readable_attachments=1)),
+    ],
+)
+def test_admitted_messages_run_a_turn(policy: dict[str, object], message: Inbound) -> None:
+    """Messages that pass every check become a turn."""
+    decision = ingress(**policy).admit(message, 0.0)
+    assert isinstance(decision, Run)
+    assert decision.delivery_id == message.message_id
+
+
+def test_owner_only_falls_back_to_the_application_owner() -> None:
+    """With no owner id configured, the application's owner may DM once the bridge learns who that is."""
+    ing = ingress(owner_id=None)
+    assert ing.admit(msg("a", guild=None, author=OWNER), 0.0) == Drop("dm_not_owner")
+    ing.owner(OWNER)
+    assert isinstance(ing.admit(msg("b", guild=None, author=OWNER), 0.0), Run)
+    ing.owner(FRIEND)  # a configured or learned owner is not replaced
+    assert ing.policy.owner_id == OWNER
+
+
+def test_same_delivery_twice_is_one_turn_and_changed_content_is_a_conflict() -> None:
+    """A re-delivered message joins the first; the same id with other content is refused as a conflict."""
+    ing = ingress()
+    assert isinstance(ing.admit(msg("m1", text="one"), 0.0), Run)
+    assert ing.admit(msg("m1", text="one"), 1.0) == Duplicate("m1")
+    assert ing.admit(msg("m1", text="changed"), 2.0) == Drop("delivery_id_conflict")
+    assert ing.admit(msg("m1", text="one", attachment_ids=("x",), readable_attachments=1), 2.0) == Drop(
+        "delivery_id_conflict"
+    )
+
+
+def test_retention_expires_and_backpressure_refuses() -> None:
+    """Deliveries are remembered for the retention window; past the cap new ones are refused, not queued."""
+    ing = ingress(retention_s=10.0, max_retained=2)
+    assert isinstance(ing.admit(msg("a"), 0.0), Run)
+    assert isinstance(ing.admit(msg("b"), 1.0), Run)
+    assert ing.admit(msg("c"), 2.0) == Drop("delivery_backpressure")
+    assert isinstance(ing.admit(msg("c"), 10.5), Run)  # "a" expired
+    assert ing.admit(msg("a"), 10.6) == Drop("delivery_backpressure")  # forgotten, so not a duplicate
+
+
+def test_forget_lets_a_failed_delivery_be_tried_again() -> None:
+    """A delivery evicted after an internal failure is a new delivery when Discord sends it again."""
+    ing = ingress()
+    ing.admit(msg("a"), 0.0)
+    ing.forget("a")
+    assert isinstance(ing.admit(msg("a"), 1.0), Run)
+
+
+def addressed(window: int = 2) -> Ingress:
+    return ingress(reply_policy="addressed", window=window)
+
+
+def test_absorbed_keeps_him_in_the_room() -> None:
+    """Scenario 2: after a settled turn and two absorbed ones, unaddressed chatter is still read live."""
+    ing = addressed()
+    assert isinstance(ing.admit(msg("1", text="clankie?"), 0), Run)
+    ing.settle(C, "settled")
+    for mid in ("2", "3"):
+        assert isinstance(ing.admit(msg(mid, text="more"), 0), Run)
+        ing.settle(C, "absorbed")
+    assert ing.engagement(C) is Engagement.ENGAGED
+    assert isinstance(ing.admit(msg("4", text="and another thing"), 0), Run)
+
+
+def test_silence_ages_the_room_out() -> None:
+    """Scenario 3: two declines after a reply and the next unaddressed message is buffered, not read."""
+    ing = addressed()
+    ing.admit(msg("1", text="clankie?"), 0)
+    ing.settle(C, "settled")
+    for mid in ("2", "3"):
+        assert isinstance(ing.admit(msg(mid, text="chatter"), 0), Run)
+        ing.settle(C, "silent")
+    assert ing.engagement(C) is Engagement.DRIFTED
+    assert ing.admit(msg("4", text="more chatter"), 0) == Buffered(1)
+    # a direct address in a drifted room is still answered live
+    assert isinstance(ing.admit(msg("5", text="clankie, you there?"), 0), Run)
+
+
+def test_engagement_follows_replies_per_room() -> None:
+    """Scenario 4: untracked before any reply, engaged after one, other rooms unaffected, drifted after declines."""
+    ing = addressed()
+    assert ing.engagement(C) is Engagement.UNTRACKED
+    ing.admit(msg("1", text="clankie hi"), 0)
+    ing.settle(C, "settled")
+    assert ing.engagement(C) is Engagement.ENGAGED
+    assert ing.engagement(C2) is Engagement.UNTRACKED
+    ing.admit(msg("2", text="x"), 0)
+    ing.settle(C, "failed")
+    ing.admit(msg("3", text="y"), 0)
+    ing.settle(C, "silent")
+    assert ing.engagement(C) is Engagement.DRIFTED
+
+
+def test_catch_up_answers_a_backlog_in_one_turn() -> None:
+    """Scenario 43: three buffered messages become one catch-up turn on the newest, the rest as context."""
+    ing = addressed(window=1)
+    ing.admit(msg("1", text="clankie hi"), 0)
+    ing.settle(C, "settled")
+    ing.admit(msg("2", text="x"), 0)
+    ing.settle(C, "silent")
+    for mid in ("3", "4", "5"):
+        assert isinstance(ing.admit(msg(mid, text="chat"), 0), Buffered)
+    [run] = ing.catch_up()
+    assert run.catching_up and run.unprompted
+    assert run.delivery_id == "5"
+    assert [m.message_id for m in run.context] == ["3", "4"]
+    assert ing.catch_up() == []  # backlog cleared even before the turn answers
+    ing.settle(C, "settled")
+    assert ing.engagement(C) is Engagement.ENGAGED
+
+
+def test_backlog_is_bounded() -> None:
+    """A drifted room keeps only its newest twenty buffered messages."""
+    ing = addressed(window=1)
+    ing.admit(msg("0", text="clankie"), 0)
+    ing.settle(C, "settled")
+    ing.admit(msg("x", text="x"), 0)
+    for i in range(30):
+        ing.admit(msg(f"b{i}", text="chat"), 0)
+    assert ing.backlog(C) == 20
+    [run] = ing.catch_up()
+    assert run.delivery_id == "b29" and len(run.context) == 19
