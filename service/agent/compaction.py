@@ -56,16 +56,19 @@ def context_tokens(path: list[Entry]) -> int:
     """Tokens of the current context: the last reported usage plus estimates after it."""
     start = _after_last_compaction(path)
     total = 0
+    if start > 0:  # summary plus the kept tail before it (their old usage is stale)
+        compaction = path[start - 1]
+        total = len(compaction["summary"]) // 4
+        kept = next((i for i, e in enumerate(path) if e["id"] == compaction["first_kept_id"]), start)
+        total += sum(estimate_tokens(e["message"]) for e in path[kept : start - 1] if e["type"] == "message")
     for entry in path[start:]:
         if entry["type"] != "message":
             continue
         usage = entry.get("usage")
-        if usage is not None:
+        if usage is not None:  # the provider's count covers everything sent before it
             total = Usage.from_json(usage).context_tokens
         else:
             total += estimate_tokens(entry["message"])
-    if start > 0:
-        total += len(path[start - 1].get("summary", "")) // 4
     return total
 
 

@@ -10,7 +10,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 
 from service.agent.agent import AgentConfig
-from service.agent.compaction import SUMMARY_SYSTEM, plan
+from service.agent.compaction import SUMMARY_SYSTEM, context_tokens, plan
 from service.agent.events import CompactionEnd, CompactionStart, TextDelta
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
@@ -142,3 +142,20 @@ def test_message_arriving_during_compaction_is_delivered_after(tmp_path: Path) -
             assert user_texts(last) == ["now", "meanwhile"]
 
     arun(body())
+
+
+def test_context_tokens_after_compaction_ignore_stale_usage(tmp_path: Path) -> None:
+    """After a compaction the estimate is summary plus kept tail, not the old usage numbers, until a new answer reports usage."""
+    clock = FakeClock()
+    tree = SessionTree.create(tmp_path, clock)
+    ids = _history(tree, 50_000)
+    assert context_tokens(tree.path_to_leaf()) > 50_000
+    tree.append_compaction("short summary", ids[3], 50_000)
+    after = context_tokens(tree.path_to_leaf())
+    assert 400 < after < 1000
+    tree.append_message(
+        {"role": "assistant", "content": [{"type": "text", "text": "new"}]},
+        usage={"input": 700, "output": 5, "cache_read": 0, "cache_write": 0},
+    )
+    assert context_tokens(tree.path_to_leaf()) == 705
+    tree.close()
