@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clankie.errors import ClankieError
+
 Message = dict[str, Any]
 """One conversation message in the Anthropic shape: ``{"role", "content": [blocks]}``."""
 
@@ -26,8 +28,8 @@ IMAGE_MEDIA_TYPES = {
 }
 
 
-class UnsupportedImage(ValueError):
-    """Raised when an attachment path is not an image type the model accepts (caller's fault)."""
+class UnsupportedImage(ClankieError, ValueError):
+    """Raised when an attachment path is not an image type the model accepts (the caller's fault)."""
 
 
 @dataclass(frozen=True, kw_only=True)
