@@ -8,7 +8,8 @@ PNG as the artifact with the other two in ``extra_refs`` (SVG first).
 
 Engine refusals keep their codes (``diagram_invalid``, ``diagram_too_large``,
 ``render_failed``); a render that outlives its deadline is ``render_failed``.
-Rendering runs in worker threads, at most :data:`CONCURRENCY` at a time.
+Rendering goes through the engine's async API (the rasterizer runs off the
+event loop), at most :data:`CONCURRENCY` at a time.
 """
 
 from __future__ import annotations
