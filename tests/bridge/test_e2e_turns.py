@@ -1,0 +1,260 @@
+"""Turns as the service sees them: typing, text updates, history, reconnects, duplicates, catch-up."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from clankie import ipc, paths
+from clankie.errors import RemoteError
+from clankie.protocol import HistoryReply, HistoryRequest, TextUpdate, TextUpdateReply, TurnResult, TurnSubmit, TypingSignal
+from clankie.testing.clock import FakeClock
+from tests.bridge.harness import CHAN, OWNER, PERSON, FakeService, running
+
+
+def test_typing_lights_a_spoken_turn_until_it_settles(env: dict[str, str]) -> None:
+    """The service's typing signal shows typing while the turn runs; it stops when the reply lands."""
+    clock = FakeClock()
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        if sub.trigger.text == "thanks":
+            return TurnResult(outcome="silent", turn_id="t2")
+        await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
+        await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))  # a second signal adds no loop
+        await h.until(lambda: h.fake.typing_in(CHAN) >= 1 and clock.sleepers >= 1)
+        clock.advance(8.0)  # one refresh while still composing
+        await h.until(lambda: h.fake.typing_in(CHAN) >= 2)
+        return TurnResult(outcome="settled", turn_id="t", text="sure")
+
+    async def main() -> None:
+        nonlocal h
+        async with running(env, script=script, clock=clock) as h:
+            m = await h.fake.message(CHAN, "can you", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            assert h.fake.typing_in(CHAN) == 2
+            await h.until(lambda: clock.sleepers == 0)  # the refresh loop is gone, not just waiting
+            clock.advance(60.0)
+            await h.fake.message(CHAN, "thanks", author_id=PERSON)  # a round trip through the loop
+            await h.until(lambda: len(h.service.submits) == 2)
+            assert h.fake.typing_in(CHAN) == 2
+
+    h = None  # type: ignore[assignment]
+    asyncio.run(main())
+
+
+def test_silent_turn_never_types_and_posts_nothing(env: dict[str, str]) -> None:
+    """A turn that ends in silence shows no typing and posts nothing; a typing for an unheld delivery is ignored."""
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        await conn.notify("typing", TypingSignal(delivery_id="123456"))  # not a delivery the bridge holds
+        return TurnResult(outcome="silent", turn_id="t")
+
+    async def main() -> None:
+        async with running(env, script=script) as h:
+            m = await h.fake.message(CHAN, "lol", author_id=PERSON)
+            await h.until(lambda: "silent" in h.outcomes(m["id"]))
+            assert h.fake.typing_in(CHAN) == 0
+            assert h.fake.posts == []
+
+    asyncio.run(main())
+
+
+def test_typing_works_in_a_dm(env: dict[str, str]) -> None:
+    """An owner's DM turn lights typing in the DM channel and the reply is threaded to the DM."""
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
+        await h.until(lambda: h.fake.typing_in(sub.room.channel_id) >= 1)
+        return TurnResult(outcome="settled", turn_id="t", text="sure thing")
+
+    async def main() -> None:
+        nonlocal h
+        async with running(env, script=script) as h:
+            dm = h.fake.dm_channel(OWNER)
+            m = await h.fake.message(dm, "you around?", author_id=OWNER)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            [post] = h.fake.posts
+            assert post.channel_id == dm and str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert h.service.submits[0].room.guild_id is None
+
+    h = None  # type: ignore[assignment]
+    asyncio.run(main())
+
+
+def test_text_update_and_history_are_served_on_the_same_connection(env: dict[str, str]) -> None:
+    """Mid-turn the service reads the room's recent messages and posts one short threaded update."""
+    seen: dict[str, object] = {}
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        hist = await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=2))
+        assert isinstance(hist, HistoryReply)
+        seen["history"] = [m.text for m in hist.messages]
+        upd = await conn.request("text_update", TextUpdate(delivery_id=sub.delivery_id, text="hang on, looking @everyone"))
+        assert isinstance(upd, TextUpdateReply)
+        seen["update"] = upd.message_id
+        try:
+            await conn.request("text_update", TextUpdate(delivery_id="999", text="not mine"))
+        except RemoteError as exc:
+            seen["unheld"] = exc.code
+        return TurnResult(outcome="settled", turn_id="t", text="found it")
+
+    async def main() -> None:
+        async with running(env, script=script, overrides={"CLANKIE_DISCORD_REPLY_POLICY": "all"}) as h:
+            h.fake.messages[CHAN] = []
+            for t in ("first", "second", "third"):
+                h.fake.messages[CHAN].append(
+                    h.fake._message_payload(h.fake.snowflake(), CHAN, "100", {"id": PERSON, "username": "p"}, t)
+                )
+            m = await h.fake.message(CHAN, "look it up", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            assert seen["history"] == ["second", "third"]  # the last two before the trigger, oldest first
+            assert seen["unheld"] == "delivery_not_held"
+            update, reply = h.fake.posts
+            assert update.id == seen["update"] and update.content == "hang on, looking @everyone"
+            assert update.allowed_mentions == {"parse": []} and update.files == []
+            assert str(update.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert reply.content == "found it"
+
+    asyncio.run(main())
+
+
+def test_text_update_is_refused_in_a_dm(env: dict[str, str]) -> None:
+    """A text update for a DM turn is refused and posts nothing; the turn still settles."""
+    codes: list[str] = []
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        try:
+            await conn.request("text_update", TextUpdate(delivery_id=sub.delivery_id, text="one sec"))
+        except RemoteError as exc:
+            codes.append(exc.code)
+        return TurnResult(outcome="settled", turn_id="t", text="ok")
+
+    async def main() -> None:
+        async with running(env, script=script) as h:
+            m = await h.fake.message(h.fake.dm_channel(OWNER), "hey", author_id=OWNER)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            assert codes == ["dm_not_allowed"]
+            assert [p.content for p in h.fake.posts] == ["ok"]
+
+    asyncio.run(main())
+
+
+def test_service_killed_mid_turn_resubmits_by_id_and_replies_once(env: dict[str, str]) -> None:
+    """The service dies while a turn runs: the bridge reconnects, re-submits the same delivery, and replies once."""
+    never = asyncio.Event()
+
+    async def hang(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with running(env, script=hang) as h:
+            m = await h.fake.message(CHAN, "long job", author_id=PERSON)
+            await h.service.wait_submits(1)
+            await h.service.close()  # the service process is gone
+            second = FakeService(paths.socket_path(h.app.settings.runtime_dir, "service"))
+            await second.start()
+            try:
+                await h.until(lambda: "settled" in h.outcomes(m["id"]))
+                assert [s.delivery_id for s in second.submits] == [m["id"]]
+                assert second.submits[0] == h.service.submits[0]
+                assert len(h.fake.posts) == 1
+                assert h.outcomes(m["id"]) == ["accepted", "settled"]
+                assert h.app.heartbeat().report["resubmits"] == 1
+            finally:
+                await second.close()
+
+    asyncio.run(main())
+
+
+def test_duplicate_delivery_gets_one_turn_and_one_reply(env: dict[str, str]) -> None:
+    """Discord delivering the same message twice yields one turn, one reply, and a deduplicated receipt."""
+    release = asyncio.Event()
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        await release.wait()
+        return TurnResult(outcome="settled", turn_id="t", text="once")
+
+    async def main() -> None:
+        async with running(env, script=script) as h:
+            m = await h.fake.message(CHAN, "hi", author_id=PERSON)
+            await h.service.wait_submits(1)
+            await h.fake.redeliver(m)
+            await h.until(lambda: "deduplicated" in h.outcomes(m["id"]))
+            release.set()
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            await h.fake.redeliver(m)  # after it settled, too
+            await h.until(lambda: h.outcomes(m["id"]).count("deduplicated") == 2)
+            assert len(h.service.submits) == 1 and len(h.fake.posts) == 1
+            changed = {**m, "content": "edited text"}
+            await h.fake.redeliver(changed)
+            await h.until(lambda: any(r.get("reason") == "delivery_id_conflict" for r in h.receipts()))
+
+    asyncio.run(main())
+
+
+def test_declined_room_ages_out_and_buffered_room_is_caught_up_in_one_turn(env: dict[str, str]) -> None:
+    """Under `addressed`, declines age a room out; its buffered chatter is answered later in one untyped turn."""
+    clock = FakeClock()
+    typing_refused: list[str] = []
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        if "clankie" in sub.trigger.text or sub.backlog:
+            if sub.backlog:
+                await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
+                typing_refused.append(sub.delivery_id)
+            return TurnResult(outcome="settled", turn_id="t", text="caught up" if sub.backlog else "hi!")
+        return TurnResult(outcome="silent", turn_id="t")
+
+    overrides = {
+        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
+        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": "2",
+        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
+    }
+
+    async def main() -> None:
+        async with running(env, script=script, clock=clock, overrides=overrides) as h:
+            async def say(text: str) -> str:
+                m = await h.fake.message(CHAN, text, author_id=PERSON)
+                await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
+                return m["id"]
+
+            before = await say("random chatter")
+            assert h.outcomes(before) == ["dropped"]  # never engaged: not addressed
+            first = await say("hey clankie")
+            assert h.outcomes(first) == ["accepted", "settled"]
+            d1, d2 = await say("meh"), await say("whatever")
+            assert h.outcomes(d1)[-1] == h.outcomes(d2)[-1] == "silent"
+            b1, b2, b3 = await say("so anyway"), await say("did you see"), await say("the game")
+            assert [h.outcomes(b)[-1] for b in (b1, b2, b3)] == ["buffered"] * 3
+            assert len(h.service.submits) == 3
+            clock.advance(30.0)
+            await h.until(lambda: "settled" in h.outcomes(b3))
+            catch_up = h.service.submits[-1]
+            assert catch_up.delivery_id == b3 and catch_up.trigger.unprompted
+            assert [m.text for m in catch_up.backlog] == ["so anyway", "did you see"]
+            assert len(h.service.submits) == 4
+            assert str(h.fake.posts[-1].message_reference["message_id"]) == b3  # type: ignore[index]
+            assert h.fake.typing_in(CHAN) == 0 and typing_refused == [b3]  # catch-up never types
+            clock.advance(30.0)  # an idle tick starts nothing
+            after = await say("back in the conversation")
+            assert h.outcomes(after)[-1] == "silent"  # engaged again: read live
+            assert len(h.service.submits) == 5
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("code", [4000])
+def test_gateway_drop_resumes_and_keeps_listening(env: dict[str, str], code: int) -> None:
+    """After the gateway drops, discord.py resumes and a message sent meanwhile is still answered."""
+
+    async def main() -> None:
+        async with running(env) as h:
+            await h.fake.close_gateway(code)
+            m = await h.fake.message(CHAN, "still there?", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]), timeout=20)
+            assert h.fake.resumes >= 1
+            assert h.app.discord_status == "connected"
+
+    asyncio.run(main())
