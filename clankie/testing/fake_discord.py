@@ -98,6 +98,7 @@ class FakeDiscord:
         self.posts: list[Post] = []
         self.typing: list[tuple[str, float]] = []
         self.identifies = 0
+        self.readies = 0  # sessions that got READY and every GUILD_CREATE
         self.resumes = 0
         self.identify_close_code: int | None = None
         self.messages: dict[str, list[dict[str, Any]]] = {}
@@ -477,3 +478,4 @@ class FakeDiscord:
         await self._send(ws, "READY", ready)
         for gid in self.guilds:
             await self._send(ws, "GUILD_CREATE", self._guild_payload(gid))
+        self.readies += 1
