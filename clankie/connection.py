@@ -18,7 +18,8 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from clankie import framing, protocol
@@ -34,37 +35,7 @@ DEFAULT_PARTIAL_FRAME_TIMEOUT = 10.0
 HELLO_TIMEOUT = 5.0
 
 
-_NOT_STARTED = None
-
-
-class _Resumed:
-    """Awaitable that carries on a coroutine someone already started with ``send``."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        value = self._first
-        while True:
-            try:
-                sent = yield value
-            except BaseException as exc:  # cancellation and errors go to the coroutine
-                try:
-                    value = self._coro.throw(exc)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    value = self._coro.send(sent)
-                except StopIteration:
-                    return
-
-
-async def _resume(coro: Coroutine[Any, Any, None], first: Any) -> None:
-    await _Resumed(coro, first)
+_EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 
 
 async def _no_handler(conn: Connection, method: str, params: Record) -> Record | None:
@@ -92,7 +63,7 @@ class Connection(asyncio.Protocol):
         self._decoder = framing.FrameDecoder(max_frame)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._handling: dict[int, asyncio.Task[None] | None] = {}
+        self._handling: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._transport: asyncio.Transport | None = None
         self._closed: BaseException | None = None
@@ -311,10 +282,7 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._reply_error(req.msgid, "invalid_request", str(exc))
             return
-        self._handling[req.msgid] = _NOT_STARTED
-        task = self._spawn(self._handle(req.msgid, req.method, params))
-        if task is not None and req.msgid in self._handling:
-            self._handling[req.msgid] = task
+        self._handling[req.msgid] = self._spawn(self._handle(req.msgid, req.method, params))
 
     def _on_hello(self, req: protocol.Request) -> None:
         try:
@@ -343,7 +311,7 @@ class Connection(asyncio.Protocol):
         if note.method == "cancel":
             msgid = note.params.get("msgid") if isinstance(note.params, dict) else None
             task = self._handling.get(msgid) if isinstance(msgid, int) else None
-            if isinstance(task, asyncio.Task):
+            if task is not None:
                 task.cancel()
             return
         if note.method == "error":
@@ -359,18 +327,10 @@ class Connection(asyncio.Protocol):
             return
         self._spawn(self._notify_handler(note.method, params))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
-        """Run ``coro`` now, up to its first real wait; only then give it a task.
-
-        A handler that answers without waiting (most do, for small calls)
-        never costs a trip through the event loop. This is what Python 3.12
-        calls an eager task; 3.11 has no such thing, so it is done by hand.
-        """
-        try:
-            first = coro.send(None)
-        except StopIteration:
-            return None
-        task = self._loop.create_task(_resume(coro, first))
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Give a handler its own task; on Python 3.12+ it starts eagerly, inside this call,
+        so an answer that needs no waiting costs no extra trip through the event loop."""
+        task: asyncio.Task[None] = asyncio.Task(coro, loop=self._loop, **_EAGER)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

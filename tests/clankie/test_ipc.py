@@ -130,6 +130,24 @@ def test_a_cancelled_call_cancels_the_remote_handler(runtime_dir: Path) -> None:
     run(main, runtime_dir)
 
 
+def test_handlers_run_in_their_own_task(runtime_dir: Path) -> None:
+    """A handler may use asyncio.timeout and current_task like any coroutine."""
+
+    async def handler(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+        assert asyncio.current_task() is not None
+        async with asyncio.timeout(5):
+            return TurnResult(outcome="silent")
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", handler):
+            conn = await ipc.connect(path, "bridge")
+            result = await conn.request("turn.submit", submit("d"))
+            assert isinstance(result, TurnResult) and result.outcome == "silent"
+            await conn.aclose()
+
+    run(main, runtime_dir)
+
+
 def test_protocol_version_mismatch_is_refused(runtime_dir: Path) -> None:
     """A peer speaking another protocol version gets a clear error and is disconnected."""
 
