@@ -110,6 +110,7 @@ class TurnSlot:
     turn_id: str
     delivery: DeliveryContext
     trigger: Trigger
+    backlog: tuple[HistoryMessage, ...]
     future: asyncio.Future[TurnResult]
 
 
@@ -182,7 +183,7 @@ class Captain:
         lane = self.lanes.get(key) or self._open(plan, key, room)
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         actions = lane.machine.handle(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), self._clock.boottime())
-        self._apply(lane, actions, (delivery, trigger, future))
+        self._apply(lane, actions, (delivery, trigger, submit.backlog, future))
         return await asyncio.shield(future)
 
     def _plan(self, room: Room, author: Author) -> LanePlan:
@@ -246,7 +247,7 @@ class Captain:
         self,
         lane: LiveLane,
         actions: list[Action],
-        new: tuple[DeliveryContext, Trigger, asyncio.Future[TurnResult]] | None = None,
+        new: tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult]] | None = None,
     ) -> None:
         for action in actions:
             if isinstance(action, StartRun | HoldSteer | Steer):
@@ -283,7 +284,7 @@ class Captain:
 
     def _steer(self, lane: LiveLane, slot: TurnSlot) -> None:
         self._stamp(lane, slot)
-        text = prompt.turn_prompt(slot.trigger, None)
+        text = prompt.turn_prompt(slot.trigger, slot.backlog or None)
         if not lane.agent.steer(UserMessage(text=text)):
             log.warning("lane %s: run was not live for steered turn %s", lane.key, slot.turn_id)
 
@@ -334,7 +335,8 @@ class Captain:
             if lane.fresh:
                 lane.fresh = False
                 history = await self._history(lane, slot)
-            text = prompt.turn_prompt(slot.trigger, history)
+            # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along
+            text = prompt.turn_prompt(slot.trigger, history or slot.backlog or None)
             lane.capture.media.clear()
             lane.typing_sent, lane.text_so_far = False, ""
             await lane.agent.run(UserMessage(text=text))

@@ -179,3 +179,24 @@ def test_no_api_key_fails_at_once_without_touching_the_network(env: dict[str, st
             assert "provider unconfigured" in app.heartbeat().detail
 
     run(body())
+
+
+def test_catch_up_backlog_rides_along_on_a_warm_lane(env: dict[str, str]) -> None:
+    """A catch-up turn's buffered messages reach even a warm lane, as an untrusted block, without a history call."""
+
+    async def body() -> None:
+        from clankie.protocol import HistoryMessage
+
+        async with FakeAnthropic() as fake, service(env, fake) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            await bridge.submit(msg("m1", "hi"))
+            buffered = (HistoryMessage(id="b1", author_id="9", text="the buffered remark", at=1_800_000_001.0),)
+            catch_up = msg("m2", "newest", unprompted=True).model_copy(update={"backlog": buffered})
+            assert (await bridge.submit(catch_up)).outcome == "settled"
+            last = fake.requests[1]["messages"][-1]["content"][-1]["text"]
+            assert "Channel conversation (untrusted):" in last and "the buffered remark" in last
+            assert "(you were not addressed)" in last
+            assert len(bridge.history_calls) == 1
+
+    run(body())

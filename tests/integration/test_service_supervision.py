@@ -140,3 +140,32 @@ def test_heartbeat_ages_count_from_the_last_event_on_boottime(env: dict[str, str
             assert app.heartbeat().runs == ()
 
     run(body())
+
+
+def test_stalled_one_shot_and_operator_abort(env: dict[str, str]) -> None:
+    """A stalled privileged one-shot fails stalled; an operator abort of a room run fails it captain_session_failed."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, discord_system_actor_ids=("77",)) as app, linked(app) as sup:
+            fake.script(fa.text("hung", stall_after=2), fa.text("also hung", stall_after=2), fa.text("recovered"))
+            assert sup.conn is not None
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            oneshot = bridge.start(msg("s1", "privileged", author="77"))
+            await fake.wait_for_requests(1)
+            (report,) = app.captain.runs()
+            assert report.lane == f"{ROOM_KEY}#s1"
+            assert (await sup.conn.request("abort_run", AbortRun(lane=report.lane, run_id=None, reason="stalled"))).aborted
+            r = await oneshot
+            assert (r.outcome, r.code) == ("failed", "captain_turn_stalled")
+            room = bridge.start(msg("m1", "ordinary"))
+            await fake.wait_for_requests(2)
+            await until(lambda: app.captain.runs() != ())
+            assert (await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, reason="operator"))).aborted
+            r = await room
+            assert (r.outcome, r.code, r.turn_id) == ("failed", "captain_session_failed", "turn-1-m1")
+            assert ROOM_KEY in app.captain.lanes  # an operator abort keeps the lane warm
+            assert (await bridge.submit(msg("m2", "again"))).text == "recovered"
+            assert len(bridge.history_calls) == 2  # the one-shot's and the room lane's single cold read
+
+    run(body())
