@@ -1,6 +1,7 @@
 """sd_notify, written by hand (sd_notify(3)): one datagram per message.
 
-Silent when ``NOTIFY_SOCKET`` is unset. Accepts a filesystem path or an
+Silent when ``NOTIFY_SOCKET`` is unset. Sends are non-blocking: a manager
+whose queue is full costs a dropped datagram, never a blocked loop. Accepts a filesystem path or an
 ``@abstract`` name. Never raises into the caller: a missing or refusing
 socket is logged once and counted. The socket is opened per send, so a
 systemd that restarted its notify socket is picked up on the next message.
@@ -53,7 +54,7 @@ class Notifier:
             return False
         data = "\n".join(fields).encode("utf-8", "replace")[:MAX_DATAGRAM]
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK) as sock:
                 sock.sendto(data, self.address)
         except OSError as exc:
             if self.failures == 0:

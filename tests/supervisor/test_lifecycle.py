@@ -1,0 +1,129 @@
+"""The child lifecycle and restart policy (pure: no processes, explicit time)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from clankie.errors import EX_CONFIG
+from supervisor.lifecycle import TRANSITIONS, Event, Exit, Lifecycle, LifecycleError, Policy, State, describe
+
+
+def crash(life: Lifecycle, now: float, code: int = 1) -> State:
+    return life.exit(Exit(code=code, signal=None, at=now), now)
+
+
+def test_a1_crash_at_startup_follows_the_backoff_schedule() -> None:
+    """A child that dies at once is restarted after 0.5, 1, 2, 4 … s, capped, and status shows backoff."""
+    life = Lifecycle(policy=Policy(backoff_base=0.5, backoff_cap=4.0, intensity=100), rand=lambda: 1.0)
+    now = 0.0
+    for _ in range(6):
+        life.start(now)
+        assert crash(life, now + 0.05) is State.BACKOFF
+        assert life.next_start_at == pytest.approx(now + 0.05 + life.delays[-1])
+        now = life.next_start_at
+    assert life.delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert life.last_exit is not None and life.last_exit.code == 1
+    assert life.restarts == 5
+
+
+def test_a2_crash_after_running_still_backs_off_and_resets_after_stable_uptime() -> None:
+    """Crashes 1.5 s after READY keep growing the delay; a run longer than reset_after wipes it."""
+    life = Lifecycle(policy=Policy(backoff_base=0.5, backoff_cap=30, reset_after=10, intensity=100), rand=lambda: 1.0)
+    now = 0.0
+    for _ in range(4):
+        life.start(now)
+        life.ready(now + 0.1)
+        assert life.state is State.RUNNING
+        crash(life, now + 1.6)
+        now = life.next_start_at or 0.0
+    assert life.delays == [0.5, 1.0, 2.0, 4.0]
+    life.start(now)
+    life.ready(now + 0.1)
+    crash(life, now + 60.0)  # stable for 60 s > reset_after
+    assert life.delays[-1] == 0.5
+
+
+def test_restart_intensity_makes_the_child_fatal_with_a_next_start() -> None:
+    """Too many exits within the window give FATAL with the reason and a cooldown, not a hot loop."""
+    life = Lifecycle(policy=Policy(backoff_base=0.01, intensity=3, window=60, fatal_cooldown=120), rand=lambda: 0.0)
+    now = 0.0
+    states = []
+    for i in range(4):
+        life.start(now)
+        states.append(crash(life, now + 0.1))
+        now += 1
+    assert states == [State.BACKOFF, State.BACKOFF, State.BACKOFF, State.FATAL]
+    assert "restart intensity" in life.reason and "crashed: exited 1" in life.reason
+    assert life.next_start_at == pytest.approx(3.1 + 120)
+    assert not life.due(100.0) and life.due(124.0)
+
+
+def test_config_error_exit_is_fatal_with_its_message_and_no_automatic_restart() -> None:
+    """Exit 78 shows the child's message and waits for the operator."""
+    life = Lifecycle()
+    life.start(0.0)
+    assert life.exit(Exit(code=EX_CONFIG, signal=None, at=1.0, message="CLANKIE_MODEL: bad"), 1.0) is State.FATAL
+    assert life.reason == "config_error: CLANKIE_MODEL: bad"
+    assert life.next_start_at is None and not life.due(1e9)
+    assert life.start(5.0) is State.STARTING  # the operator's `clankiectl start`
+
+
+def test_a6_exit_during_a_requested_stop_is_stopped_not_crashed() -> None:
+    """A child that exits 0 while we stop it is `stopped`, not restarted, no backoff."""
+    life = Lifecycle()
+    life.start(0.0)
+    life.ready(0.1)
+    life.stop()
+    assert life.exit(Exit(code=0, signal=None, at=1.0, requested=True), 1.0) is State.STOPPED
+    assert life.next_start_at is None and life.delays == [] and life.ended == "exited 0"
+
+
+def test_heartbeat_kill_restarts_through_backoff_with_the_reason() -> None:
+    """A child killed for missing heartbeats comes back through backoff; the reason says heartbeat."""
+    life = Lifecycle(rand=lambda: 0.0)
+    life.start(0.0)
+    life.ready(0.1)
+    life.kill("heartbeat")
+    assert life.state is State.STOPPING
+    ex = Exit(code=None, signal=signal.SIGKILL, at=2.0, requested=True)
+    assert life.exit(ex, 2.0) is State.BACKOFF
+    assert life.reason == "heartbeat" and life.ended == "killed after grace"
+
+
+def test_operator_restart_skips_backoff() -> None:
+    """`clankiectl restart` takes the child down and straight back up."""
+    life = Lifecycle()
+    life.start(0.0)
+    life.ready(0.1)
+    life.kill("restart", counts_as_crash=False)
+    assert life.exit(Exit(code=0, signal=None, at=1.0, requested=True), 1.0) is State.STOPPED
+    assert life.restart_now and life.delays == []
+    assert life.start(1.0) is State.STARTING and life.restarts == 1
+
+
+def test_a12_exit_descriptions_are_faithful() -> None:
+    """exit 0, exit 3, SIGSEGV with core, SIGABRT and SIGTERM each read correctly."""
+    assert describe(Exit(code=0, signal=None, at=0)) == "exited 0"
+    assert describe(Exit(code=3, signal=None, at=0)) == "exited 3"
+    assert describe(Exit(code=None, signal=signal.SIGSEGV, at=0, core=True)) == "killed by SIGSEGV (core dumped)"
+    assert describe(Exit(code=None, signal=signal.SIGABRT, at=0)) == "killed by SIGABRT"
+    assert describe(Exit(code=None, signal=signal.SIGTERM, at=0)) == "killed by SIGTERM"
+
+
+def test_events_the_table_does_not_list_are_refused() -> None:
+    """A READY in STOPPED or an EXIT in BACKOFF is a bug in the shell, not a silent state change."""
+    assert (State.STOPPED, Event.EXIT) not in TRANSITIONS
+    life = Lifecycle()
+    with pytest.raises(LifecycleError):
+        life.exit(Exit(code=0, signal=None, at=0), 0.0)
+    assert life.ready(0.0) is State.STOPPED  # a stray ready is ignored, not a transition
+
+
+def test_spawn_failure_backs_off_like_a_crash() -> None:
+    """ENOENT at exec shows spawn_error with the errno and waits out a backoff."""
+    life = Lifecycle(rand=lambda: 1.0)
+    life.start(0.0)
+    assert life.spawn_failed(0.0, "ENOENT") is State.BACKOFF
+    assert life.reason == "spawn_error ENOENT" and life.next_start_at == 0.5
