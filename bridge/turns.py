@@ -176,10 +176,13 @@ class Bridge:
         self.held[did] = held
         self.counters.admitted += 1
         ids = {"delivery_id": did, "channel_id": room.channel_id, "guild_id": room.guild_id}
+        submit = asyncio.get_running_loop().create_task(self.link.submit(self._submit_record(run, room, trigger)))
+        await asyncio.sleep(0)  # let the submission reach the socket before the receipt's fsync
         self.receipts.record("accepted", **ids)
         try:
-            result = await self.link.submit(self._submit_record(run, room, trigger))
+            result = await submit
         except asyncio.CancelledError:
+            submit.cancel()
             self._stop_typing(held)
             raise
         self.ingress.settle(room.channel_id, result.outcome)
