@@ -6,7 +6,11 @@ bridge (10 backlog messages for a cold lane). The first model call of a run
 streams for about 10 s; the burst's messages arrive 2–6 s apart inside it.
 Durable mode (``captain_durable=True``) steers the later messages into the
 live run; one-shot mode (``captain_durable=False``, the pre-ADR-0118 shape)
-runs each message alone with the backlog.
+runs each message alone with the backlog. Durable is measured twice: the
+burst opening a cold lane (``durable``, the summary's ``input_ratio_vs_oneshot``)
+and the burst reaching a lane already live from an earlier exchange (``warm``,
+``input_ratio_warm_lane``; only the burst's own tokens are counted). The
+bridge double returns the channel's real last-N messages before each trigger.
 
 Input tokens are read from the session trees the runtime wrote (the fake's
 usage, which responds to prompt caching). "prompt" counts every input token
@@ -14,7 +18,8 @@ usage, which responds to prompt caching). "prompt" counts every input token
 cache writes 1.25×, as the API bills them. ``warm_backlog_chars`` is the
 backlog text carried by turns that reached a lane already live (must be 0).
 
-Run: ``.venv/bin/python bench/burst.py``; the last line is the summary for the burst of 3.
+Run: ``.venv/bin/python bench/burst.py``; the last line is the summary for the burst of 3
+(``input_ratio_*`` use billed input; prompt-token ratios are printed above it).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ TEXTS = [
     "anyone else seeing it",
 ]
 HEADER = "Channel conversation (untrusted):"
+MODES = ("oneshot", "durable", "warm")
+"""oneshot: a cold one-shot run per message; durable: the burst opens a cold lane; warm: the lane is already live."""
 
 
 def backlog() -> list[HistoryMessage]:
@@ -90,7 +97,7 @@ class ChannelBridge(FakeBridge):
 
 @dataclass
 class Outcome:
-    mode: str
+    mode: str  # one of MODES
     size: int
     replies: int
     absorbed: int
@@ -115,8 +122,8 @@ def _usage(state: Path) -> tuple[int, float]:
     return prompt, billed
 
 
-def _warm_backlog(requests: list[dict], first_trigger: str) -> int:
-    """Backlog characters in user blocks that carry a trigger other than the burst's first (cold) one."""
+def _warm_backlog(requests: list[dict], warm_triggers: list[str]) -> int:
+    """Backlog characters in the user blocks of turns that reached an already live lane."""
     seen: set[str] = set()
     chars = 0
     for body in requests:
@@ -125,7 +132,9 @@ def _warm_backlog(requests: list[dict], first_trigger: str) -> int:
                 continue
             for b in m["content"]:
                 text = b.get("text", "") if b.get("type") == "text" else ""
-                if "Trigger message from" not in text or first_trigger in text or text in seen:
+                if "Trigger message from" not in text or text in seen:
+                    continue
+                if not any(text.rstrip().endswith(t) for t in warm_triggers):
                     continue
                 seen.add(text)
                 if HEADER in text:
@@ -138,8 +147,9 @@ async def scenario(mode: str, size: int) -> Outcome:
         state, rt = Path(tmp) / "state", Path(tmp) / "rt"
         rt.mkdir(mode=0o700)
         async with FakeAnthropic() as fake:
+            warmup = [fa.text("hey, I'm around.")] if mode == "warm" else []
             replies = [slow_answer() for _ in range(size)] if mode == "oneshot" else [slow_answer()]
-            fake.script(*replies, *[fa.text("One answer for all of you: it's the host re-sync bug.") for _ in range(size)])
+            fake.script(*warmup, *replies, *[fa.text("One answer for all of you: it's the host re-sync bug.") for _ in range(size)])
             env = {
                 "CLANKIE_STATE": str(state),
                 "CLANKIE_RUNTIME_DIR": str(rt),
@@ -147,12 +157,16 @@ async def scenario(mode: str, size: int) -> Outcome:
                 "ANTHROPIC_API_KEY": "sk-bench",
                 "ANTHROPIC_BASE_URL": fake.base_url,
             }
-            settings = settings_mod.load(env, captain_durable=(mode == "durable"))
+            settings = settings_mod.load(env, captain_durable=(mode != "oneshot"))
             app = ServiceApp(settings)
             await app.start()
             try:
                 bridge = ChannelBridge(backlog())
                 await bridge.connect(app)
+                if mode == "warm":  # he already spoke in this room a minute ago: the lane is live
+                    await bridge.say("w0", "clankie you around?", 1_799_999_940.0)
+                before = _usage(state)
+                skip = len(fake.requests)
                 loop = asyncio.get_running_loop()
                 start = loop.time()
 
@@ -165,41 +179,48 @@ async def scenario(mode: str, size: int) -> Outcome:
             finally:
                 await app.close()
             prompt, billed = _usage(state)
+            prompt, billed = prompt - before[0], billed - before[1]
             return Outcome(
                 mode=mode,
                 size=size,
                 replies=outcomes.count("settled"),
                 absorbed=outcomes.count("absorbed"),
-                model_requests=len(fake.requests),
+                model_requests=len(fake.requests) - skip,
                 prompt_tokens=prompt,
                 billed_tokens=billed,
-                warm_backlog_chars=_warm_backlog(fake.requests, TEXTS[0]) if mode == "durable" else 0,
+                warm_backlog_chars=_warm_backlog(fake.requests[skip:], TEXTS[1 if mode == "durable" else 0 : size])
+                if mode != "oneshot"
+                else 0,
                 seconds=seconds,
             )
 
 
 async def main() -> None:
     logging.basicConfig(level=logging.ERROR)
-    results = await asyncio.gather(*(scenario(mode, size) for size in BURSTS for mode in ("durable", "oneshot")))
+    results = await asyncio.gather(*(scenario(mode, size) for size in BURSTS for mode in MODES))
     by = {(r.mode, r.size): r for r in results}
     print(f"{'burst':>5} {'mode':>8} {'replies':>7} {'absorbed':>8} {'requests':>8} {'prompt_in':>9} {'billed_in':>9} {'warm_backlog':>12} {'secs':>5}")
     for size in BURSTS:
-        for mode in ("oneshot", "durable"):
+        for mode in MODES:
             r = by[(mode, size)]
             print(
                 f"{size:>5} {mode:>8} {r.replies:>7} {r.absorbed:>8} {r.model_requests:>8} {r.prompt_tokens:>9} "
                 f"{r.billed_tokens:>9.0f} {r.warm_backlog_chars:>12} {r.seconds:>5.1f}"
             )
-        d, o = by[("durable", size)], by[("oneshot", size)]
-        print(
-            f"      burst of {size}: durable/oneshot prompt tokens {d.prompt_tokens / o.prompt_tokens:.2f}x, "
-            f"billed {d.billed_tokens / o.billed_tokens:.2f}x, requests {d.model_requests}/{o.model_requests}, "
-            f"replies {d.replies}/{o.replies}"
-        )
-    d, o = by[("durable", 3)], by[("oneshot", 3)]
+        o = by[("oneshot", size)]
+        for mode in ("durable", "warm"):
+            d = by[(mode, size)]
+            print(
+                f"      burst of {size}, {mode} lane vs oneshot: prompt tokens {d.prompt_tokens / o.prompt_tokens:.2f}x, "
+                f"billed {d.billed_tokens / o.billed_tokens:.2f}x, requests {d.model_requests}/{o.model_requests}, "
+                f"replies {d.replies}/{o.replies}"
+            )
+    d, w, o = by[("durable", 3)], by[("warm", 3)], by[("oneshot", 3)]
     print(
         f"bench burst: replies={d.replies} model_requests={d.model_requests} "
-        f"input_ratio_vs_oneshot={d.billed_tokens / o.billed_tokens:.2f} warm_backlog_chars={d.warm_backlog_chars}"
+        f"input_ratio_vs_oneshot={d.billed_tokens / o.billed_tokens:.2f} "
+        f"warm_backlog_chars={d.warm_backlog_chars + w.warm_backlog_chars} "
+        f"input_ratio_warm_lane={w.billed_tokens / o.billed_tokens:.2f}"
     )
 
 
