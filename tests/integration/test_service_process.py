@@ -87,3 +87,12 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
         assert [e["text"] for e in said] == ["answer after restart", "warm now"]
 
     run(body(), timeout=80)
+
+
+@pytest.mark.slow
+def test_bad_configuration_exits_78(env: dict[str, str], state_dir: Path) -> None:
+    """An invalid setting stops the service at once with status 78 and a clear message, not a restart loop."""
+    bad = {**env, "CLANKIE_DISCORD_CONTEXT_MESSAGES": "500", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    done = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=bad, capture_output=True, timeout=30)
+    assert done.returncode == 78
+    assert b"CLANKIE_DISCORD_CONTEXT_MESSAGES" in done.stderr
