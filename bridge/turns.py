@@ -175,16 +175,32 @@ class Bridge:
         held = Held(run, room)
         self.held[did] = held
         self.counters.admitted += 1
+        try:
+            await self._hold(held, trigger)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must not take other deliveries down
+            log.exception("delivery %s failed inside the bridge", did)
+            self.ingress.forget(did)
+            self.receipts.record("failed", reason="bridge_internal_error", delivery_id=did,
+                                 channel_id=room.channel_id, guild_id=room.guild_id)
+        finally:
+            self._stop_typing(held)
+            self.held.pop(did, None)
+            if not held.outcome.done():
+                held.outcome.cancel()
+
+    async def _hold(self, held: Held, trigger: Trigger) -> None:
+        """Submit, wait for the result however long it takes, deliver it, record it."""
+        run, room, did = held.run, held.room, held.run.delivery_id
         ids = {"delivery_id": did, "channel_id": room.channel_id, "guild_id": room.guild_id}
         submit = asyncio.get_running_loop().create_task(self.link.submit(self._submit_record(run, room, trigger)))
         await asyncio.sleep(0)  # let the submission reach the socket before the receipt's fsync
         self.receipts.record("accepted", **ids)
         try:
             result = await submit
-        except asyncio.CancelledError:
+        finally:
             submit.cancel()
-            self._stop_typing(held)
-            raise
         self.ingress.settle(room.channel_id, result.outcome)
         delivered = Delivered(())
         if result.outcome == "settled":
@@ -206,7 +222,6 @@ class Bridge:
         if delivered.error is not None:
             self.counters.reply_failures += 1
             self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **ids)
-        del self.held[did]
         held.outcome.set_result(result)
 
     # ------------------------------------------------------------ typing

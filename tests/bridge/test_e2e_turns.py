@@ -258,3 +258,47 @@ def test_gateway_drop_resumes_and_keeps_listening(env: dict[str, str], code: int
             assert h.app.discord_status == "connected"
 
     asyncio.run(main())
+
+
+def test_typing_stops_at_the_first_failed_post_and_the_turn_still_settles(env: dict[str, str]) -> None:
+    """A typing post Discord refuses ends the indicator quietly; the reply still goes out."""
+    clock = FakeClock()
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
+        held = h.app.bridge.held[sub.delivery_id]
+        await h.until(lambda: held.typing is not None and held.typing.done())  # the loop ended by itself
+        clock.advance(30.0)
+        return TurnResult(outcome="settled", turn_id="t", text="done anyway")
+
+    async def main() -> None:
+        nonlocal h
+        async with running(env, script=script, clock=clock) as h:
+            h.fake.fail("POST /channels/{id}/typing", 403)
+            m = await h.fake.message(CHAN, "go", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            assert [c.status for c in h.fake.calls if c.route == "POST /channels/{id}/typing"] == [403]
+            assert [p.content for p in h.fake.posts] == ["done anyway"]
+
+    h = None  # type: ignore[assignment]
+    asyncio.run(main())
+
+
+def test_images_are_carried_and_an_unreadable_attachment_alone_is_empty(env: dict[str, str]) -> None:
+    """Scenario 42: a caption-less image is a turn carrying the image; blank text with only a PDF is dropped."""
+    image = {"id": "1", "filename": "cat.png", "size": 2048, "url": "https://cdn.example/cat.png",
+             "proxy_url": "", "content_type": "image/png"}
+    pdf = {"id": "2", "filename": "doc.pdf", "size": 4096, "url": "https://cdn.example/doc.pdf",
+           "proxy_url": "", "content_type": "application/pdf"}
+
+    async def main() -> None:
+        async with running(env) as h:
+            pic = await h.fake.message(CHAN, "", author_id=PERSON, attachments=[image])
+            doc = await h.fake.message(CHAN, "   ", author_id=PERSON, attachments=[pdf])
+            await h.until(lambda: "settled" in h.outcomes(pic["id"]) and bool(h.outcomes(doc["id"])))
+            [sub] = h.service.submits
+            assert sub.trigger.text == ""
+            assert [(a.filename, a.content_type, a.size) for a in sub.trigger.attachments] == [("cat.png", "image/png", 2048)]
+            assert [r.get("reason") for r in h.receipts() if r["delivery_id"] == doc["id"]] == ["empty_message"]
+
+    asyncio.run(main())
