@@ -1,0 +1,173 @@
+"""Child faults against a real supervisor process: real children, real signals (supervisor-notes §7 A)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.supervisor.harness import events, fixture, pid_alive, supervisor, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+
+
+def test_a1_crash_at_startup_backs_off_and_leaves_the_others_alone(tmp_path: Path, runtime_dir: Path) -> None:
+    """A child that dies at once shows backoff, next_start_at and its last exit; its sibling is untouched."""
+    ev = tmp_path / "ev"
+    kids = [
+        fixture("good"),
+        fixture("bad", "--exit-now", "--exit-code", "3", events=ev, policy={"backoff_base": 0.2, "backoff_cap": 0.8}),
+    ]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        wait_for(lambda: len(events(ev, "START")) >= 5, 15, "five starts")
+        bad = sup.wait_state("bad", "backoff")
+        assert bad.last_exit.code == 3 and bad.next_start_at is not None and bad.next_start_at > time.time() - 1
+        assert "crashed: exited 3" in bad.reason
+        starts = [t for _, t, _ in events(ev, "START")]
+        gaps = [(b - a) / 1e9 for a, b in zip(starts, starts[1:])]
+        assert max(gaps) < 0.8 + 1.0  # capped: never a hot loop, never beyond the cap plus a start
+        good = sup.child("good")
+        assert good.state == "running" and good.restarts == 0
+
+
+def test_a3_kill_9_is_restarted_at_once_and_recorded(tmp_path: Path, runtime_dir: Path) -> None:
+    """kill -9 of a running child: back up quickly, last_exit signal=SIGKILL, restarts+1."""
+    ev = tmp_path / "ev"
+    with supervisor(tmp_path, runtime_dir, [fixture("svc", events=ev)]) as sup:
+        pid = sup.child("svc").pid
+        t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        os.kill(pid, signal.SIGKILL)
+        new = wait_for(lambda: [e for e in events(ev, "START") if e[2] != pid], 10, "restart")
+        after = sup.wait_state("svc", "running")
+        assert after.last_exit.signal == "SIGKILL" and after.restarts == 1 and after.pid != pid
+        assert (new[0][1] - t0) / 1e6 < 2000  # the full-jitter first delay is at most 0.5 s
+
+
+def test_a4_a_sigstopped_child_is_killed_for_missing_heartbeats(tmp_path: Path, runtime_dir: Path) -> None:
+    """A stopped child misses heartbeats, is TERM/CONT/KILLed and restarted with reason heartbeat."""
+    kids = [fixture("svc", heartbeat_timeout=0.6, stop_timeout=0.3, policy={"backoff_base": 0.05})]
+    with supervisor(tmp_path, runtime_dir, kids) as sup:
+        pid = sup.child("svc").pid
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.restarts == 1, 10, "restart")
+        assert not pid_alive(pid)
+        assert "heartbeat" in sup.stderr()
+        st = sup.child("svc")
+        assert st.last_exit is not None
+
+
+def test_a5_a_child_ignoring_sigterm_is_killed_after_grace(tmp_path: Path, runtime_dir: Path) -> None:
+    """`stop` returns within grace + 0.5 s and status says the child was killed after grace."""
+    with supervisor(tmp_path, runtime_dir, [fixture("stubborn", "--ignore-term", stop_timeout=0.5)]) as sup:
+        from clankie.protocol import ChildTarget
+
+        t0 = time.monotonic()
+        reply = sup.call("stop", ChildTarget(name="stubborn"))
+        assert time.monotonic() - t0 < 0.5 + 0.5 + 0.3
+        c = reply.children[0]
+        assert c.state == "stopped" and c.ended == "killed after grace" and c.last_exit.signal == "SIGKILL"
+
+
+def test_a6_exit_0_on_a_requested_stop_is_stopped_and_stays_down(tmp_path: Path, runtime_dir: Path) -> None:
+    """A child that exits 0 when asked to stop reads `stopped`, with no backoff and no restart."""
+    ev = tmp_path / "ev"
+    with supervisor(tmp_path, runtime_dir, [fixture("svc", events=ev)]) as sup:
+        from clankie.protocol import ChildTarget
+
+        reply = sup.call("stop", ChildTarget(name="svc"))
+        c = reply.children[0]
+        assert c.state == "stopped" and c.last_exit.code == 0 and c.next_start_at is None
+        time.sleep(0.3)  # give a wrong restart the chance to happen
+        assert len(events(ev, "START")) == 1 and sup.child("svc").state == "stopped"
+
+
+def test_a7_a9_grandchildren_die_with_their_parent_and_do_not_delay_the_restart(tmp_path: Path, runtime_dir: Path) -> None:
+    """A child with 5 grandchildren (holding its stdout) is SIGKILLed: all 6 are gone, the restart is prompt."""
+    ev = tmp_path / "ev"
+    with supervisor(tmp_path, runtime_dir, [fixture("svc", "--grandchildren", "5", events=ev)]) as sup:
+        grand = wait_for(lambda: len(g := events(ev, "GRANDCHILD")) == 5 and g, 10, "grandchildren")
+        pid = sup.child("svc").pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: sup.child("svc").pid not in (None, pid), 5, "restart")
+        wait_for(lambda: not any(pid_alive(p) for _, _, p in grand), 3, "grandchildren gone")
+
+
+def test_a8_a_double_forking_child_leaves_no_zombies(tmp_path: Path, runtime_dir: Path) -> None:
+    """Daemonized grandchildren are reaped by the subreaper: no Z entries under the supervisor."""
+    ev = tmp_path / "ev"
+    kids = [fixture("dbl", "--double-fork", "--exit-after", "0.05", events=ev, policy={"backoff_base": 0.01, "backoff_cap": 0.05, "intensity": 1000})]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        wait_for(lambda: len(events(ev, "DAEMON")) >= 10, 20, "10 double forks")
+        sup_ps = psutil.Process(sup.proc.pid)
+
+        def zombies() -> list[psutil.Process]:
+            return [p for p in sup_ps.children() if p.status() == psutil.STATUS_ZOMBIE]
+
+        wait_for(lambda: not zombies(), 2, "no zombies")
+
+
+def test_a11_exec_failure_is_a_spawn_error_with_backoff(tmp_path: Path, runtime_dir: Path) -> None:
+    """A missing executable shows spawn_error ENOENT, backs off, and the control socket stays responsive."""
+    kids = [
+        fixture("ok"),
+        {"name": "ghost", "argv": ["/nonexistent/bin"], "policy": {"backoff_base": 0.2}},
+    ]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        ghost = wait_for(lambda: (c := sup.child("ghost")).restarts >= 2 and c, 10, "retries")
+        assert "spawn_error ENOENT" in ghost.reason
+        t0 = time.monotonic()
+        sup.status()
+        assert time.monotonic() - t0 < 1.0
+        assert sup.child("ok").state == "running"
+
+
+def test_a12_exit_codes_and_signals_are_reported_faithfully(tmp_path: Path, runtime_dir: Path) -> None:
+    """exit 3, SIGSEGV, SIGABRT and SIGTERM each show as what they were."""
+    kids = [fixture("svc", policy={"backoff_base": 0.01, "backoff_cap": 0.05, "intensity": 100})]
+    with supervisor(tmp_path, runtime_dir, kids) as sup:
+        for sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGTERM):
+            pid = sup.child("svc").pid
+            os.kill(pid, sig)
+            c = wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running" and c, 10, "restart")
+            if sig is signal.SIGTERM:
+                assert c.last_exit.code == 0  # the fixture handles SIGTERM and exits 0: an unrequested clean exit
+            else:
+                assert c.last_exit.signal == sig.name
+    kids = [fixture("three", "--exit-after", "0", "--exit-code", "3", policy={"backoff_base": 5})]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        c = sup.wait_state("three", "backoff")
+        assert c.last_exit.code == 3 and c.last_exit.signal is None
+
+
+def test_exit_78_is_shown_with_its_message_and_not_restarted(tmp_path: Path, runtime_dir: Path) -> None:
+    """A configuration error is FATAL with the child's last stderr line; one start only."""
+    ev = tmp_path / "ev"
+    kids = [fixture("cfg", "--config-error", "CLANKIE_MODEL: unknown model", events=ev)]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        c = sup.wait_state("cfg", "fatal")
+        assert c.reason == "config_error: CLANKIE_MODEL: unknown model" and c.next_start_at is None
+        time.sleep(0.3)
+        assert len(events(ev, "START")) == 1
+
+
+def test_a19_children_get_only_their_own_fds_and_the_supervisor_does_not_leak(tmp_path: Path, runtime_dir: Path) -> None:
+    """After many restarts the supervisor's fd count is flat, and no systemd variable reaches a child."""
+    kids = [fixture("svc", policy={"backoff_base": 0.001, "backoff_cap": 0.01, "intensity": 1000})]
+    with supervisor(tmp_path, runtime_dir, kids, env={"NOTIFY_SOCKET": "/nonexistent", "WATCHDOG_USEC": "1"}) as sup:
+        sup_ps = psutil.Process(sup.proc.pid)
+        child = psutil.Process(sup.child("svc").pid)
+        env = child.environ()
+        assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env
+        fds = {int(f) for f in os.listdir(f"/proc/{child.pid}/fd")}
+        links = [os.readlink(f"/proc/{child.pid}/fd/{f}") for f in fds]
+        assert sum(1 for t in links if t.startswith("pipe:")) <= 2 + 0  # stdout and stderr only
+        before = sup_ps.num_fds()
+        for _ in range(15):
+            pid = sup.child("svc").pid
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running", 10, "restart")
+        assert abs(sup_ps.num_fds() - before) <= 2
