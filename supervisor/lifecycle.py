@@ -7,7 +7,8 @@ state: spawn in STARTING, signal in STOPPING, schedule a start at
 
 Restart policy, applied to **every** unrequested exit (before or after
 RUNNING): a full-jitter backoff (:class:`clankie.backoff.Backoff`) whose
-sequence resets after ``reset_after`` seconds of stable uptime, and a
+sequence resets after ``reset_after`` seconds of stable uptime (that first
+crash after a stable run restarts at once, with no delay), and a
 restart intensity: more than ``intensity`` unrequested exits within
 ``window`` seconds makes the child FATAL, with ``next_start_at`` one
 ``fatal_cooldown`` later and the reason kept. Exit status 78 (EX_CONFIG)
@@ -213,7 +214,8 @@ class Lifecycle:
         self._deaths.append(now)
         while self._deaths and now - self._deaths[0] > self.policy.window:
             self._deaths.popleft()
-        if self.ready_at is not None and now - self.ready_at >= self.policy.reset_after:
+        stable = self.started_at is not None and now - self.started_at >= self.policy.reset_after
+        if stable:
             self._backoff.reset()  # stable uptime wipes the slate
         self._go(Event.REPOLICY)
         if len(self._deaths) > self.policy.intensity:
@@ -223,7 +225,7 @@ class Lifecycle:
             self._deaths.clear()
             self._backoff.reset()
             return self.state
-        delay = self._backoff.delay(now)
+        delay = 0.0 if stable else self._backoff.delay(now)  # the first crash after a stable run: at once
         self.delays.append(delay)
         self.next_start_at = now + delay
         self.reason = cause

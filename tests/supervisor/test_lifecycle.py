@@ -41,7 +41,11 @@ def test_a2_crash_after_running_still_backs_off_and_resets_after_stable_uptime()
     assert life.delays == [0.5, 1.0, 2.0, 4.0]
     life.start(now)
     life.ready(now + 0.1)
-    crash(life, now + 60.0)  # stable for 60 s > reset_after
+    crash(life, now + 60.0)  # stable for 60 s > reset_after: back at once
+    assert life.delays[-1] == 0.0
+    now = life.next_start_at or 0.0
+    life.start(now)
+    crash(life, now + 1.0)  # a quick crash after that starts the schedule over
     assert life.delays[-1] == 0.5
 
 
