@@ -11,7 +11,6 @@ the operator's to fix: :class:`clankie.errors.ConfigError`, exit status 78.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -78,7 +77,6 @@ class BridgeApp:
             service_path=paths.socket_path(settings.runtime_dir, "service"),
             attachment_root=settings.attachment_root,
             upload_limit=settings.discord_upload_limit_bytes,
-            context_messages=settings.discord_context_messages,
             retry=retry,
         )
 
@@ -181,10 +179,3 @@ class BridgeApp:
             return
         self.bridge.on_message(inbound, room, trigger)
 
-
-async def heartbeats(app: BridgeApp, send: Any, interval: float) -> None:
-    """Call ``send(heartbeat)`` every ``interval`` seconds of the app's clock."""
-    while True:
-        with contextlib.suppress(Exception):
-            await send(app.heartbeat())
-        await app.clock.sleep(interval)

@@ -35,7 +35,6 @@ from clankie.protocol import (
     TextUpdate,
     TextUpdateReply,
     Trigger,
-    TurnResult,
     TurnSubmit,
     TypingSignal,
 )
@@ -68,7 +67,6 @@ class Held:
     room: Room
     phase: Phase = Phase.SUBMITTED
     typing: asyncio.Task[None] | None = None
-    outcome: asyncio.Future[TurnResult] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def move(self, to: Phase) -> None:
         if to not in PHASES[self.phase]:
@@ -98,7 +96,6 @@ class Bridge:
         service_path: Path,
         attachment_root: Path,
         upload_limit: int,
-        context_messages: int = 10,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.ingress = ingress
@@ -107,7 +104,6 @@ class Bridge:
         self.clock = clock
         self.attachment_root = attachment_root
         self.upload_limit = upload_limit
-        self.context_messages = context_messages
         self.retry = retry or RetryPolicy()
         self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
@@ -187,8 +183,6 @@ class Bridge:
         finally:
             self._stop_typing(held)
             self.held.pop(did, None)
-            if not held.outcome.done():
-                held.outcome.cancel()
 
     async def _hold(self, held: Held, trigger: Trigger) -> None:
         """Submit, wait for the result however long it takes, deliver it, record it."""
@@ -222,7 +216,6 @@ class Bridge:
         if delivered.error is not None:
             self.counters.reply_failures += 1
             self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **ids)
-        held.outcome.set_result(result)
 
     # ------------------------------------------------------------ typing
 

@@ -295,18 +295,9 @@ class FakeDiscord:
 
     async def _application(self, request: web.Request) -> web.Response:
         fault = await self._record(request, "GET /oauth2/applications/@me")
-        app = {
-            "id": self.bot["id"],
-            "name": self.bot["username"],
-            "description": "",
-            "icon": None,
-            "bot_public": False,
-            "bot_require_code_grant": False,
-            "owner": self.owner,
-            "verify_key": "0" * 64,
-            "flags": 0,
-            "team": None,
-        }
+        app = {"id": self.bot["id"], "name": self.bot["username"], "description": "", "icon": None,
+               "bot_public": False, "bot_require_code_grant": False, "owner": self.owner,
+               "verify_key": "0" * 64, "flags": 0, "team": None}
         return fault or self._json(app)
 
     def _guild_of(self, channel_id: str) -> str | None:
@@ -465,17 +456,33 @@ class FakeDiscord:
         await ws.send_str(json.dumps(frame))
 
     async def _send_ready(self, ws: web.WebSocketResponse) -> None:
-        ready = {
-            "v": 10,
-            "user": {**self.bot, "verified": True, "mfa_enabled": False, "flags": 0},
-            "guilds": [{"id": g, "unavailable": True} for g in self.guilds],
-            "session_id": f"session-{self.identifies}",
-            "resume_gateway_url": self.gateway_url,
-            "application": {"id": self.bot["id"], "flags": 0},
-            "private_channels": [],
-            "relationships": [],
-        }
+        ready = {"v": 10, "user": {**self.bot, "verified": True, "mfa_enabled": False, "flags": 0},
+                 "guilds": [{"id": g, "unavailable": True} for g in self.guilds],
+                 "session_id": f"session-{self.identifies}", "resume_gateway_url": self.gateway_url,
+                 "application": {"id": self.bot["id"], "flags": 0}, "private_channels": [], "relationships": []}
         await self._send(ws, "READY", ready)
         for gid in self.guilds:
             await self._send(ws, "GUILD_CREATE", self._guild_payload(gid))
         self.readies += 1
+
+
+def main() -> None:
+    """``python -m clankie.testing.fake_discord``: a demo server; type ``<channel> <text>`` on stdin."""
+    import sys
+
+    async def serve() -> None:
+        fake = FakeDiscord()
+        await fake.start()
+        print(f"CLANKIE_DISCORD_API_BASE={fake.api_base} DISCORD_TOKEN={fake.token} CLANKIE_DISCORD_GUILD_IDS=100")
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            channel, _, text = line.strip().partition(" ")
+            if text:
+                await fake.message(channel, text)
+        await fake.close()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
