@@ -74,6 +74,7 @@ class Harness:
     service: FakeService
     app: BridgeApp
     state_dir: Path
+    task: asyncio.Task[None] | None = None  # the running BridgeApp.run()
 
     def receipts(self) -> list[dict[str, Any]]:
         return read_receipts(self.state_dir / "receipts" / "bridge.jsonl")
@@ -114,7 +115,7 @@ async def running(
     await service.start()
     app = BridgeApp(settings, clock=clock, retry=RetryPolicy(attempts=5, base=0.01, cap=0.05), guild_ready_timeout=0.05)
     task = asyncio.create_task(app.run())
-    h = Harness(fake, service, app, settings.state_dir)
+    h = Harness(fake, service, app, settings.state_dir, task)
     try:
         if wait_connected:
             await h.until(lambda: app.discord_status == "connected" and app.bridge.link.status == "connected" or task.done())

@@ -122,3 +122,20 @@ def test_real_process_answers_and_stops_cleanly_on_sigterm(env: dict[str, str]) 
             await fake.close()
 
     asyncio.run(main())
+
+
+def test_token_revoked_mid_session_is_a_configuration_error(env: dict[str, str]) -> None:
+    """If Discord closes the gateway with 4004 (authentication failed) later on, the bridge stops with a config error."""
+    from clankie.errors import ConfigError
+    from tests.bridge.harness import running
+
+    async def main() -> None:
+        async with running(env) as h:
+            assert h.task is not None
+            await h.fake.close_gateway(4004)
+            with pytest.raises(ConfigError, match="rejected the bot token"):
+                async with asyncio.timeout(20):
+                    await h.task
+            assert h.app.discord_status == "failed: token rejected"
+
+    asyncio.run(main())
