@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
 import sys
 from collections.abc import Mapping
@@ -73,6 +74,32 @@ def arm_parent_death(env: Mapping[str, str] | None = None) -> bool:
         print(f"supervisor {expected} is gone before this child armed; exiting", file=sys.stderr, flush=True)
         _die_with_group(PARENT_DEATH_SIGNAL, None)
     return True
+
+
+def exit_if_orphaned(env: Mapping[str, str] | None = None, wait: float = 1.0) -> None:
+    """If the supervisor that spawned us is gone (or going), take our process group down now.
+
+    The link helper calls this when the link breaks. The supervisor's sockets
+    close *before* the kernel reparents us, so ``getppid()`` cannot tell yet;
+    a pidfd on the supervisor can: it turns readable the moment it has exited.
+    A child must not exit gracefully here and leave its grandchildren behind.
+    """
+    expected = supervisor_pid(env)
+    if expected is None:
+        return
+    if os.getppid() != expected:
+        _die_with_group(PARENT_DEATH_SIGNAL, None)
+    try:
+        fd = os.pidfd_open(expected)
+    except ProcessLookupError:
+        _die_with_group(PARENT_DEATH_SIGNAL, None)
+        return
+    try:
+        readable, _, _ = select.select([fd], [], [], wait)
+    finally:
+        os.close(fd)
+    if readable:
+        _die_with_group(PARENT_DEATH_SIGNAL, None)
 
 
 def become_subreaper() -> None:

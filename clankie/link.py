@@ -32,7 +32,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from clankie import ipc
-from clankie.child import SUPERVISOR_FD_ENV
+from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.protocol import Empty, Heartbeat, Record, Stopping
@@ -137,6 +137,7 @@ async def supervisor_link(
 
     async def watch_link() -> None:
         await conn.wait_closed()
+        exit_if_orphaned(env)  # the supervisor died: our group goes now, not after a graceful stop
         link.request_shutdown("supervisor link closed")
 
     tasks = [
