@@ -96,12 +96,19 @@ def status(tree: Tree) -> StatusReply:
 class Control:
     """The control-socket handler, bound to one tree."""
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, *, partial_frame_timeout: float = 10.0) -> None:
         self.tree = tree
         self.server: ipc.Server | None = None
+        self._partial_frame_timeout = partial_frame_timeout
 
     async def start(self, path: Path) -> None:
-        self.server = await ipc.serve(path, ROLE, self.handle, max_frame=self.tree.settings.max_frame_bytes)
+        self.server = await ipc.serve(
+            path,
+            ROLE,
+            self.handle,
+            max_frame=self.tree.settings.max_frame_bytes,
+            partial_frame_timeout=self._partial_frame_timeout,
+        )
 
     async def close(self) -> None:
         if self.server is not None:

@@ -24,10 +24,12 @@ from supervisor.control import Control
 from supervisor.tree import Tree
 
 
-def with_control(env: dict[str, str], runtime_dir: Path, body: Callable[[Path], Awaitable[None]]) -> None:
+def with_control(
+    env: dict[str, str], runtime_dir: Path, body: Callable[[Path], Awaitable[None]], partial_timeout: float = 10.0
+) -> None:
     async def go() -> None:
         tree = Tree(settings_mod.load(env), [], clock=SystemClock(), env=env, subreaper=False)
-        control = Control(tree)
+        control = Control(tree, partial_frame_timeout=partial_timeout)
         path = runtime_dir / "control.sock"
         await control.start(path)
         try:
@@ -66,6 +68,28 @@ def test_c31_random_bytes_close_that_connection_only(env: dict[str, str], runtim
         await status_ok(path)
 
     with_control(env, runtime_dir, body)
+
+
+def test_c32_a_truncated_frame_then_silence_is_closed_after_the_read_timeout(env: dict[str, str], runtime_dir: Path) -> None:
+    """A client that sends half a frame and then idles is disconnected; others are served meanwhile."""
+
+    async def body(path: Path) -> None:
+        conn = await ipc.connect(path, "test")  # a well-behaved client first, so the slow one is past hello
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        hello = b"\x94\x00\x00\xa5hello\x83\xa4role\xa4slow\xa3pid\x01\xa8protocol\x01"
+        writer.write(struct.pack(">I", len(hello)) + hello)
+        writer.write(struct.pack(">I", 100) + b"\x94")  # 1 of 100 promised bytes
+        await writer.drain()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await status_ok(path)
+        assert await conn.request("status", Empty(), timeout=5)
+        rest = await asyncio.wait_for(reader.read(), 5)
+        assert rest is not None and loop.time() - t0 < 3  # read() returned: EOF, the server hung up
+        writer.close()
+        await conn.aclose()
+
+    with_control(env, runtime_dir, body, partial_timeout=0.3)
 
 
 def test_c33_oversized_length_prefix_is_refused_before_buffering(env: dict[str, str], runtime_dir: Path) -> None:
