@@ -102,16 +102,20 @@ class Running:
 def supervisor(
     tmp: Path,
     runtime: Path,
-    children: list[dict[str, Any]],
+    children: list[dict[str, Any]] | None,
     *,
     env: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
     wait_ready: bool = True,
+    ready_timeout: float = 15.0,
 ) -> Iterator[Running]:
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
-    spec = tmp / "spec.json"
-    spec.write_text(json.dumps(children))
+    spec_args: list[str] = []
+    if children is not None:  # None: the real default tree
+        spec = tmp / "spec.json"
+        spec.write_text(json.dumps(children))
+        spec_args = ["--spec-file", str(spec)]
     full_env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(state),
@@ -126,7 +130,7 @@ def supervisor(
     err = tmp / "supervisor.stderr"
     with err.open("wb") as errf:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--spec-file", str(spec), *args],
+            [sys.executable, "-m", "supervisor", "run", *spec_args, *args],
             env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=errf,
@@ -139,7 +143,7 @@ def supervisor(
         if proc.poll() is not None:
             raise AssertionError(f"supervisor exited {proc.returncode}: {run.stderr()}")
         if wait_ready:
-            wait_for(lambda: all(c.state == "running" for c in run.status().children), 15, "all children running")
+            wait_for(lambda: all(c.state == "running" for c in run.status().children), ready_timeout, "all running")
         yield run
     finally:
         if proc.poll() is None:
