@@ -1,6 +1,6 @@
 """One supervised child: spawn, link, exit, stop, kill. The I/O shell around :mod:`lifecycle`.
 
-Spawning uses ``os.posix_spawn`` with ``setsid`` (each child leads its own
+Spawning uses ``os.posix_spawnp`` (PATH lookup for a bare argv[0]) with ``setsid`` (each child leads its own
 session and process group) and no ``preexec_fn``. The child inherits exactly
 stdin (``/dev/null``), stdout and stderr (pipes) and its end of the link
 socketpair. Exit is detected through a pidfd watched by the loop; the
@@ -123,7 +123,7 @@ class Child:
                 (os.POSIX_SPAWN_DUP2, out_w, 1),
                 (os.POSIX_SPAWN_DUP2, err_w, 2),
             ]
-            pid = os.posix_spawn(
+            pid = os.posix_spawnp(
                 self.spec.argv[0], list(self.spec.argv), self._env(child_end.fileno()), file_actions=actions, setsid=True
             )
         except BaseException:
