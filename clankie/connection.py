@@ -53,8 +53,10 @@ class Connection(asyncio.Protocol):
         max_frame: int = framing.DEFAULT_MAX_FRAME,
         max_output: int = DEFAULT_MAX_OUTPUT,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
+        attachment_root: str | None = None,
     ) -> None:
         self.role = role
+        self.attachment_root = attachment_root
         self.peer: Hello | None = None
         self._handler = handler or _no_handler
         self._max_frame = max_frame
@@ -117,7 +119,7 @@ class Connection(asyncio.Protocol):
         await self._done.wait()
 
     async def client_hello(self, timeout: float = HELLO_TIMEOUT) -> Hello:
-        hello = Hello(role=self.role, pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION)
+        hello = self._my_hello()
         await self._call("hello", hello.to_wire(), timeout)
         assert self.peer is not None  # set by _dispatch when the reply arrived
         return self.peer
@@ -133,6 +135,11 @@ class Connection(asyncio.Protocol):
             raise self._closed_error() from None
         assert self.peer is not None
         return self.peer
+
+    def _my_hello(self) -> Hello:
+        return Hello(
+            role=self.role, pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION, attachment_root=self.attachment_root
+        )
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -302,8 +309,7 @@ class Connection(asyncio.Protocol):
             self._reply_error(req.msgid, "invalid_request", "hello already received")
             return
         self.peer = hello
-        mine = Hello(role=self.role, pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION)
-        self._send(protocol.response(req.msgid, None, mine.to_wire()))
+        self._send(protocol.response(req.msgid, None, self._my_hello().to_wire()))
         if not self._hello_seen.done():
             self._hello_seen.set_result(None)
 

@@ -59,9 +59,11 @@ class Server:
         max_frame: int = framing.DEFAULT_MAX_FRAME,
         max_output: int = DEFAULT_MAX_OUTPUT,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
+        max_connections: int = 128,
     ) -> None:
         self.path = path
         self.role = role
+        self.max_connections = max_connections
         self._handler = handler
         self._on_connect = on_connect
         self._max_frame = max_frame
@@ -97,6 +99,11 @@ class Server:
         if not peer_allowed(uid):
             self.refused += 1
             log.warning("refused a %s client running as uid %d", self.role, uid)
+            transport.abort()
+            return
+        if len(self.connections) >= self.max_connections:
+            self.refused += 1
+            log.warning("refused a %s client: %d connections already open", self.role, len(self.connections))
             transport.abort()
             return
         self.connections.add(conn)
@@ -212,9 +219,10 @@ async def from_socket(
     initiate: bool,
     timeout: float = HELLO_TIMEOUT,
     max_frame: int = framing.DEFAULT_MAX_FRAME,
+    attachment_root: str | None = None,
 ) -> Connection:
     """Wrap a connected socket (the supervisor link); ``initiate`` sends the hello."""
-    conn = Connection(role=role, handler=handler, max_frame=max_frame)
+    conn = Connection(role=role, handler=handler, max_frame=max_frame, attachment_root=attachment_root)
     await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=sock)
     if initiate:
         return await _hello(conn, timeout)

@@ -36,6 +36,7 @@ from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.protocol import Empty, Heartbeat, Record, Stopping
+from clankie.settings import discord_attachment_root
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ async def supervisor_link(
         return await handler(conn, method, params)
 
     sock = socket.socket(fileno=fd)
-    conn = await ipc.from_socket(sock, LINK_ROLE, on_request, initiate=True)
+    root = str(discord_attachment_root(env))  # the child's own reading, reported in its hello
+    conn = await ipc.from_socket(sock, LINK_ROLE, on_request, initiate=True, attachment_root=root)
     link = Link(name, conn)
     link_box.append(link)
 

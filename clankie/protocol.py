@@ -42,9 +42,13 @@ class Empty(Record):
 
 
 class Hello(Record):
+    """First message on every connection. A supervised child also says which
+    attachment root it derived, so the supervisor can prove writers and readers agree."""
+
     role: str = Field(min_length=1, max_length=32)
     pid: int = Field(ge=0)
     protocol: int
+    attachment_root: str | None = Field(default=None, max_length=4096)
 
 
 # --------------------------------------------------------------- bridge <-> service

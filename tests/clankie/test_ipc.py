@@ -256,6 +256,44 @@ def test_a_client_that_never_reads_is_dropped_and_others_keep_working(runtime_di
     run(main, runtime_dir)
 
 
+def test_connections_past_the_cap_are_refused_and_the_rest_keep_working(runtime_dir: Path) -> None:
+    """A flood of idle connections cannot exhaust the server: past the cap new ones are turned away."""
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", echo_service, max_connections=5) as server:
+            idle = [await ipc.connect(path, "bridge") for _ in range(5)]
+            with pytest.raises(ChannelBroken):
+                await ipc.connect(path, "bridge", timeout=2)
+            assert server.refused == 1
+            await idle[0].aclose()
+            for _ in range(100):
+                if len(server.connections) < 5:
+                    break
+                await asyncio.sleep(0.01)
+            again = await ipc.connect(path, "bridge")
+            result = await again.request("turn.submit", submit("d", "after"))
+            assert isinstance(result, TurnResult) and result.text == "after"
+            for conn in (*idle[1:], again):
+                await conn.aclose()
+
+    run(main, runtime_dir)
+
+
+def test_the_hello_carries_the_attachment_root_it_was_given(runtime_dir: Path) -> None:
+    """A child's hello says which attachment root it derived, so the supervisor can compare."""
+
+    async def main(path: Path) -> None:
+        a, b = socket.socketpair()
+        server_side = asyncio.create_task(ipc.from_socket(a, "supervisor", None, initiate=False))
+        child = await ipc.from_socket(b, "child", None, initiate=True, attachment_root="/srv/art")
+        sup = await server_side
+        assert sup.peer is not None and sup.peer.attachment_root == "/srv/art"
+        await child.aclose()
+        await sup.aclose()
+
+    run(main, runtime_dir)
+
+
 def test_a_half_sent_frame_times_out(runtime_dir: Path) -> None:
     """A peer that stops in the middle of a frame is disconnected after the read timeout."""
 
