@@ -91,7 +91,7 @@ talk while you are still working). Answer the way a thoughtful friend in the cha
 direct, in your own voice. Several people may speak; answer what was actually said, once.
 
 Tools: send_text_update posts a short mid-turn note when someone is waiting on slow work; \
-browse_screenshot looks at a web page; draw_er_diagram and draw_sequence_diagram draw diagrams. \
+browser_screenshot looks at a web page; draw_er_diagram and draw_sequence_diagram draw diagrams. \
 Pictures you make are attached to your reply automatically."""
 ROOM_NOTE = "# This room\nYou have no shell or file access here."
 PRIVILEGED_NOTE = "# This turn\nThis person is a system actor: you may use the bash tool for this grant only."

@@ -154,7 +154,7 @@ def screenshot_tool(client: HostClient, capture: TurnCapture, root: Path) -> Too
         return await _artifact_call(client, "screenshot", request, capture, root, "Screenshot")
 
     return Tool(
-        name="browse_screenshot",
+        name="browser_screenshot",
         description="Open a web page in a headless browser and take a screenshot of it. You see the picture, "
         "and the last picture of your turn is attached to your reply.",
         input_schema={

@@ -154,7 +154,7 @@ def test_screenshot_rides_with_the_reply_and_a_down_host_is_said_out_loud(env: d
     async def body() -> None:
         async with FakeAnthropic() as fake, service(env, fake) as app:
             fake.script(
-                fa.tool_use(("browse_screenshot", {"url": "https://example.org"})),
+                fa.tool_use(("browser_screenshot", {"url": "https://example.org"})),
                 fa.text("the browser is down, sorry"),
             )
             bridge = FakeBridge()
@@ -180,8 +180,8 @@ def test_screenshot_rides_with_the_reply_and_a_down_host_is_said_out_loud(env: d
             try:
                 app.browser._next_try = 0.0  # do not wait out the backoff from the failed dial above
                 fake.script(
-                    fa.tool_use(("browse_screenshot", {"url": "https://refuse.example"})),
-                    fa.tool_use(("browse_screenshot", {"url": "https://example.org"})),
+                    fa.tool_use(("browser_screenshot", {"url": "https://refuse.example"})),
+                    fa.tool_use(("browser_screenshot", {"url": "https://example.org"})),
                     fa.text("here it is"),
                 )
                 shot = await bridge.submit(msg("m2", "again"))
