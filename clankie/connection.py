@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
         self._max_output = max_output
         self._partial_timeout = partial_frame_timeout
         self._decoder = framing.FrameDecoder(max_frame)
+        self._encoder = framing.FrameEncoder(max_frame)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._handling: dict[int, asyncio.Task[None]] = {}
@@ -234,7 +235,7 @@ class Connection(asyncio.Protocol):
     def _send(self, message: list[Any]) -> None:
         if self._closed is not None or self._transport is None:
             raise self._closed_error()
-        self._transport.write(framing.encode(message, max_frame_size=self._max_frame))
+        self._transport.write(self._encoder.encode(message))
         if self._transport.get_write_buffer_size() > self._max_output:
             log.warning("peer %s is not reading; dropping the connection", self.peer_role or "?")
             self._shutdown(ChannelBroken("peer stopped reading; output queue is full"), abort=True)

@@ -43,10 +43,27 @@ def _refuse_ext(code: int, data: bytes) -> Any:
 
 def encode(obj: Any, *, max_frame_size: int = DEFAULT_MAX_FRAME) -> bytes:
     """Serialise one object as a frame; refuse anything the peer would refuse."""
-    try:
-        body = msgpack.packb(obj, use_bin_type=True, strict_types=False)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise LocalProtocolError(f"cannot encode message: {exc}") from exc
+    return FrameEncoder(max_frame_size).encode(obj)
+
+
+class FrameEncoder:
+    """Turns messages into frames, reusing one msgpack packer (one encoder per connection)."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame_size = max_frame_size
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+    def encode(self, obj: Any) -> bytes:
+        """Serialise one object as a frame; refuse anything the peer would refuse."""
+        try:
+            body = self._packer.pack(obj)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._packer.reset()
+            raise LocalProtocolError(f"cannot encode message: {exc}") from exc
+        return _frame(body, self.max_frame_size)
+
+
+def _frame(body: bytes, max_frame_size: int) -> bytes:
     if len(body) > max_frame_size:
         raise LocalProtocolError(
             f"message of {len(body)} bytes exceeds the {max_frame_size}-byte frame limit",

@@ -34,7 +34,9 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def to_wire(self) -> dict[str, Any]:
-        return self.model_dump(mode="python", exclude_none=False)
+        """The record as plain msgpack-able data (what ``model_dump`` gives, minus its overhead)."""
+        wire: dict[str, Any] = self.__pydantic_serializer__.to_python(self)
+        return wire
 
 
 class Empty(Record):
