@@ -8,6 +8,7 @@ import signal
 import sys
 
 from bridge.app import BridgeApp
+from bridge.doctor import link_handler
 from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import supervisor_link
@@ -17,7 +18,8 @@ from clankie.settings import Settings, load
 
 async def run(settings: Settings) -> int:
     app = BridgeApp(settings)
-    async with supervisor_link("bridge", None, app.heartbeat, interval=settings.heartbeat_seconds) as link:
+    handler = link_handler(settings.attachment_root, settings.discord_upload_limit_bytes)
+    async with supervisor_link("bridge", handler, app.heartbeat, interval=settings.heartbeat_seconds) as link:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, link.request_shutdown, sig.name)

@@ -274,6 +274,7 @@ class ChildStatus(Record):
     ended: str = ""
     ready: bool = False
     last_heartbeat_age_s: float | None = None
+    attachment_root: str | None = None  # what the live process said in its link hello
 
 
 class SupervisorInfo(Record):
@@ -312,6 +313,35 @@ class LogsRequest(Record):
 class LogsReply(Record):
     data: bytes = b""
     offset: int = 0
+
+
+class ResolveRequest(Record):
+    """``resolve_artifact`` (supervisor -> bridge): resolve a ref exactly as a reply would."""
+
+    ref: str = Field(min_length=1, max_length=512)
+
+
+class ResolveReply(Record):
+    ok: bool
+    code: str | None = None
+    size: int = 0
+
+
+class DoctorCheck(Record):
+    """One (writer host -> reader) pair of ``doctor``: a probe written by one, resolved by the other."""
+
+    writer: str
+    reader: str
+    ok: bool
+    code: str | None = None
+    ref: str | None = None
+    writer_root: str | None = None
+    reader_root: str | None = None
+
+
+class DoctorReply(Record):
+    ok: bool
+    checks: tuple[DoctorCheck, ...] = ()
 
 
 # --------------------------------------------------------------- method table
@@ -355,12 +385,15 @@ METHODS: dict[str, dict[str, Method]] = {
         "lanes": Method(Empty, LanesReply),
         "abort": Method(AbortRun, AbortReply),
         "say": Method(SayRequest, TurnResult),
+        "doctor": Method(Empty, DoctorReply),
     },
     "child": {  # supervisor -> child over the link
         "abort_run": Method(AbortRun, AbortReply),
         "shutdown": Method(Stopping, None),
         "lanes": Method(Empty, LanesReply),
         "say": Method(SayRequest, TurnResult),
+        "probe_artifact": Method(Empty, Artifact),  # hosts: write the probe picture
+        "resolve_artifact": Method(ResolveRequest, ResolveReply),  # bridge: resolve it like a reply
     },
 }
 

@@ -18,6 +18,8 @@ for that caller only; the process keeps serving everyone else:
 
 :func:`write_artifact` stores bytes under the attachment root (ARCHITECTURE
 §6) and returns the :class:`~clankie.protocol.Artifact` record callers get.
+Over the supervisor link a host also answers ``probe_artifact``: it writes
+the doctor's probe picture (:mod:`hosts.probe`) through that same writer.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.link import Link, supervisor_link
 from clankie.protocol import Artifact, Heartbeat, Record
+from hosts.probe import probe_png
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,15 @@ class HostRuntime:
         self.counters.refused["host_internal_error"] += 1
         return RemoteError("host_internal_error", f"{self.host.name} failed on {method}; see its log")
 
+    async def link_handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        """The supervisor's requests over the link: ``probe_artifact`` for ``clankiectl doctor``."""
+        if method != "probe_artifact":
+            raise RemoteError("method_not_found", f"{self.host.name} serves no {method[:64]!r} on its link")
+        sub = self.host.name if self.host.name in artifacts.SUBDIRS else "generated"
+        artifact = await write_artifact(self.settings.attachment_root, sub, probe_png(self.host.name), "png")
+        log.info("wrote the doctor probe %s", artifact.ref)
+        return artifact
+
     def health(self) -> dict[str, Any]:
         return {
             "attachment_root": str(self.settings.attachment_root),
@@ -169,7 +181,7 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
 async def _amain(runtime: HostRuntime, environ: Mapping[str, str]) -> int:
     name = runtime.host.name
     async with supervisor_link(
-        name, None, runtime.heartbeat, clock=runtime.clock, interval=runtime.settings.heartbeat_seconds, env=environ
+        name, runtime.link_handler, runtime.heartbeat, clock=runtime.clock, interval=runtime.settings.heartbeat_seconds, env=environ
     ) as link:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3,7 +3,7 @@
 Status comes from the tree and psutil; start/stop/restart drive the
 lifecycle; ``lanes``, ``abort`` and ``say`` are proxied to the service over
 its link; ``logs`` reads the child's log file (``wait`` > 0 long-polls for
-``-f``). Errors carry stable codes: ``no_such_child``, ``not_running``,
+``-f``); ``doctor`` runs the attachment probe (:mod:`supervisor.doctor`). Errors carry stable codes: ``no_such_child``, ``not_running``,
 ``service_unavailable``, ``shutting_down``.
 """
 
@@ -31,6 +31,7 @@ from clankie.protocol import (
     StatusReply,
     SupervisorInfo,
 )
+from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
 from supervisor.output import read_from, read_tail
 from supervisor.process import Child
@@ -83,6 +84,7 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         ended=life.ended if ex is not None else "",
         ready=life.state is State.RUNNING,
         last_heartbeat_age_s=(mono - beat) if beat is not None and child.alive else None,
+        attachment_root=child.attachment_root,
     )
 
 
@@ -177,6 +179,10 @@ class Control:
         if method == "say":
             assert isinstance(params, SayRequest)
             return await self._proxy("say", params, SAY_TIMEOUT)
+        if method == "doctor":
+            if tree.stopping:
+                raise RemoteError("shutting_down", "the supervisor is shutting down")
+            return await run_doctor(tree.children)
         raise RemoteError("method_not_found", method)
 
     async def _wait_up(self, child: Child) -> None:

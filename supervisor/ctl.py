@@ -27,6 +27,7 @@ from clankie.protocol import (
     AbortRun,
     ChildTarget,
     ControlReply,
+    DoctorReply,
     Empty,
     LanesReply,
     LogsReply,
@@ -37,6 +38,7 @@ from clankie.protocol import (
     TurnResult,
 )
 from clankie.settings import runtime_dir
+from supervisor.doctor import agreement
 
 EX_OK, EX_FAILED, EX_USAGE, EX_UNAVAILABLE = 0, 1, 2, 69
 CLIENT_ROLE = "clankiectl"
@@ -71,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("room")
     say.add_argument("text")
     say.add_argument("--json", action="store_true")
+    dr = sub.add_parser("doctor", help="prove every picture-writing host and the bridge agree on the attachment root")
+    dr.add_argument("--json", action="store_true")
     sub.add_parser("shutdown", help="stop every child and the supervisor")
     return p
 
@@ -131,6 +135,22 @@ def format_status(reply: StatusReply, now: float) -> str:
     return "\n".join(lines)
 
 
+def roots_of(reply: StatusReply) -> dict[str, Any]:
+    """The top-level ``attachment_root`` key of ``status --json``: ``{"agree", "by_child"}``."""
+    return agreement({c.name: c.attachment_root for c in reply.children})
+
+
+def format_disagreement(roots: dict[str, Any]) -> str:
+    """The loud warning printed when the children did not derive one attachment root."""
+    lines = [
+        "!! WARNING: ATTACHMENT ROOTS DISAGREE: pictures written by one child will not be found by another.",
+        "!! Each child derived (from CLANKIE_DISCORD_ATTACHMENT_ROOT / CLANKIE_STATE):",
+    ]
+    lines += [f"!!   {name:<9}{root}" for name, root in roots["by_child"].items() if root is not None]
+    lines.append("!! Fix the environment so every child gets the same root; `clankiectl doctor` checks each pair.")
+    return "\n".join(lines)
+
+
 def _dump(record: Record) -> Any:
     return record.model_dump(mode="json")
 
@@ -150,13 +170,22 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
     if cmd == "status":
         reply = await _call(conn, "status", Empty(), timeout)
         assert isinstance(reply, StatusReply)
+        roots = roots_of(reply)  # over the whole tree, even when one child is shown
         if args.name:
             kept = tuple(c for c in reply.children if c.name == args.name)
             if not kept:
                 print(f"clankiectl: no child named {args.name!r}", file=sys.stderr)
                 return EX_FAILED
             reply = reply.model_copy(update={"children": kept})
-        print(json.dumps(_dump(reply)) if args.json else format_status(reply, time.time()), file=out)
+        if args.json:
+            print(json.dumps({**_dump(reply), "attachment_root": roots}), file=out)
+        else:
+            print(format_status(reply, time.time()), file=out)
+            if not roots["agree"]:
+                warning = format_disagreement(roots)
+                print(warning, file=out)
+                if not out.isatty():
+                    print(warning, file=sys.stderr)
         return EX_OK
     if cmd in ("start", "stop", "restart"):
         ctl = await _call(conn, cmd, ChildTarget(name=args.name), None)
@@ -199,7 +228,33 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
         return EX_FAILED if res.outcome == "failed" else EX_OK
     if cmd == "logs":
         return await _logs(conn, args)
+    if cmd == "doctor":
+        return await _doctor(conn, args)
     raise AssertionError(cmd)
+
+
+def format_doctor(reply: DoctorReply) -> str:
+    if not reply.checks:
+        return "FAIL  no (host -> bridge) pair to check: the tree needs the bridge and at least one host"
+    lines = []
+    for c in reply.checks:
+        pair = f"{c.writer} -> {c.reader}"
+        if c.ok:
+            lines.append(f"PASS  {pair:<20} {c.ref}")
+        else:
+            lines.append(f"FAIL  {pair:<20} {c.code}")
+            lines.append(f"      {c.writer} root: {c.writer_root or '-'}")
+            lines.append(f"      {c.reader} root: {c.reader_root or '-'}")
+    passed = sum(1 for c in reply.checks if c.ok)
+    lines.append(f"doctor: {passed}/{len(reply.checks)} pairs pass")
+    return "\n".join(lines)
+
+
+async def _doctor(conn: ipc.Connection, args: argparse.Namespace) -> int:
+    reply = await _call(conn, "doctor", Empty(), args.timeout + 35.0)
+    assert isinstance(reply, DoctorReply)
+    print(json.dumps(_dump(reply)) if args.json else format_doctor(reply), file=sys.stdout)
+    return EX_OK if reply.ok else EX_FAILED
 
 
 async def _logs(conn: ipc.Connection, args: argparse.Namespace) -> int:

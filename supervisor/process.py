@@ -57,6 +57,7 @@ class Child:
         self.pid: int | None = None
         self.pidfd: int | None = None
         self.link: ipc.Connection | None = None
+        self.attachment_root: str | None = None  # as the live process derived it (its link hello)
         self.captures: list[Capture] = []
         self.stderr_capture: Capture | None = None
         self.detail = ""
@@ -164,6 +165,7 @@ class Child:
             await conn.aclose()
             return
         self.link = conn
+        self.attachment_root = conn.peer.attachment_root if conn.peer is not None else None
 
     async def _on_link(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         if conn is not self.link and self.link is not None:
@@ -210,6 +212,7 @@ class Child:
             self._grace = None
         if self._link_task is not None:
             self._link_task.cancel()
+        self.attachment_root = None
         if self.link is not None:
             link, self.link = self.link, None
             asyncio.get_running_loop().create_task(link.aclose())

@@ -1,0 +1,95 @@
+"""Writer and reader provably agree: the attachment-root comparison and ``clankiectl doctor``.
+
+Every child says in its link hello which attachment root it derived
+(:func:`clankie.settings.discord_attachment_root`); the supervisor keeps it
+per live process (``Child.attachment_root``) and ``status`` carries it.
+:func:`agreement` is the pure comparison ``clankiectl status`` prints.
+
+:func:`run_doctor` proves the path end to end: each writer host
+(``browser``, ``tldraw``) writes its probe picture through its normal
+artifact writer (``probe_artifact`` on the link), then the reader (the
+``bridge``) resolves that ref with the very call a reply's picture goes
+through (``resolve_artifact``). A pair passes only if the bridge got the
+bytes *and* both processes reported the same root (the probe is
+deterministic, so a stale copy under a wrong root must not pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.protocol import Artifact, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
+from supervisor.process import Child
+
+log = logging.getLogger(__name__)
+
+WRITERS = ("browser", "tldraw")
+READER = "bridge"
+STEP_TIMEOUT = 15.0
+
+
+def agreement(roots: Mapping[str, str | None]) -> dict[str, Any]:
+    """``{"agree", "by_child"}``: agree when every child that reported a root reported the same one."""
+    reported = {root for root in roots.values() if root is not None}
+    return {"agree": len(reported) <= 1, "by_child": dict(roots)}
+
+
+class _Failed(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+async def _ask(child: Child, role: str, method: str, params: Record) -> Record:
+    link = child.link
+    if link is None or link.closed:
+        raise _Failed(f"{role}_not_running")
+    try:
+        return await link.request(method, params, timeout=STEP_TIMEOUT)
+    except RemoteError as exc:
+        raise _Failed(exc.code) from None
+    except RequestTimeout:
+        raise _Failed(f"{role}_timeout") from None
+    except (ChannelBroken, ChannelClosed):
+        raise _Failed(f"{role}_not_running") from None
+
+
+async def check_pair(writer: Child, reader: Child) -> DoctorCheck:
+    """One probe from ``writer`` resolved by ``reader``."""
+    ref: str | None = None
+    try:
+        artifact = await _ask(writer, "writer", "probe_artifact", Empty())
+        assert isinstance(artifact, Artifact)
+        ref = artifact.ref
+        resolved = await _ask(reader, "reader", "resolve_artifact", ResolveRequest(ref=ref))
+        assert isinstance(resolved, ResolveReply)
+        code = resolved.code if not resolved.ok else None
+    except _Failed as exc:
+        code = exc.code
+    if code is None and writer.attachment_root != reader.attachment_root:
+        code = "attachment_root_mismatch"
+    if code is not None:
+        log.warning("doctor: %s -> %s failed: %s", writer.name, reader.name, code)
+    return DoctorCheck(
+        writer=writer.name,
+        reader=reader.name,
+        ok=code is None,
+        code=code,
+        ref=ref,
+        writer_root=writer.attachment_root,
+        reader_root=reader.attachment_root,
+    )
+
+
+async def run_doctor(children: Mapping[str, Child]) -> DoctorReply:
+    """Every (writer host -> bridge) pair present in the tree; ok only if there is one and all pass."""
+    reader = children.get(READER)
+    writers = [children[name] for name in WRITERS if name in children]
+    if reader is None or not writers:
+        return DoctorReply(ok=False)
+    checks = await asyncio.gather(*(check_pair(w, reader) for w in writers))
+    return DoctorReply(ok=all(c.ok for c in checks), checks=tuple(checks))
