@@ -35,7 +35,7 @@ from clankie.protocol import (
 from clankie.settings import Settings
 
 from service.agent.agent import Agent, AgentConfig
-from service.agent.content import UserMessage
+from service.agent.content import UnsupportedImage, UserMessage
 from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, TurnStart
 from service.agent.model import Provider
 from service.agent.outcome import OutcomeKind, RunOutcome
@@ -43,6 +43,7 @@ from service.agent.session import SessionTree
 from service.agent.tools import Tool
 from service.captain import keys, prompt
 from service.captain.hosts import HostClient
+from service.captain.inbound import NO_IMAGES, FetchPolicy, ImageFetcher, InboundImages
 from service.captain.lane import (
     AbortAgent,
     AbortRequested,
@@ -112,6 +113,7 @@ class TurnSlot:
     trigger: Trigger
     backlog: tuple[HistoryMessage, ...]
     future: asyncio.Future[TurnResult]
+    images: InboundImages = NO_IMAGES
 
 
 @dataclass
@@ -159,6 +161,7 @@ class Captain:
         self.paths = keys.CaptainPaths.under(deps.settings.state_dir)
         self.lanes: dict[str, LiveLane] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
+        self._images = ImageFetcher(self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock)
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
         self._config = AgentConfig(
             context_window=deps.settings.model_context_window,
@@ -174,6 +177,8 @@ class Captain:
         LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
         if self._provider is None:
             return TurnResult(outcome="failed", code=UNCONFIGURED)
+        # fetched before the lane decision (it awaits), so a steered message carries its pictures too
+        images = await self._images.fetch_all(trigger.attachments)
         plan = self._plan(room, trigger.author)
         key = f"{plan.key}#{submit.delivery_id}" if plan.kind == "oneshot" else plan.key
         while key in self._closing:
@@ -183,7 +188,7 @@ class Captain:
         lane = self.lanes.get(key) or self._open(plan, key, room)
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         actions = lane.machine.handle(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), self._clock.boottime())
-        self._apply(lane, actions, (delivery, trigger, submit.backlog, future))
+        self._apply(lane, actions, (delivery, trigger, submit.backlog, future, images))
         return await asyncio.shield(future)
 
     def _plan(self, room: Room, author: Author) -> LanePlan:
@@ -247,7 +252,8 @@ class Captain:
         self,
         lane: LiveLane,
         actions: list[Action],
-        new: tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult]] | None = None,
+        new: tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult], InboundImages]
+        | None = None,
     ) -> None:
         for action in actions:
             if isinstance(action, StartRun | HoldSteer | Steer):
@@ -284,8 +290,13 @@ class Captain:
 
     def _steer(self, lane: LiveLane, slot: TurnSlot) -> None:
         self._stamp(lane, slot)
-        text = prompt.turn_prompt(slot.trigger, slot.backlog or None)
-        if not lane.agent.steer(UserMessage(text=text)):
+        try:
+            steered = lane.agent.steer(_message(slot, slot.backlog or None))
+        except (OSError, UnsupportedImage):
+            log.warning("lane %s: stored images of steered turn %s unreadable; steering the text", lane.key, slot.turn_id)
+            slot.images = slot.images.without_files()
+            steered = lane.agent.steer(_message(slot, slot.backlog or None))
+        if not steered:
             log.warning("lane %s: run was not live for steered turn %s", lane.key, slot.turn_id)
 
     def _finish(self, lane: LiveLane, action: Finish) -> None:
@@ -336,10 +347,17 @@ class Captain:
                 lane.fresh = False
                 history = await self._history(lane, slot)
             # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along
-            text = prompt.turn_prompt(slot.trigger, history or slot.backlog or None)
+            context = history or slot.backlog or None
             lane.capture.media.clear()
             lane.typing_sent, lane.text_so_far = False, ""
-            await lane.agent.run(UserMessage(text=text))
+            try:
+                await lane.agent.run(_message(slot, context))
+            except (OSError, UnsupportedImage):
+                if not slot.images.paths:
+                    raise
+                log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
+                slot.images = slot.images.without_files()
+                await lane.agent.run(_message(slot, context))
         except asyncio.CancelledError:
             code = SESSION_FAILED
         except Exception:
@@ -448,6 +466,13 @@ class Captain:
             self._drop(lane)
         if self._closing:
             await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        await self._images.aclose()
+
+
+def _message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> UserMessage:
+    """One turn's user message: the framed prompt and the trigger's fetched pictures."""
+    text = prompt.turn_prompt(slot.trigger, context, slot.images.report())
+    return UserMessage(text=text, images=slot.images.paths)
 
 
 async def _send_typing(conn: object, delivery_id: str) -> None:

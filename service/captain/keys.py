@@ -74,6 +74,10 @@ class CaptainPaths:
     def evidence(self) -> Path:
         return self.root / "evidence.jsonl"
 
+    @property
+    def inbound(self) -> Path:
+        return self.root / "inbound"
+
 
 def is_trusted(room: Room, trusted: tuple[str, ...]) -> bool:
     """Whether ``room`` is on the explicit trusted list (``<guild>/<channel>``, ``dm/<channel>`` or a bare channel id)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from clankie.protocol import HistoryMessage, Trigger
 
@@ -65,20 +66,43 @@ def untrusted_block(messages: Sequence[HistoryMessage]) -> str:
     return "\n".join(lines)
 
 
-def trigger_block(trigger: Trigger) -> str:
+@dataclass(frozen=True, slots=True)
+class ImageReport:
+    """What became of a trigger's image attachments: how many ride with the message, why the others do not."""
+
+    shown: int = 0
+    missing: tuple[str, ...] = ()  # one plain reason per image that could not be loaded
+
+
+def _images(n: int) -> str:
+    return f"{n} image{'s' if n != 1 else ''}"
+
+
+def image_lines(attached: int, report: ImageReport | None) -> list[str]:
+    """The trigger's image notes: what the model is shown and what could not be loaded (never silently dropped)."""
+    if report is None:
+        return [f"(attached {_images(attached)})"] if attached else []
+    lines = [f"({_images(report.shown)} attached, shown with this message)"] if report.shown else []
+    if report.missing:
+        reasons = ", ".join(sorted(set(report.missing)))
+        n = len(report.missing)
+        lines.append(f"({n} attached image{' was' if n == 1 else 's were'} not shown to you: could not be loaded — {reasons})")
+    return lines
+
+
+def trigger_block(trigger: Trigger, images: ImageReport | None = None) -> str:
     head = f"Trigger message from <{trigger.author.id}>"
     if trigger.unprompted:
         head += " (you were not addressed)"
     body = trigger.text.strip()[:BODY_MAX]
-    images = len(trigger.attachments)
+    attached = len(trigger.attachments)
     if not body:
-        body = f"(no text — only {images} image{'s' if images != 1 else ''})" if images else "(no text)"
-    elif images:
-        body += f"\n(attached {images} image{'s' if images != 1 else ''})"
-    return f"{head}:\n{body}"
+        body = f"(no text — only {_images(attached)})" if attached else "(no text)"
+    notes = image_lines(attached, images)
+    return "\n".join([f"{head}:", body, *notes])
 
 
-def turn_prompt(trigger: Trigger, history: Sequence[HistoryMessage] | None) -> str:
+def turn_prompt(trigger: Trigger, history: Sequence[HistoryMessage] | None, images: ImageReport | None = None) -> str:
     """The prompt for one turn; ``history`` is given only to a cold lane (None or empty: none)."""
     framing = [FRAMING]
     if history:
@@ -88,7 +112,7 @@ def turn_prompt(trigger: Trigger, history: Sequence[HistoryMessage] | None) -> s
     blocks = ["\n".join(framing)]
     if history:
         blocks.append(untrusted_block(history))
-    blocks.append(trigger_block(trigger))
+    blocks.append(trigger_block(trigger, images))
     return "\n\n".join(blocks)
 
 

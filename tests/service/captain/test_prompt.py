@@ -69,3 +69,12 @@ def test_silence_is_the_whole_trimmed_reply(text: str, silent: bool) -> None:
 def test_typing_prefix_rule(prefix: str, possible: bool) -> None:
     """The typing watcher lights the room exactly when the text can no longer become the sentinel."""
     assert prompt.may_become_silent(prefix) is possible
+
+
+def test_image_notes_say_what_was_shown_and_what_was_not() -> None:
+    """The trigger says how many pictures ride with it and why the others could not be shown."""
+    report = prompt.ImageReport(shown=1, missing=("larger than 5 MiB",))
+    text = prompt.turn_prompt(trig("look", images=2), None, report)
+    assert "(1 image attached, shown with this message)" in text
+    assert "(1 attached image was not shown to you: could not be loaded — larger than 5 MiB)" in text
+    assert "image" not in prompt.turn_prompt(trig("look"), None, prompt.ImageReport())
