@@ -8,7 +8,8 @@ in tests). Redirects are not followed. Per message at most
 declared size, ``Content-Length`` and while streaming) within
 :data:`FETCH_DEADLINE` seconds; only PNG, JPEG, GIF and WebP, by the
 response's ``Content-Type`` *and* by the bytes themselves (a mislabelled
-file would make the model API reject the whole turn). A stored image is
+file would make the model API reject the whole turn, and so would a file
+over :data:`MODEL_MAX_BYTES`, whose base64 exceeds the API's 5 MiB). A stored image is
 ``<state>/captain/inbound/<sha256>.<ext>`` (0600) and is pruned a day after
 its last use. Failures are content-free codes; a failed fetch costs only
 the picture, and the prompt says so.
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 ALLOWED_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
 MAX_IMAGES = 4
 MAX_BYTES = 5 * 1024 * 1024
+MODEL_MAX_BYTES = MAX_BYTES * 3 // 4
+"""The model API caps an image's *base64* at 5 MiB: a bigger file would fail the whole turn, so it is not shown."""
 FETCH_DEADLINE = 10.0
 RETAIN_SECONDS = 24 * 3600.0
 PRUNE_EVERY = 3600.0
@@ -49,6 +52,7 @@ CHUNK = 64 * 1024
 HOST_REFUSED = "image_host_refused"
 TYPE_REFUSED = "image_type_refused"
 TOO_LARGE = "image_too_large"
+TOO_LARGE_FOR_MODEL = "image_too_large_for_model"
 TIMEOUT = "image_timeout"
 FETCH_FAILED = "image_fetch_failed"
 OVER_LIMIT = "image_over_limit"
@@ -57,6 +61,7 @@ REASONS = {
     HOST_REFUSED: "not on Discord's image host",
     TYPE_REFUSED: "not a PNG, JPEG, GIF or WebP image",
     TOO_LARGE: "larger than 5 MiB",
+    TOO_LARGE_FOR_MODEL: "too large for you to view (over 3.75 MiB)",
     TIMEOUT: "download took too long",
     FETCH_FAILED: "download failed",
     OVER_LIMIT: f"more than {MAX_IMAGES} images in one message",
@@ -196,6 +201,8 @@ class ImageFetcher:
         actual = sniff(data)
         if actual is None or content_type not in ALLOWED_TYPES:
             return TYPE_REFUSED
+        if len(data) > MODEL_MAX_BYTES:
+            return TOO_LARGE_FOR_MODEL
         try:
             return self._store(data, ALLOWED_TYPES[actual])
         except OSError as exc:

@@ -77,6 +77,8 @@ class ImageServer:
             return web.Response(body=b"<html>not a picture</html>", content_type="image/png")
         if name == "redirect.png":
             raise web.HTTPFound("/a.png")
+        if name == "model-big.png":
+            return web.Response(body=PNG + b"\0" * (inbound.MODEL_MAX_BYTES + 1 - len(PNG)), content_type="image/png")
         if name in ("declared-big.png", "streamed-big.png", "slow.png"):
             return await self._stream(request, name)
         raise web.HTTPNotFound()
@@ -215,6 +217,7 @@ def test_refused_hosts_are_never_contacted(tmp_path: Path) -> None:
         ("declared-big.png", {}, inbound.TOO_LARGE),
         ("streamed-big.png", {}, inbound.TOO_LARGE),
         ("a.png", {"size": BIG}, inbound.TOO_LARGE),
+        ("model-big.png", {}, inbound.TOO_LARGE_FOR_MODEL),
         ("page.html", {}, inbound.TYPE_REFUSED),
         ("liar.png", {}, inbound.TYPE_REFUSED),
         ("a.png", {"content_type": "image/svg+xml"}, inbound.TYPE_REFUSED),
@@ -223,7 +226,8 @@ def test_refused_hosts_are_never_contacted(tmp_path: Path) -> None:
     ],
 )
 def test_bad_images_cost_only_the_picture(tmp_path: Path, name: str, declared: dict[str, Any], code: str) -> None:
-    """Oversize (declared, Content-Length or streamed), non-image, mislabelled, redirected or missing: a code, no file."""
+    """Oversize (declared, Content-Length, streamed, or past what the model accepts), non-image, mislabelled,
+    redirected or missing: a code, no file."""
 
     async def body() -> None:
         async with image_server() as server:
