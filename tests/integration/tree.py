@@ -1,0 +1,246 @@
+"""Boot the real tree (`clankie run`, all four children) against loopback fakes in the test's event loop.
+
+Usage, inside ``asyncio.run``::
+
+    async with real_tree(tmp_path, runtime_dir, env={...}) as t:
+        t.anthropic.script(fa.tool_use(("browser_screenshot", {"url": ...})), fa.text("here"))
+        post = await t.ask("clankie, show me")
+
+The supervisor is a real subprocess (`clankie run` on the default specs); the
+fake Discord (:class:`FakeDiscord`) and fake Anthropic (:class:`FakeAnthropic`)
+and a tiny local web site run in the test's loop, so the test can hold a model
+answer or a page load on an :class:`asyncio.Event` while it changes the world.
+Nothing here sleeps to wait: readiness and replies are polled against real
+state (the control socket, the fakes' records) with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from clankie import ipc
+from clankie.protocol import ChildStatus, DoctorReply, Empty, Record, StatusReply
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_discord import FakeDiscord, Post
+
+REPO = Path(__file__).resolve().parents[2]
+GUILD, CHAN = "100", "101"
+PERSON = "500000000000000001"
+REF_RE = re.compile(r"sha256:[0-9a-f]{64}:(?:browser|tldraw|generated)/[0-9a-f]{64}\.[a-z]+")
+PAGE = """<!doctype html><html><body style="margin:0;background:#33aa66">
+<h1 style="font-family:sans-serif">Hello from the tree test page</h1></body></html>"""
+CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
+
+
+async def until(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition", step: float = 0.02) -> Any:
+    """Poll real state until ``pred()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if loop.time() > end:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(step)
+
+
+class Site:
+    """A local web site on 127.0.0.1: ``/`` is a green page, ``/slow`` hangs until :attr:`release` is set."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.release = asyncio.Event()
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/", self._page)
+        app.router.add_get("/slow", self._slow)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
+
+    async def close(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def url(self, path: str = "/", host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def _page(self, request: web.Request) -> web.Response:
+        self.hits.append(request.path)
+        return web.Response(text=PAGE, content_type="text/html")
+
+    async def _slow(self, request: web.Request) -> web.Response:
+        self.hits.append(request.path)
+        await self.release.wait()
+        return web.Response(text=PAGE, content_type="text/html")
+
+
+@dataclass
+class Tree:
+    """A running tree and the fakes it talks to."""
+
+    proc: asyncio.subprocess.Process
+    state: Path
+    runtime: Path
+    discord: FakeDiscord
+    anthropic: fa.FakeAnthropic
+    site: Site
+    stderr_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def sock(self) -> Path:
+        return self.runtime / "control.sock"
+
+    async def call(self, method: str, params: Record | None = None, timeout: float = 30.0) -> Record:
+        """One request on the control socket, as clankiectl makes it."""
+        conn = await ipc.connect(self.sock, "test", timeout=timeout)
+        try:
+            return await conn.request(method, params or Empty(), timeout=timeout)
+        finally:
+            await conn.aclose()
+
+    async def status(self) -> StatusReply:
+        reply = await self.call("status")
+        assert isinstance(reply, StatusReply)
+        return reply
+
+    async def child(self, name: str) -> ChildStatus:
+        return next(c for c in (await self.status()).children if c.name == name)
+
+    async def doctor(self) -> DoctorReply:
+        reply = await self.call("doctor", timeout=60.0)
+        assert isinstance(reply, DoctorReply)
+        return reply
+
+    async def wait_child(self, pred: Callable[[ChildStatus], bool], name: str, timeout: float = 30.0) -> ChildStatus:
+        """Poll ``status`` until child ``name`` satisfies ``pred``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            got = await self.child(name)
+            if pred(got):
+                return got
+            if loop.time() > end:
+                raise AssertionError(f"{name} never got there: {got.state} {got.detail!r}\n{self.stderr()[-3000:]}")
+            await asyncio.sleep(0.05)
+
+    async def ask(self, text: str, timeout: float = 45.0) -> Post:
+        """A person speaks in the room; returns the bot's (first) reply threaded to that message."""
+        sent = await self.discord.message(CHAN, text, author_id=PERSON)
+        return await self.reply_to(sent["id"], timeout)
+
+    async def reply_to(self, message_id: str, timeout: float = 45.0) -> Post:
+        def found() -> Post | None:
+            for post in self.discord.posts:
+                ref = post.message_reference or {}
+                if str(ref.get("message_id")) == message_id:
+                    return post
+            return None
+
+        return await until(found, timeout, f"a reply to {message_id}")
+
+    def tool_results(self, request_index: int) -> str:
+        """The text of every tool result the model was shown in request ``request_index``."""
+        body = self.anthropic.requests[request_index]
+        out: list[str] = []
+        for message in body.get("messages", []):
+            content = message.get("content")
+            if not isinstance(content, list):
+                continue
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    inner = block.get("content")
+                    if isinstance(inner, str):
+                        out.append(inner)
+                    elif isinstance(inner, list):
+                        out.extend(b.get("text", "") for b in inner if isinstance(b, dict))
+        return "\n".join(out)
+
+    def last_ref(self, request_index: int) -> str:
+        """The governed ref the last tool result in that request reported."""
+        refs = REF_RE.findall(self.tool_results(request_index))
+        assert refs, f"no artifact ref in request {request_index}: {self.tool_results(request_index)[:300]}"
+        return refs[-1]
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+
+def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeAnthropic, extra: dict[str, str]) -> dict[str, str]:
+    state = tmp / "state"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(state),
+        "CLANKIE_STATE": str(state),
+        "CLANKIE_RUNTIME_DIR": str(runtime),
+        "PYTHONPATH": str(REPO),
+        "CLANKIE_HEARTBEAT_SECONDS": "0.5",
+        "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "20",
+        "CLANKIE_STALL_TICK_SECONDS": "1",
+        "DISCORD_TOKEN": discord.token,
+        "CLANKIE_DISCORD_API_BASE": discord.api_base,
+        "CLANKIE_DISCORD_GUILD_IDS": GUILD,
+        "ANTHROPIC_API_KEY": "sk-test-fake",
+        "ANTHROPIC_BASE_URL": anthropic.base_url,
+    }
+    env.update(extra)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def real_tree(tmp: Path, runtime: Path, env: dict[str, str] | None = None, ready_timeout: float = 60.0) -> AsyncIterator[Tree]:
+    """`clankie run` with all four children, connected to Discord and ready for turns."""
+    discord = FakeDiscord(guilds={GUILD: [CHAN]})
+    anthropic = fa.FakeAnthropic()
+    site = Site()
+    await discord.start()
+    await anthropic.start()
+    await site.start()
+    state = tmp / "state"
+    state.mkdir(exist_ok=True, mode=0o700)
+    full_env = tree_env(tmp, runtime, discord, anthropic, env or {})
+    err_path = tmp / "supervisor.stderr"
+    with err_path.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            CLANKIE, "run", env=full_env, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO
+        )
+    t = Tree(proc, state, runtime, discord, anthropic, site, err_path, full_env)
+    try:
+        await until(lambda: t.sock.exists() or proc.returncode is not None, 15, "the control socket")
+        assert proc.returncode is None, f"clankie run exited {proc.returncode}: {t.stderr()[-3000:]}"
+        for name in ("browser", "tldraw", "service"):
+            await t.wait_child(lambda c: c.state == "running", name, ready_timeout)
+        await t.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
+                           "bridge", ready_timeout)
+        yield t
+    finally:
+        site.release.set()
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await site.close()
+        await anthropic.close()
+        await discord.close()
