@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import Artifact, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
-from supervisor.process import Child
+
+if TYPE_CHECKING:
+    from supervisor.process import Child
 
 log = logging.getLogger(__name__)
 
