@@ -250,9 +250,6 @@ class Bridge:
             assert isinstance(params, TypingSignal)
             self.light(params.delivery_id)
             return None
-        # The kernel starts handlers eagerly, outside any task, until their first wait; discord.py's
-        # HTTP client (aiohttp timeouts) needs a current task, so hop into one before calling it.
-        await asyncio.sleep(0)
         if method == "history":
             assert isinstance(params, HistoryRequest)
             return await self._history(params)

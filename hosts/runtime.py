@@ -97,10 +97,6 @@ class HostRuntime:
         deadline = self.host.deadlines.get(method)
         if deadline is None:
             raise RemoteError("method_not_found", f"{self.host.name} does not serve {method[:64]!r}")
-        if asyncio.current_task() is None:
-            # clankie.connection runs a handler's first step eagerly, outside any task;
-            # asyncio.timeout needs one, so hand over to the task first.
-            await asyncio.sleep(0)
         self.counters.inflight += 1
         try:
             async with asyncio.timeout(deadline) as scope:
