@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def starts(path: Path) -> list[tuple[int, int]]:
     return out
 
 
-def wait_until(pred, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+def wait_until(pred: Callable[[], object], timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if pred():

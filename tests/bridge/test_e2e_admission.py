@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from tests.bridge.harness import CHAN, CHAN2, OTHER_CHAN, OTHER_GUILD, OWNER, PERSON, running
+from tests.bridge.harness import CHAN, Harness, CHAN2, OTHER_CHAN, OTHER_GUILD, OWNER, PERSON, running
 
 FRIEND = "500000000000000009"
 
 
-def reasons(h, ids: list[str]) -> list[str | None]:  # noqa: ANN001
+def reasons(h: Harness, ids: list[str]) -> list[str | None]:
     """The drop reason of each delivery, or its first outcome when it was not dropped."""
     first = {}
     for r in h.receipts():
@@ -19,7 +19,7 @@ def reasons(h, ids: list[str]) -> list[str | None]:  # noqa: ANN001
     return [first[i].get("reason") if first[i]["outcome"] == "dropped" else first[i]["outcome"] for i in ids]
 
 
-def finished(h, ids: list[str]) -> bool:  # noqa: ANN001
+def finished(h: Harness, ids: list[str]) -> bool:
     return all(any(o in ("settled", "dropped") for o in h.outcomes(i)) for i in ids)
 
 

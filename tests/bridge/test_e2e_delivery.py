@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 import hashlib
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ from tests.bridge.harness import CHAN, GUILD, PERSON, running
 MSGS = "POST /channels/{id}/messages"
 
 
-def reply_with(text: str, media: tuple[str, ...] = ()):  # noqa: ANN201
+def reply_with(text: str, media: tuple[str, ...] = ()) -> Callable[[ipc.Connection, TurnSubmit], Awaitable[TurnResult]]:
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         return TurnResult(outcome="settled", turn_id="turn-1-" + sub.delivery_id, text=text, media=media)
 
