@@ -18,6 +18,7 @@ from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteErro
 from clankie.protocol import HistoryReply, HistoryRequest, Room, TurnResult, TurnSubmit
 
 ROOM = Room(guild_id="1", channel_id="2")
+WAITING: list[asyncio.Event] = []  # set by echo_service when a "forever" call is parked
 
 
 def submit(delivery: str, text: str = "hi") -> TurnSubmit:
@@ -37,6 +38,8 @@ async def echo_service(conn: ipc.Connection, method: str, params: protocol.Recor
         assert isinstance(reply, HistoryReply)
         return TurnResult(outcome="settled", text=f"{len(reply.messages)} messages")
     if params.trigger.text == "forever":
+        for parked in WAITING:
+            parked.set()
         await asyncio.Event().wait()
     return TurnResult(outcome="settled", turn_id=params.delivery_id, text=params.trigger.text)
 
@@ -87,8 +90,10 @@ def test_errors_are_typed_by_who_is_at_fault(runtime_dir: Path) -> None:
         with pytest.raises(RemoteError) as info:
             await conn.request("turn.submit", submit("d", "boom"))
         assert info.value.code == "internal_error"
+        parked = asyncio.Event()
+        WAITING[:] = [parked]
         pending = asyncio.create_task(conn.request("turn.submit", submit("d", "forever")))
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(parked.wait(), 5)
         await server.close()
         with pytest.raises(ChannelBroken):
             await pending
