@@ -206,6 +206,8 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
         assert isinstance(lanes, LanesReply)
         if args.json:
             print(json.dumps(_dump(lanes)), file=out)
+        elif not lanes.lanes:
+            print("no lanes yet (a lane opens with its room's first turn)", file=out)
         else:
             for lane in lanes.lanes:
                 age = _age(lane.last_event_age_s)
