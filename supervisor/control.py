@@ -33,7 +33,7 @@ from clankie.protocol import (
 )
 from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
-from supervisor.output import read_from, read_tail
+from supervisor.output import REPLY_LIMIT, read_from, read_tail
 from supervisor.process import Child
 from supervisor.tree import Tree
 
@@ -199,13 +199,14 @@ class Control:
         if child is None:
             raise RemoteError("no_such_child", "logs needs one child name")
         path = child.log_path
+        limit = min(REPLY_LIMIT, self.tree.settings.max_frame_bytes // 2)  # a reply must fit one frame
         if req.offset is None:
-            data, offset = read_tail(path, req.lines)
+            data, offset = read_tail(path, req.lines, limit)
             return LogsReply(data=data, offset=offset)
         loop = asyncio.get_running_loop()
         end = loop.time() + req.wait
         while True:
-            data, offset = read_from(path, req.offset)
+            data, offset = read_from(path, req.offset, limit)
             if data or loop.time() >= end:
                 return LogsReply(data=data, offset=offset)
             await asyncio.sleep(0.1)

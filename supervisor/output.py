@@ -168,8 +168,21 @@ class Capture:
             self.forward.flush()
 
 
-def read_tail(path: Path, lines: int) -> tuple[bytes, int]:
-    """The last ``lines`` lines of ``path`` and the file size (the offset to follow from)."""
+REPLY_LIMIT = 512 * 1024
+"""Most log bytes one ``logs`` reply carries: well under the 1 MiB frame limit."""
+
+
+def truncation_notice(kept: int) -> bytes:
+    """The line put in front of a ``logs`` reply that had to be cut to ``kept`` bytes."""
+    return f"[clankie: truncated; only the newest {kept} bytes of the lines asked for follow]\n".encode()
+
+
+def read_tail(path: Path, lines: int, limit: int = REPLY_LIMIT) -> tuple[bytes, int]:
+    """The last ``lines`` lines of ``path`` (at most ``limit`` bytes) and the file size (the offset to follow from).
+
+    When the lines asked for are longer than ``limit``, only the newest whole
+    lines that fit are returned, after a :func:`truncation_notice` line.
+    """
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -178,21 +191,33 @@ def read_tail(path: Path, lines: int) -> tuple[bytes, int]:
                 return b"", size
             block, data = 65536, b""
             pos = size
-            while pos > 0 and data.count(b"\n") <= lines:
+            while pos > 0 and data.count(b"\n") <= lines and len(data) <= limit:
                 step = min(block, pos)
                 pos -= step
                 f.seek(pos)
                 data = f.read(step) + data
-            parts = data.split(b"\n")
-            if parts and parts[-1] == b"":
-                parts.pop()
-                return b"\n".join(parts[-lines:]) + b"\n", size
-            return b"\n".join(parts[-lines:]), size
     except FileNotFoundError:
         return b"", 0
+    newline = data.endswith(b"\n")
+    parts = data.split(b"\n")
+    if newline:
+        parts.pop()
+    short = pos > 0 and len(parts) <= lines  # stopped at the byte limit, not at the line count
+    if short:
+        parts = parts[1:]  # the first piece may be the end of a longer line
+    text = b"\n".join(parts[-lines:]) + (b"\n" if newline and parts else b"")
+    if not short and len(text) <= limit:
+        return text, size
+    room = limit - 100
+    if len(text) > room:
+        text = text[len(text) - room:]
+        nl = text.find(b"\n")
+        if 0 <= nl < len(text) - 1:
+            text = text[nl + 1:]
+    return truncation_notice(len(text)) + text, size
 
 
-def read_from(path: Path, offset: int, limit: int = 512 * 1024) -> tuple[bytes, int]:
+def read_from(path: Path, offset: int, limit: int = REPLY_LIMIT) -> tuple[bytes, int]:
     """Bytes after ``offset`` (restarting at 0 if the file was rotated/truncated) and the new offset."""
     try:
         with path.open("rb") as f:
