@@ -1,8 +1,11 @@
 """Per-process logging set-up: one call to :func:`configure` in each ``main``.
 
-Logs go to stderr. Under systemd (``$JOURNAL_STREAM`` set) lines carry a
-``<N>`` syslog priority prefix and no timestamp, since journald adds both
-fields itself; elsewhere they carry a compact timestamp. Context such as the
+Logs go to stderr. When stderr *is* the journal stream (``$JOURNAL_STREAM``
+names the ``st_dev:st_ino`` of fd 2, as systemd.exec(5) documents) lines
+carry a ``<N>`` syslog priority prefix and no timestamp, since journald adds
+both fields itself; elsewhere (a terminal, or the pipe a supervised child
+writes into, even if the variable leaked into its environment) they carry a
+compact timestamp. Context such as the
 lane or the child name rides in contextvars and is appended as
 ``key=value`` pairs. Message content and secrets are never logged: callers
 log ids, codes and sizes.
@@ -49,10 +52,29 @@ class _Formatter(logging.Formatter):
         return line
 
 
-def configure(role: str, level: str = "INFO", *, journald: bool | None = None) -> None:
-    """Send this process's logs to stderr in the house format."""
+def stderr_is_journal(env: Mapping[str, str], fd: int = 2) -> bool:
+    """True when ``fd`` is the stream ``$JOURNAL_STREAM`` (``<st_dev>:<st_ino>``) names."""
+    raw = env.get("JOURNAL_STREAM", "")
+    dev, sep, ino = raw.partition(":")
+    if not sep or not dev.isdigit() or not ino.isdigit():
+        return False
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+
+
+def configure(
+    role: str, level: str = "INFO", *, journald: bool | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """Send this process's logs to stderr in the house format.
+
+    ``journald`` forces the format; by default it is chosen by
+    :func:`stderr_is_journal` on ``env`` (``os.environ`` when None).
+    """
     if journald is None:
-        journald = "JOURNAL_STREAM" in os.environ
+        journald = stderr_is_journal(os.environ if env is None else env)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(role, journald))
     root = logging.getLogger()

@@ -16,7 +16,15 @@ from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
-NOTIFY_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+NOTIFY_ENV = (
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "JOURNAL_STREAM",  # names the supervisor's stderr; a child writes into a pipe
+)
 """Variables meant for the supervisor alone; children never see them."""
 
 MAX_DATAGRAM = 4096

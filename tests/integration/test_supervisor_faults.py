@@ -157,11 +157,11 @@ def test_exit_78_is_shown_with_its_message_and_not_restarted(tmp_path: Path, run
 def test_a19_children_get_only_their_own_fds_and_the_supervisor_does_not_leak(tmp_path: Path, runtime_dir: Path) -> None:
     """After many restarts the supervisor's fd count is flat, and no systemd variable reaches a child."""
     kids = [fixture("svc", policy={"backoff_base": 0.001, "backoff_cap": 0.01, "intensity": 1000})]
-    with supervisor(tmp_path, runtime_dir, kids, env={"NOTIFY_SOCKET": "/nonexistent", "WATCHDOG_USEC": "1"}) as sup:
+    with supervisor(tmp_path, runtime_dir, kids, env={"NOTIFY_SOCKET": "/nonexistent", "WATCHDOG_USEC": "1", "JOURNAL_STREAM": "1:2"}) as sup:
         sup_ps = psutil.Process(sup.proc.pid)
         child = psutil.Process(sup.child("svc").pid)
         env = child.environ()
-        assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env
+        assert "NOTIFY_SOCKET" not in env and "WATCHDOG_USEC" not in env and "JOURNAL_STREAM" not in env
         fds = {int(f) for f in os.listdir(f"/proc/{child.pid}/fd")}
         links = [os.readlink(f"/proc/{child.pid}/fd/{f}") for f in fds]
         assert sum(1 for t in links if t.startswith("pipe:")) <= 2 + 0  # stdout and stderr only
