@@ -77,10 +77,14 @@ class ServiceApp:
         log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
 
     async def close(self) -> None:
+        """Stop gracefully: turns in flight are answered ``shutting_down`` and left for the restart."""
+        self.turns.begin_shutdown()
+        await self.captain.aclose()
+        await self.turns.drain()
+        await asyncio.sleep(0)  # let the handlers send their shutting_down answers before the sockets close
         if self.server is not None:
             await self.server.close()
             self.server = None
-        await self.captain.aclose()
         await self.browser.aclose()
         await self.tldraw.aclose()
         if self.provider is not None:

@@ -75,6 +75,9 @@ from service.captain.tools import (
 log = logging.getLogger(__name__)
 
 SESSION_FAILED = "captain_session_failed"
+# internal only: the run was cut by a graceful shutdown; the turn service answers ``shutting_down``
+# and leaves the delivery unsettled so the restarted service runs it again
+SHUTDOWN_CODE = "shutting_down"
 UNCONFIGURED = "captain_provider_unconfigured"
 FAILURE_CODES = {
     OutcomeKind.USAGE_LIMIT: "captain_usage_limit_reached",
@@ -161,6 +164,7 @@ class Captain:
         self.paths = keys.CaptainPaths.under(deps.settings.state_dir)
         self.lanes: dict[str, LiveLane] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
+        self.shutting_down = False
         self._images = ImageFetcher(self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock)
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
         self._config = AgentConfig(
@@ -174,6 +178,8 @@ class Captain:
     async def submit(self, submit: TurnSubmit, delivery: DeliveryContext) -> TurnResult:
         """Run (or attach) one turn and return how it ended; never raises for model trouble."""
         room, trigger = submit.room, submit.trigger
+        if self.shutting_down:
+            return TurnResult(outcome="failed", code=SHUTDOWN_CODE)
         LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
         if self._provider is None:
             return TurnResult(outcome="failed", code=UNCONFIGURED)
@@ -185,6 +191,8 @@ class Captain:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._closing[key])
         # -- from here to the decision: no await, so the idle check and the run start are one step
+        if self.shutting_down:  # aclose began while we awaited: open no lane it would not close
+            return TurnResult(outcome="failed", code=SHUTDOWN_CODE)
         lane = self.lanes.get(key) or self._open(plan, key, room)
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         actions = lane.machine.handle(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), self._clock.boottime())
@@ -359,7 +367,7 @@ class Captain:
                 slot.images = slot.images.without_files()
                 await lane.agent.run(_message(slot, context))
         except asyncio.CancelledError:
-            code = SESSION_FAILED
+            code = SHUTDOWN_CODE if self.shutting_down else SESSION_FAILED
         except Exception:
             log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
             code = SESSION_FAILED
@@ -401,7 +409,7 @@ class Captain:
         elif isinstance(event, RunEnd):
             lane.last_outcome = event.outcome
             if machine.state in LIVE:
-                code = None if event.outcome.kind is OutcomeKind.OK else FAILURE_CODES[event.outcome.kind]
+                code = _failure_code(event.outcome)
                 self._apply(lane, machine.handle(RunEnded(code), lane.last_event_boot))
 
     def _watch_typing(self, lane: LiveLane, delta: str) -> None:
@@ -459,14 +467,30 @@ class Captain:
         )
 
     async def aclose(self) -> None:
-        """Abort every live run and close every session tree."""
+        """Abort every live run and close every session tree.
+
+        Runs cut here end with :data:`SHUTDOWN_CODE`, not a failure: their
+        deliveries are left for the restarted service to run again.
+        """
+        self.shutting_down = True
         for lane in list(self.lanes.values()):
             if lane.agent.is_running:
                 lane.agent.abort("shutdown")
+            elif lane.owner_task is not None and not lane.owner_task.done():
+                lane.owner_task.cancel()  # accepted but not running yet (waiting for history)
             self._drop(lane)
         if self._closing:
             await asyncio.gather(*self._closing.values(), return_exceptions=True)
         await self._images.aclose()
+
+
+def _failure_code(outcome: RunOutcome) -> str | None:
+    """The code every attached turn fails with, or None for an answer."""
+    if outcome.kind is OutcomeKind.OK:
+        return None
+    if outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "shutdown":
+        return SHUTDOWN_CODE
+    return FAILURE_CODES[outcome.kind]
 
 
 def _message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> UserMessage:

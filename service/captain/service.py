@@ -21,7 +21,7 @@ from clankie.errors import RemoteError
 from clankie.protocol import Author, Record, SayRequest, Trigger, TurnResult, TurnSubmit
 
 from service.captain import keys
-from service.captain.captain import SESSION_FAILED, Captain
+from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
 from service.captain.deliveries import MAX_ATTEMPTS, DeliveryStore, fingerprint
 from service.captain.records import Evidence
 from service.captain.tools import DeliveryContext
@@ -37,6 +37,7 @@ class InFlight:
     fingerprint: str
     delivery: DeliveryContext
     task: asyncio.Task[TurnResult]
+    attached: int = 0
 
 
 class TurnService:
@@ -48,6 +49,17 @@ class TurnService:
         self.evidence = evidence
         self._clock = clock
         self._inflight: dict[str, InFlight] = {}
+        self.closing = False
+
+    def begin_shutdown(self) -> None:
+        """Refuse new submissions with ``shutting_down`` (the bridge re-submits to the restarted service)."""
+        self.closing = True
+
+    async def drain(self) -> None:
+        """Wait for every turn in flight to end (after the captain aborted them)."""
+        tasks = [live.task for live in self._inflight.values()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         """The ``service.sock`` handler."""
@@ -58,6 +70,8 @@ class TurnService:
 
     async def submit(self, submit: TurnSubmit, conn: ipc.Connection | None) -> TurnResult:
         did = submit.delivery_id
+        if self.closing:
+            raise RemoteError("shutting_down", "the service is stopping; submit again when it is back")
         fp = fingerprint(submit)
         live = self._inflight.get(did)
         if live is not None:
@@ -66,7 +80,8 @@ class TurnService:
             if conn is not None:
                 live.delivery.conn = conn  # the bridge reconnected: answer on the new connection
             log.info("delivery %s re-submitted while running; attached", did)
-            return await asyncio.shield(live.task)
+            live.attached += 1
+            return _answer(await asyncio.shield(live.task))
         retained = self.store.load(did)
         attempts = 1
         if retained is not None:
@@ -89,7 +104,7 @@ class TurnService:
         delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn)
         task = asyncio.create_task(self._run(submit, delivery, fp, attempts, accepted_at, lane), name=f"turn-{did}")
         self._inflight[did] = InFlight(fp, delivery, task)
-        return await asyncio.shield(task)
+        return _answer(await asyncio.shield(task))
 
     async def _run(
         self, submit: TurnSubmit, delivery: DeliveryContext, fp: str, attempts: int, accepted_at: float, lane: str
@@ -101,12 +116,22 @@ class TurnService:
             except Exception:
                 log.exception("delivery %s: captain failed", did)
                 result = TurnResult(outcome="failed", code=SESSION_FAILED)
+            if result.code == SHUTDOWN_CODE:
+                # not the turn's fault: no retained result, no final evidence; the record stays
+                # accepted, so the re-submission to the restarted service runs it again
+                log.info("delivery %s interrupted by shutdown; left for the restarted service", did)
+                return result
             self.store.settle(did, fp, attempts, accepted_at, result)
             self.evidence.record(did, EVIDENCE_EVENT[result.outcome], lane=lane, code=result.code, turn_id=result.turn_id)
             log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "")
             return result
         finally:
             self._inflight.pop(did, None)
+
+    def attached(self, delivery_id: str) -> int:
+        """How many re-submissions have attached to this delivery's running turn (0 if none is running)."""
+        live = self._inflight.get(delivery_id)
+        return live.attached if live is not None else 0
 
     async def say(self, request: SayRequest) -> TurnResult:
         """An operator turn in a room, through the same lanes (no bridge: cold lanes get no history)."""
@@ -121,3 +146,10 @@ class TurnService:
             trigger=Trigger(message_id=message_id, author=OPERATOR, text=request.text, at=self._clock.wall()),
         )
         return await self.submit(submit, None)
+
+
+def _answer(result: TurnResult) -> TurnResult:
+    """The caller's answer; a turn cut by shutdown is a retryable refusal, never a result."""
+    if result.code == SHUTDOWN_CODE:
+        raise RemoteError("shutting_down", "the service stopped mid-turn; submit again when it is back")
+    return result
