@@ -23,7 +23,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from clankie import framing, protocol
-from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RemoteProtocolError, RequestTimeout
+from clankie.errors import (
+    ChannelBroken,
+    ChannelClosed,
+    LocalProtocolError,
+    RemoteError,
+    RemoteProtocolError,
+    RequestTimeout,
+)
 from clankie.protocol import Hello, Record
 
 log = logging.getLogger(__name__)
@@ -363,8 +370,14 @@ class Connection(asyncio.Protocol):
             log.exception("handler for %s failed", method)
             self._reply_error(msgid, "internal_error", f"{method} failed inside {self.role}")
         else:
-            with contextlib.suppress(ChannelBroken, ChannelClosed):
+            try:
                 self._send(protocol.response(msgid, None, result.to_wire() if result is not None else {}))
+            except (ChannelBroken, ChannelClosed):
+                pass
+            except LocalProtocolError as exc:
+                log.warning("reply to %s not sent: %s", method, exc)
+                code = exc.code if exc.code == "message_too_large" else "internal_error"
+                self._reply_error(msgid, code, f"the reply to {method} could not be sent: {exc}")
         finally:
             self._handling.pop(msgid, None)
 

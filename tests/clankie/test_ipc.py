@@ -400,3 +400,27 @@ def test_a_peer_running_as_another_uid_is_refused(runtime_dir: Path) -> None:
         await server.close()
 
     run(main, runtime_dir)
+
+
+def test_a_reply_too_big_for_a_frame_is_answered_with_an_error(runtime_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A handler whose answer exceeds the frame limit gives its caller message_too_large at once, and the connection keeps serving."""
+
+    async def handler(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+        assert isinstance(params, TurnSubmit)
+        size = 10_000 if params.trigger.text == "huge" else 1
+        return TurnResult(outcome="settled", text="x" * size)
+
+    async def main(path: Path) -> None:
+        async with ipc.Server(path, "service", handler, max_frame=4096):
+            conn = await ipc.connect(path, "bridge")
+            with pytest.raises(RemoteError) as info:
+                await conn.request("turn.submit", submit("d1", "huge"), timeout=5)
+            assert info.value.code == "message_too_large"
+            assert "frame limit" in info.value.message
+            result = await conn.request("turn.submit", submit("d2", "small"), timeout=5)
+            assert isinstance(result, TurnResult) and result.text == "x"
+            await conn.aclose()
+
+    run(main, runtime_dir)
+    [warning] = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
+    assert "turn.submit" in warning and "4096-byte" in warning and "xxx" not in warning
