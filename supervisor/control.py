@@ -154,9 +154,11 @@ class Control:
             if method == "start":
                 for child in targets:
                     child.start()
-            elif method == "stop":
+            elif method == "stop":  # like shutdown: the whole stop fits in the stop budget
+                deadline = tree.clock.monotonic() + tree.stop_budget
                 for child in reversed(targets):
-                    await child.stop()
+                    remaining = max(0.1, deadline - tree.clock.monotonic())
+                    await child.stop(min(child.spec.stop_timeout, remaining))
             else:
                 for child in targets:
                     child.kill("restart", counts_as_crash=False)

@@ -1,8 +1,14 @@
 """``clankiectl``: the operator's CLI over ``control.sock``.
 
 Exit codes (stable): 0 ok, 1 the operation failed (the supervisor said no,
-or a ``say`` turn failed), 2 usage error, 69 the supervisor is not reachable
-(not running, or not answering within ``--timeout``). Read commands take
+or a ``say`` turn failed), 2 usage error (including an argument the wire
+records refuse, such as an empty ``say`` text), 69 the supervisor is not
+reachable (not running, or not answering in time).
+
+Every wait is bounded: ``--timeout`` covers connecting and the quick
+commands; ``start|stop|restart`` and ``say`` also wait ``--wait`` seconds for
+the operation itself (defaults: the supervisor's 25 s stop budget, and 600 s
+for a turn; 0 waits forever). Read commands take
 ``--json`` and print exactly the shapes of ARCHITECTURE §9 (extra keys may
 appear; none of those listed change).
 """
@@ -19,8 +25,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from clankie import ipc
-from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
+from clankie.errors import (
+    ChannelBroken,
+    ChannelClosed,
+    ConfigError,
+    RemoteError,
+    RemoteProtocolError,
+    RequestTimeout,
+)
 from clankie.paths import socket_path
 from clankie.protocol import (
     AbortReply,
@@ -39,9 +54,15 @@ from clankie.protocol import (
 )
 from clankie.settings import runtime_dir
 from supervisor.doctor import agreement
+from supervisor.tree import STOP_BUDGET
 
 EX_OK, EX_FAILED, EX_USAGE, EX_UNAVAILABLE = 0, 1, 2, 69
 CLIENT_ROLE = "clankiectl"
+SAY_WAIT = 600.0
+"""Default seconds ``say`` waits for the turn (the supervisor gives the service as long)."""
+
+ARGUMENT_NAMES = {"name": "NAME", "room": "ROOM", "text": "TEXT", "lines": "-n/--lines", "lane": "LANE"}
+"""Record field -> the clankiectl argument it comes from (for bad-argument messages)."""
 
 
 class Unreachable(Exception):
@@ -60,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         c = sub.add_parser(verb, help=f"{verb} a child, or all")
         c.add_argument("name", help="service, bridge, browser, tldraw or all")
         c.add_argument("--json", action="store_true")
+        c.add_argument(
+            "--wait", type=float, default=STOP_BUDGET, metavar="SECONDS",
+            help=f"seconds to wait for the children, on top of --timeout (default {STOP_BUDGET:g}: the "
+                 "supervisor's stop budget; 0 waits forever)",
+        )
     ln = sub.add_parser("lanes", help="the service's lanes")
     ln.add_argument("--json", action="store_true")
     ab = sub.add_parser("abort", help="abort the live run of a lane")
@@ -73,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     say.add_argument("room")
     say.add_argument("text")
     say.add_argument("--json", action="store_true")
+    say.add_argument(
+        "--wait", type=float, default=SAY_WAIT, metavar="SECONDS",
+        help=f"seconds to wait for the turn, on top of --timeout (default {SAY_WAIT:g}; 0 waits forever)",
+    )
     dr = sub.add_parser("doctor", help="prove every picture-writing host and the bridge agree on the attachment root")
     dr.add_argument("--json", action="store_true")
     sub.add_parser("shutdown", help="stop every child and the supervisor")
@@ -89,6 +119,34 @@ async def _connect(path: Path, timeout: float) -> ipc.Connection:
         if isinstance(cause, ConnectionRefusedError):
             raise Unreachable(f"the supervisor is not running ({path} refuses connections)") from None
         raise Unreachable(f"the supervisor is not answering on {path}: {type(cause).__name__}") from None
+
+
+def _bounded(args: argparse.Namespace) -> float | None:
+    """How long a command with a ``--wait`` may take: ``--timeout`` + ``--wait``, or forever for ``--wait 0``."""
+    return None if args.wait <= 0 else args.timeout + args.wait
+
+
+def params_of(args: argparse.Namespace) -> Record | None:
+    """The request record a command sends, built (and so validated) before connecting."""
+    cmd = args.command
+    if cmd in ("start", "stop", "restart"):
+        return ChildTarget(name=args.name)
+    if cmd == "abort":
+        return AbortRun(lane=args.lane, reason="operator")
+    if cmd == "say":
+        return SayRequest(room=args.room, text=args.text)
+    if cmd == "logs":
+        return LogsRequest(name=args.name, lines=max(0, args.lines))
+    return None
+
+
+def bad_arguments(exc: ValidationError) -> str:
+    """Which clankiectl arguments a record refused, and why (never the values)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        parts.append(f"{ARGUMENT_NAMES.get(field, field)}: {err['msg']}")
+    return "; ".join(parts)
 
 
 async def _call(conn: ipc.Connection, method: str, params: Record, timeout: float | None) -> Record:
@@ -188,7 +246,7 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
                     print(warning, file=sys.stderr)
         return EX_OK
     if cmd in ("start", "stop", "restart"):
-        ctl = await _call(conn, cmd, ChildTarget(name=args.name), None)
+        ctl = await _call(conn, cmd, args.params, _bounded(args))
         assert isinstance(ctl, ControlReply)
         if args.json:
             print(json.dumps(_dump(ctl)), file=out)
@@ -215,12 +273,12 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
                       f"last_event={age}  turns={lane.turns}", file=out)
         return EX_OK
     if cmd == "abort":
-        ab = await _call(conn, "abort", AbortRun(lane=args.lane, reason="operator"), timeout)
+        ab = await _call(conn, "abort", args.params, timeout)
         assert isinstance(ab, AbortReply)
         print(json.dumps(_dump(ab)) if args.json else ("aborted" if ab.aborted else "no live run"), file=out)
         return EX_OK if ab.aborted else EX_FAILED
     if cmd == "say":
-        res = await _call(conn, "say", SayRequest(room=args.room, text=args.text), None)
+        res = await _call(conn, "say", args.params, _bounded(args))
         assert isinstance(res, TurnResult)
         if args.json:
             print(json.dumps(_dump(res)), file=out)
@@ -261,7 +319,7 @@ async def _doctor(conn: ipc.Connection, args: argparse.Namespace) -> int:
 
 async def _logs(conn: ipc.Connection, args: argparse.Namespace) -> int:
     buf = sys.stdout.buffer
-    reply = await _call(conn, "logs", LogsRequest(name=args.name, lines=max(0, args.lines)), args.timeout)
+    reply = await _call(conn, "logs", args.params, args.timeout)
     assert isinstance(reply, LogsReply)
     buf.write(reply.data)
     buf.flush()
@@ -282,6 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return EX_USAGE if exc.code not in (0, None) else EX_OK
     try:
+        args.params = params_of(args)
+    except ValidationError as exc:
+        print(f"clankiectl: bad argument: {bad_arguments(exc)}", file=sys.stderr)
+        return EX_USAGE
+    try:
         return asyncio.run(_run(args))
     except Unreachable as exc:
         print(f"clankiectl: {exc}", file=sys.stderr)
@@ -292,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"clankiectl: {exc}", file=sys.stderr)
         return EX_USAGE
+    except RemoteProtocolError as exc:  # the supervisor's reply did not validate: its fault, not the operator's
+        print(f"clankiectl: the supervisor sent a reply clankiectl cannot read: {exc}", file=sys.stderr)
+        return EX_FAILED
     except KeyboardInterrupt:
         return EX_OK
     except BrokenPipeError:
