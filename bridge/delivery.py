@@ -11,6 +11,7 @@ carries it, the words go out alone with a short note.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -109,7 +110,10 @@ async def deliver_reply(
 ) -> Delivered:
     """Post a settled reply; the words always go out unless Discord refuses them outright."""
     words = text.strip()
-    files, failures = resolve_media(attachment_root, media, upload_limit) if media else ((), ())
+    files: tuple[File, ...] = ()
+    failures: tuple[str, ...] = ()
+    if media:  # open + read + sha256 of up to the upload limit: off the event loop
+        files, failures = await asyncio.to_thread(resolve_media, attachment_root, media, upload_limit)
     if failures:
         log.warning("delivery %s: picture not attached (%s)", delivery_id, ",".join(failures))
         words = with_picture_note(words)

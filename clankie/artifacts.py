@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,11 +90,16 @@ def resolve_artifact(root: Path, ref: str, max_bytes: int) -> Resolved:
     if not real.is_relative_to(real_root):
         raise ArtifactError("artifact_outside_root", "artifact resolves outside the attachment root")
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO planted at the path must not block the open (nor the caller) forever.
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         raise ArtifactError("artifact_missing", "artifact file cannot be opened") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ArtifactError("artifact_not_a_file", "artifact path is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+        size = st.st_size
         if size > max_bytes:
             raise ArtifactError("artifact_too_large", f"artifact is {size} bytes, over the {max_bytes}-byte limit")
         data = fh.read(max_bytes + 1)

@@ -6,14 +6,18 @@ import asyncio
 from collections.abc import Awaitable, Callable
 import hashlib
 import os
+import threading
 from pathlib import Path
 
+import pytest
+
+from bridge import delivery
 from bridge.chunks import PICTURE_NOTE
 from bridge.delivery import nonce_for
 from clankie import ipc
-from clankie.artifacts import write_artifact
+from clankie.artifacts import Resolved, write_artifact
 from clankie.protocol import TurnResult, TurnSubmit
-from tests.bridge.harness import CHAN, GUILD, PERSON, running
+from tests.bridge.harness import CHAN, CHAN2, GUILD, PERSON, running
 
 MSGS = "POST /channels/{id}/messages"
 
@@ -207,3 +211,62 @@ def test_reply_that_never_gets_through_is_recorded_not_retried_forever(env: dict
             assert h.fake.posts == []
 
     asyncio.run(main())
+
+
+def test_a_fifo_planted_as_the_picture_costs_only_the_picture(env: dict[str, str]) -> None:
+    """A FIFO at the artifact path is refused at once; the words go out with the note and the bridge keeps serving."""
+    root = Path(env["CLANKIE_STATE"]) / "attachments"
+    ref = write_artifact(root, "browser", b"picture", "png")
+    digest = ref.split(":")[1]
+    target = root / "browser" / f"{digest}.png"
+    target.unlink()
+    os.mkfifo(target, 0o600)
+
+    async def main() -> None:
+        async with running(env, script=reply_with("look at this", (ref,))) as h:
+            m = await h.fake.message(CHAN, "show me", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            [post] = h.fake.posts
+            assert post.content == f"look at this\n\n{PICTURE_NOTE}" and post.files == []
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            again = await h.fake.message(CHAN, "still there?", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(again["id"]))
+
+    asyncio.run(main())
+
+
+def test_a_slow_picture_read_does_not_hold_up_other_rooms(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one reply's picture is still being read and hashed, a reply in another room goes out."""
+    root = Path(env["CLANKIE_STATE"]) / "attachments"
+    ref = write_artifact(root, "browser", b"picture", "png")
+    reading, release = threading.Event(), threading.Event()
+    real = delivery.resolve_artifact
+
+    def slow_resolve(root: Path, ref: str, max_bytes: int) -> Resolved:
+        reading.set()
+        release.wait(10.0)  # bounded: a blocked event loop fails the test instead of hanging it
+        return real(root, ref, max_bytes)
+
+    monkeypatch.setattr(delivery, "resolve_artifact", slow_resolve)
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        media = (ref,) if sub.room.channel_id == CHAN else ()
+        return TurnResult(outcome="settled", turn_id="t", text=f"reply in {sub.room.channel_id}", media=media)
+
+    async def main() -> None:
+        async with running(env, script=script) as h:
+            slow = await h.fake.message(CHAN, "draw it", author_id=PERSON)
+            await asyncio.to_thread(reading.wait, 10.0)
+            quick = await h.fake.message(CHAN2, "hello", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(quick["id"]))
+            assert not release.is_set() and "settled" not in h.outcomes(slow["id"])
+            release.set()
+            await h.until(lambda: "settled" in h.outcomes(slow["id"]))
+            by_chan = {p.channel_id: p for p in h.fake.posts}
+            assert by_chan[CHAN].files and by_chan[CHAN].files[0][1] == b"picture"
+            assert by_chan[CHAN2].content == f"reply in {CHAN2}"
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()

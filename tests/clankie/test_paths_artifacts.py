@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,43 @@ def test_tampered_missing_oversized_and_escaping_files_are_refused(tmp_path: Pat
     with pytest.raises(artifacts.ArtifactError) as info:
         artifacts.resolve_artifact(root, ref, 1024)
     assert info.value.code == "artifact_missing"
+
+
+def _resolve_in_thread(root: Path, ref: str, unblock: Path) -> BaseException | artifacts.Resolved | None:
+    """Run the resolver off-thread so a blocking open fails this test instead of hanging it."""
+    box: list[BaseException | artifacts.Resolved] = []
+
+    def run() -> None:
+        try:
+            box.append(artifacts.resolve_artifact(root, ref, 1024))
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(5.0)
+    if worker.is_alive():  # stuck in open(): give it a writer so the thread can end
+        fd = os.open(unblock, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        worker.join(5.0)
+        return None
+    return box[0]
+
+
+def test_a_fifo_or_directory_at_the_artifact_path_is_refused_promptly(tmp_path: Path) -> None:
+    """Something planted at the artifact path that is not a regular file is refused at once, never waited on."""
+    root = tmp_path / "root"
+    ref = artifacts.write_artifact(root, "browser", b"picture", "png")
+    digest, sub, ext = artifacts.parse_ref(ref)
+    target = root / sub / f"{digest}.{ext}"
+    target.unlink()
+    os.mkfifo(target, 0o600)
+    got = _resolve_in_thread(root, ref, target)
+    assert got is not None, "resolve_artifact blocked opening a FIFO"
+    assert isinstance(got, artifacts.ArtifactError) and got.code == "artifact_not_a_file"
+
+    target.unlink()
+    target.mkdir()
+    with pytest.raises(artifacts.ArtifactError) as info:
+        artifacts.resolve_artifact(root, ref, 1024)
+    assert info.value.code == "artifact_not_a_file"
