@@ -133,14 +133,21 @@ class Connection(asyncio.Protocol):
         return self.peer
 
     async def server_hello(self, timeout: float = HELLO_TIMEOUT) -> Hello:
+        """Wait for the peer's hello; a silent peer is ChannelBroken, a cancelled caller stays cancelled."""
         try:
             async with asyncio.timeout(timeout):
                 await asyncio.shield(self._hello_seen)
-        except (TimeoutError, asyncio.CancelledError):
+        except TimeoutError:
             if self._closed is None:
                 self._shutdown(ChannelBroken("peer sent no hello"))
                 raise ChannelBroken("peer sent no hello") from None
             raise self._closed_error() from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                self._shutdown(ChannelClosed("hello wait cancelled"))
+                raise
+            raise self._closed_error() from None  # _shutdown cancelled _hello_seen: the connection closed
         assert self.peer is not None
         return self.peer
 

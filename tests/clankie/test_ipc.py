@@ -424,3 +424,49 @@ def test_a_reply_too_big_for_a_frame_is_answered_with_an_error(runtime_dir: Path
     run(main, runtime_dir)
     [warning] = [r.getMessage() for r in caplog.records if "not sent" in r.getMessage()]
     assert "turn.submit" in warning and "4096-byte" in warning and "xxx" not in warning
+
+
+async def _awaiting_hello(sock: socket.socket) -> tuple[ipc.Connection, asyncio.Task[protocol.Hello]]:
+    conn = ipc.Connection(role="supervisor")
+    await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=sock)
+    waiter = asyncio.create_task(conn.server_hello(timeout=5))
+    await asyncio.sleep(0)  # let it park on the hello
+    return conn, waiter
+
+
+def test_cancelling_a_wait_for_hello_stays_a_cancellation(runtime_dir: Path) -> None:
+    """Whoever cancels a task waiting for a peer's hello sees CancelledError, and the connection is closed."""
+
+    async def main(path: Path) -> None:
+        a, b = socket.socketpair()
+        with b:
+            conn, waiter = await _awaiting_hello(a)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            assert isinstance(conn.close_reason, ChannelClosed)
+            b.setblocking(False)
+            assert await asyncio.wait_for(asyncio.get_running_loop().sock_recv(b, 10), 5) == b""
+
+    run(main, runtime_dir)
+
+
+def test_a_peer_that_leaves_or_stays_silent_before_hello_is_channel_broken(runtime_dir: Path) -> None:
+    """A peer that hangs up, or says nothing, before its hello ends the wait with ChannelBroken."""
+
+    async def main(path: Path) -> None:
+        a, b = socket.socketpair()
+        _conn, waiter = await _awaiting_hello(a)
+        b.close()
+        with pytest.raises(ChannelBroken):
+            await waiter
+
+        a, b = socket.socketpair()
+        with b:
+            conn = ipc.Connection(role="supervisor")
+            await asyncio.get_running_loop().create_unix_connection(lambda: conn, sock=a)
+            with pytest.raises(ChannelBroken, match="no hello"):
+                await conn.server_hello(timeout=0.05)
+            assert conn.closed
+
+    run(main, runtime_dir)
