@@ -28,7 +28,7 @@ from clankie import framing
 from clankie.connection import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT, HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
 
-__all__ = ["Connection", "Handler", "Server", "connect", "from_socket", "peer_allowed", "peer_uid", "serve"]
+__all__ = ["Connection", "Handler", "Server", "connect", "from_socket", "peer_allowed", "peer_credentials", "peer_uid", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,15 @@ OnConnect = Callable[[Connection], Awaitable[None] | None]
 _PEERCRED = struct.Struct("3i")
 
 
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return pid, uid, gid
+
+
 def peer_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
-    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return uid
+    return peer_credentials(sock)[1]
 
 
 def peer_allowed(uid: int) -> bool:
@@ -95,10 +100,10 @@ class Server:
         return _Accepted(self)
 
     def _accepted(self, conn: Connection, transport: asyncio.BaseTransport) -> None:
-        uid = peer_uid(transport.get_extra_info("socket"))
+        pid, uid, _gid = peer_credentials(transport.get_extra_info("socket"))
         if not peer_allowed(uid):
             self.refused += 1
-            log.warning("refused a %s client running as uid %d", self.role, uid)
+            log.warning("refused a %s client: pid %d runs as uid %d", self.role, pid, uid)
             transport.abort()
             return
         if len(self.connections) >= self.max_connections:

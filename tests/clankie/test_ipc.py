@@ -366,8 +366,8 @@ def test_a_live_server_is_never_replaced(runtime_dir: Path) -> None:
     run(main, runtime_dir)
 
 
-def test_a_peer_running_as_another_uid_is_refused(runtime_dir: Path) -> None:
-    """SO_PEERCRED: a client that is not us (or root) is disconnected unanswered."""
+def test_a_peer_running_as_another_uid_is_refused(runtime_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SO_PEERCRED: a client that is not us (or root) is disconnected unanswered, and the log names its pid and uid."""
     if os.getuid() != 0:
         pytest.fail("this check needs root to start a client as nobody; CI runs as root")
     probe = (
@@ -394,6 +394,8 @@ def test_a_peer_running_as_another_uid_is_refused(runtime_dir: Path) -> None:
         out, err = await asyncio.wait_for(proc.communicate(), 20)
         assert out.decode().strip() == "EOF", err.decode()
         assert server.refused == 1
+        [refusal] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("refused")]
+        assert refusal == f"refused a service client: pid {proc.pid} runs as uid 65534"
         conn = await ipc.connect(path, "bridge")
         await conn.request("turn.submit", submit("own-uid-ok"))
         await conn.aclose()
