@@ -6,11 +6,12 @@ import asyncio
 
 import pytest
 
+from bridge.turns import TYPING_BACKSTOP_S, TYPING_REFRESH_S
 from clankie import ipc, paths
 from clankie.errors import RemoteError
 from clankie.protocol import HistoryReply, HistoryRequest, TextUpdate, TextUpdateReply, TurnResult, TurnSubmit, TypingSignal
 from clankie.testing.clock import FakeClock
-from tests.bridge.harness import CHAN, OWNER, PERSON, FakeService, running
+from tests.bridge.harness import CHAN, CHAN2, OWNER, PERSON, FakeService, running
 
 
 def test_typing_lights_a_spoken_turn_until_it_settles(env: dict[str, str]) -> None:
@@ -302,3 +303,35 @@ def test_images_are_carried_and_an_unreadable_attachment_alone_is_empty(env: dic
             assert [r.get("reason") for r in h.receipts() if r["delivery_id"] == doc["id"]] == ["empty_message"]
 
     asyncio.run(main())
+
+
+def test_typing_gives_up_at_the_backstop_for_a_turn_that_never_returns(env: dict[str, str]) -> None:
+    """A turn that never comes back stops showing typing after 30 minutes, and leaves no refresh timer behind."""
+    clock = FakeClock()
+    never = asyncio.Event()
+
+    async def hang(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with running(env, script=hang, clock=clock) as h:
+            m = await h.fake.message(CHAN, "think hard", author_id=PERSON)
+            await h.until(lambda: h.fake.typing_in(CHAN) == 1 and clock.sleepers == 1)
+            for n in (2, 3):  # still composing: refreshed every 8 s
+                clock.advance(TYPING_REFRESH_S)
+                await h.until(lambda: h.fake.typing_in(CHAN) == n and clock.sleepers == 1)
+            clock.advance(TYPING_BACKSTOP_S)
+            held = h.app.bridge.held[m["id"]]
+            await h.until(lambda: held.typing is not None and held.typing.done())
+            assert clock.sleepers == 0  # no refresh timer left waiting
+            shown = h.fake.typing_in(CHAN)
+            clock.advance(10 * TYPING_REFRESH_S)
+            await h.fake.message(CHAN2, "anyone?", author_id=PERSON)  # a round trip through the bridge's loop
+            await h.service.wait_submits(2)
+            assert h.fake.typing_in(CHAN) == shown <= 3
+            assert h.outcomes(m["id"]) == ["accepted"]  # the backstop ends the indicator, not the turn
+
+    asyncio.run(main())
+
