@@ -335,3 +335,33 @@ def test_typing_gives_up_at_the_backstop_for_a_turn_that_never_returns(env: dict
 
     asyncio.run(main())
 
+
+def test_replies_in_two_rooms_go_to_their_own_triggers_when_the_second_settles_first(env: dict[str, str]) -> None:
+    """Two rooms' turns overlap and the later one finishes first: each reply threads to its own message, evidence in settle order."""
+    first_may_finish = asyncio.Event()
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        if sub.room.channel_id == CHAN:
+            await first_may_finish.wait()
+        return TurnResult(outcome="settled", turn_id="t-" + sub.delivery_id, text=f"answer for {sub.room.channel_id}")
+
+    async def main() -> None:
+        async with running(env, script=script) as h:
+            m1 = await h.fake.message(CHAN, "first room", author_id=PERSON)
+            await h.service.wait_submits(1)
+            m2 = await h.fake.message(CHAN2, "second room", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m2["id"]))
+            assert h.outcomes(m1["id"]) == ["accepted"] and len(h.fake.posts) == 1
+            first_may_finish.set()
+            await h.until(lambda: "settled" in h.outcomes(m1["id"]))
+            posts = {p.channel_id: p for p in h.fake.posts}
+            assert len(h.fake.posts) == 2
+            for chan, m in ((CHAN, m1), (CHAN2, m2)):
+                assert posts[chan].content == f"answer for {chan}"
+                assert str(posts[chan].message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            settled = [r for r in h.receipts() if r["outcome"] == "settled"]
+            assert [(r["delivery_id"], r["channel_id"]) for r in settled] == [(m2["id"], CHAN2), (m1["id"], CHAN)]
+            assert [r["message_ids"] for r in settled] == [[posts[CHAN2].id], [posts[CHAN].id]]
+
+    asyncio.run(main())
+
