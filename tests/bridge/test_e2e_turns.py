@@ -365,3 +365,42 @@ def test_replies_in_two_rooms_go_to_their_own_triggers_when_the_second_settles_f
 
     asyncio.run(main())
 
+
+def test_a_buffered_image_without_words_reaches_the_catch_up_turn(env: dict[str, str]) -> None:
+    """Scenario 42 under `addressed`: a caption-less picture posted while he is drifted is kept and answered at catch-up."""
+    clock = FakeClock()
+    image = {"id": "7", "filename": "meme.png", "size": 4096, "url": "https://cdn.example/meme.png",
+             "proxy_url": "", "content_type": "image/png"}
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        if "clankie" in sub.trigger.text or sub.backlog or sub.trigger.attachments:
+            return TurnResult(outcome="settled", turn_id="t", text="nice picture")
+        return TurnResult(outcome="silent", turn_id="t")
+
+    overrides = {
+        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
+        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": "1",
+        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
+    }
+
+    async def main() -> None:
+        async with running(env, script=script, clock=clock, overrides=overrides) as h:
+            async def say(text: str, **kw: object) -> str:
+                m = await h.fake.message(CHAN, text, author_id=PERSON, **kw)  # type: ignore[arg-type]
+                await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
+                return m["id"]
+
+            assert h.outcomes(await say("hey clankie"))[-1] == "settled"
+            assert h.outcomes(await say("meh"))[-1] == "silent"  # one decline: drifted
+            words = await say("look at this")
+            pic = await say("", attachments=[image])
+            assert [h.outcomes(i) for i in (words, pic)] == [["buffered"], ["buffered"]]
+            clock.advance(30.0)
+            await h.until(lambda: "settled" in h.outcomes(pic))
+            catch_up = h.service.submits[-1]
+            assert catch_up.delivery_id == pic and catch_up.trigger.unprompted and catch_up.trigger.text == ""
+            assert [(a.filename, a.content_type) for a in catch_up.trigger.attachments] == [("meme.png", "image/png")]
+            assert [m.text for m in catch_up.backlog] == ["look at this"]
+            assert str(h.fake.posts[-1].message_reference["message_id"]) == pic  # type: ignore[index]
+
+    asyncio.run(main())
