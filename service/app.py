@@ -35,6 +35,9 @@ from service.captain.service import TurnService
 
 log = logging.getLogger(__name__)
 
+# a stalled abort is confirmed only once the run has ended, within this share of the supervisor's grace
+ABORT_CONFIRM_SHARE = 0.8
+
 
 def make_provider(settings: Settings) -> Provider | None:
     """The Anthropic provider, or None when no API key is configured."""
@@ -94,7 +97,10 @@ class ServiceApp:
         """What the supervisor may ask of the service."""
         if method == "abort_run":
             assert isinstance(params, AbortRun)
-            return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
+            if params.reason != "stalled":  # the operator's proxy answers within 10 s: report the abort as sent
+                return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
+            wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
+            return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
         if method == "lanes":
             return LanesReply(lanes=self.captain.lane_infos())
         if method == "say":
@@ -104,10 +110,14 @@ class ServiceApp:
 
     def heartbeat(self) -> Heartbeat:
         runs = self.captain.runs()
+        zombies = len(self.captain.zombies)
         detail = f"{len(self.captain.lanes)} lanes, {len(runs)} live runs"
+        if zombies:
+            detail += f", {zombies} aborted runs not stopping"
         if self.provider is None:
             detail += ", provider unconfigured"
-        return Heartbeat(detail=detail, runs=runs, report={"lanes": len(self.captain.lanes), "runs": len(runs)})
+        report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies}
+        return Heartbeat(detail=detail, runs=runs, report=report)
 
 
 async def _amain(settings: Settings, environ: Mapping[str, str]) -> int:

@@ -133,6 +133,7 @@ class LiveLane:
     fresh: bool = True  # cold until its first run starts
     slots: dict[str, TurnSlot] = field(default_factory=dict)
     owner_task: asyncio.Task[None] | None = None
+    run_id: str = ""  # the lane's latest run (kept after a drop, for the zombie report)
     run_started_boot: float = 0.0
     last_event_boot: float = 0.0
     typing_sent: bool = False
@@ -165,6 +166,9 @@ class Captain:
         self.lanes: dict[str, LiveLane] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
         self.shutting_down = False
+        # dropped lanes whose aborted run outlived TEARDOWN_GRACE, by run id: their tree may still be
+        # written, so a new lane for the room starts a fresh tree, and the run stays in the stall report
+        self.zombies: dict[str, LiveLane] = {}
         self._images = ImageFetcher(self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock)
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
         self._config = AgentConfig(
@@ -211,6 +215,9 @@ class Captain:
 
     def _open(self, plan: LanePlan, key: str, room: Room) -> LiveLane:
         if plan.kind == "oneshot":
+            session = SessionTree.create(plan.directory, self._clock)
+        elif any(z.key == key for z in self.zombies.values()):
+            log.warning("lane %s: an aborted run may still write its tree; starting a fresh tree", key)
             session = SessionTree.create(plan.directory, self._clock)
         else:
             session = SessionTree.open_latest(plan.directory, self._clock)
@@ -270,6 +277,7 @@ class Captain:
                 lane.slots[action.turn_id] = slot
             if isinstance(action, StartRun):
                 lane.capture.owner = slot.delivery
+                lane.run_id = action.run_id
                 self._stamp(lane, slot)
                 lane.run_started_boot = lane.last_event_boot = self._clock.boottime()
                 lane.owner_task = asyncio.create_task(self._own(lane, slot, action.run_id), name=f"lane-run-{action.run_id}")
@@ -339,11 +347,34 @@ class Captain:
         log.info("lane %s dropped", lane.key)
 
     async def _teardown(self, lane: LiveLane) -> None:
-        if lane.owner_task is not None and lane.owner_task is not asyncio.current_task():
-            await asyncio.wait({lane.owner_task}, timeout=TEARDOWN_GRACE)
+        task = lane.owner_task
+        if task is not None and task is not asyncio.current_task() and not await self._ended_within(task, TEARDOWN_GRACE):
+            # the run ignores its abort: never close (or share) a tree it may still write
+            log.warning("lane %s: aborted run %s still running after %gs; next turn gets a fresh tree", lane.key, lane.run_id, TEARDOWN_GRACE)
+            self.zombies[lane.run_id] = lane
+            task.add_done_callback(lambda _t: self._bury(lane))
+            return
+        self._close_lane(lane)
+
+    def _bury(self, lane: LiveLane) -> None:
+        if self.zombies.pop(lane.run_id, None) is not None:
+            log.warning("lane %s: aborted run %s finally ended", lane.key, lane.run_id)
+        self._close_lane(lane)
+
+    def _close_lane(self, lane: LiveLane) -> None:
         if lane.unsubscribe is not None:
             lane.unsubscribe()
         lane.agent.session.close()
+
+    async def _ended_within(self, task: asyncio.Task[None], seconds: float) -> bool:
+        """Wait (on the injected clock) up to ``seconds`` for ``task``; True if it is done."""
+        if not task.done():
+            timer = asyncio.ensure_future(self._clock.sleep(seconds))
+            try:
+                await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+        return task.done()
 
     # ------------------------------------------------------------------ the owner's run
 
@@ -435,9 +466,33 @@ class Captain:
         self._apply(lane, lane.machine.handle(AbortRequested("stalled" if reason == "stalled" else "operator"), self._clock.boottime()))
         return True
 
+    async def abort_confirmed(self, key: str, run_id: str | None, reason: str, wait: float) -> bool:
+        """:meth:`abort`, answered True only once the run has really ended (waiting up to ``wait`` s).
+
+        A run that will not stop is reported unconfirmed (and keeps appearing in
+        :meth:`runs`), so the supervisor escalates by restarting the service.
+        """
+        lane = self.lanes.get(key)
+        if lane is None or not self.abort(key, run_id, reason):
+            return False
+        task = lane.owner_task
+        ended = task is None or await self._ended_within(task, wait)
+        if not ended:
+            log.warning("lane %s: run %s did not stop within %gs of its abort", key, lane.run_id, wait)
+        return ended
+
     def runs(self) -> tuple[RunReport, ...]:
         now = self._clock.boottime()
-        out = []
+        out = [
+            RunReport(
+                lane=z.key,
+                run_id=z.run_id,
+                last_event_age_s=max(0.0, now - z.last_event_boot),
+                started_age_s=max(0.0, now - z.run_started_boot),
+                turns=0,
+            )
+            for z in self.zombies.values()
+        ]
         for lane in self.lanes.values():
             m = lane.machine
             if m.state in LIVE and m.run_id is not None:
