@@ -50,13 +50,13 @@ def rasterize(svg: str, width: int, height: int) -> bytes:
             zoom=zoom,
             background="#ffffff",
         )
-    except ValueError as exc:
-        log.warning("resvg refused the generated svg: %s", exc)
+    except ValueError as exc:  # its text can quote the svg, i.e. diagram labels: log the kind only
+        log.warning("resvg refused the generated svg (%s, %d chars)", type(exc).__name__, len(svg))
         raise RenderFailed("the rasterizer could not draw this diagram") from exc
     except BaseException as exc:  # a Rust panic surfaces as a BaseException subclass
         if isinstance(exc, KeyboardInterrupt | SystemExit | GeneratorExit):
             raise
-        log.error("resvg crashed on the generated svg", exc_info=True)
+        log.error("resvg crashed on the generated svg (%s, %d chars)", type(exc).__name__, len(svg))
         raise RenderFailed("the rasterizer crashed on this diagram") from exc
     return bytes(png)
 
@@ -87,5 +87,6 @@ async def rasterize_async(svg: str, width: int, height: int, *, isolate: bool = 
         return png
     if proc.returncode == 3:
         raise DiagramTooLarge(message)
-    log.warning("rasterizer child exited %s: %s", proc.returncode, message)
+    # The child's stderr can echo the svg (diagram labels): log its length, never its text.
+    log.warning("rasterizer child exited %s (%d bytes of stderr)", proc.returncode, len(err))
     raise RenderFailed(message if proc.returncode == 4 else "the rasterizer process failed")
