@@ -58,7 +58,6 @@ class FakeService:
 
     async def _handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         assert isinstance(params, TurnSubmit)
-        await asyncio.sleep(0)  # handlers start eagerly outside a task; scripts use asyncio.timeout
         self.submits.append(params)
         await self._poke()
         return await self.script(conn, params)
