@@ -28,6 +28,7 @@ import psutil
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
 from clankie.clock import Clock
+from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Heartbeat, Record, Stopping
 from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.output import Capture, Forwarder, RotatingLog
@@ -215,7 +216,7 @@ class Child:
         self.attachment_root = None
         if self.link is not None:
             link, self.link = self.link, None
-            asyncio.get_running_loop().create_task(link.aclose())
+            self.tree.spawn(link.aclose(), name=f"link-close-{self.name}")
         ex = Exit(
             code=status.code,
             signal=status.signal,
@@ -266,12 +267,15 @@ class Child:
 
     def _terminate(self, grace: float) -> None:
         if self.link is not None and not self.link.closed:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().create_task(self.link.notify("shutdown", Stopping(reason=self.life.reason)))
+            self.tree.spawn(self._send_shutdown(self.link), name=f"shutdown-{self.name}")
         self.signal_group(signal.SIGTERM)
         self.signal_group(signal.SIGCONT)
         if self._grace is None:
             self._grace = asyncio.get_running_loop().create_task(self._kill_after(grace), name=f"grace-{self.name}")
+
+    async def _send_shutdown(self, link: ipc.Connection) -> None:
+        with contextlib.suppress(ChannelBroken, ChannelClosed):  # it is going away anyway: the signal follows
+            await link.notify("shutdown", Stopping(reason=self.life.reason))
 
     async def _kill_after(self, grace: float) -> None:
         await asyncio.sleep(grace)  # grace is real time: the process has to die in it

@@ -19,7 +19,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from clankie.child import become_subreaper
 from clankie.clock import Clock
@@ -80,6 +81,7 @@ class Tree:
             self.children[spec.name] = Child(spec, self, heartbeat_timeout=settings.heartbeat_timeout_seconds, rand=rand)
         self.order = [s.name for s in specs]
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
         self.adopted_reaped = 0
 
     # ------------------------------------------------------------ running
@@ -139,11 +141,26 @@ class Tree:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._cancel_background()
         if self.subreaper:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
             self.reap()
         self.state = "stopped"
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run ``coro`` in the background, keeping a reference until it ends; shutdown cancels it."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _cancel_background(self) -> None:
+        pending = list(self._background)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
 
     # ------------------------------------------------------------ reaping
 
@@ -196,7 +213,7 @@ class Tree:
                         child.kill(f"stalled: {verdict.reason}")
                         break
                     if isinstance(verdict, Abort):
-                        asyncio.get_running_loop().create_task(self._abort_stalled(child, verdict))
+                        self.spawn(self._abort_stalled(child, verdict), name=f"abort-{verdict.run_id}")
         self.changed()
 
     async def _abort_stalled(self, child: Child, verdict: Abort) -> None:

@@ -119,3 +119,30 @@ def test_an_unconfirmed_abort_restarts_the_service_cold(env: dict[str, str], tmp
         assert child.life.restarts == 1
 
     run_tree(env, tmp_path, "no", body)
+
+
+def test_a_pending_abort_is_held_by_the_tree_and_cancelled_at_shutdown(env: dict[str, str], tmp_path: Path) -> None:
+    """The abort_run call in flight is referenced by the tree (not garbage) and ends with the shutdown."""
+    held: list[asyncio.Task[object]] = []
+
+    async def body(tree: Tree, clock: FakeClock, ev: Path) -> None:
+        clock.suspend(400)
+        clock.advance(5)
+        await until(lambda: events(ev, "REQUEST-abort_run"), "abort request")
+        held.extend(t for t in tree._background if t.get_name() == "abort-run-1")
+        assert len(held) == 1 and not held[0].done()
+
+    async def go() -> None:
+        clock = FakeClock()
+        ev = tmp_path / "events"
+        tree = make_tree(env, clock, ev, "hang")
+        done = asyncio.Event()
+        task = asyncio.create_task(tree.run(done))
+        child = tree.children["service"]
+        await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None, "service ready")
+        await body(tree, clock, ev)
+        done.set()
+        await asyncio.wait_for(task, 10)
+        assert held[0].done() and not tree._background
+
+    asyncio.run(go())
