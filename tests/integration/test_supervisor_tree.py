@@ -211,6 +211,7 @@ def test_operator_abort_is_sent_with_reason_operator(tmp_path: Path, runtime_dir
     with supervisor(tmp_path, runtime_dir, [fixture("service", events=ev, proxy=True)]) as sup:
         reply = sup.call("abort", AbortRun(lane="L", reason="stalled"))
         assert reply.aborted
+        assert [e[0] for e in events(ev) if e[0].startswith("ABORT-")] == ["ABORT-operator"]  # not "stalled"
         said = sup.call("say", SayRequest(room="r", text="x"))
         assert said.outcome == "settled"
         assert sup.call("stop", ChildTarget(name="service")).ok
