@@ -383,8 +383,8 @@ class Captain:
         try:
             history: tuple[HistoryMessage, ...] | None = None
             if lane.fresh:
-                lane.fresh = False
                 history = await self._history(lane, slot)
+                lane.fresh = history is None  # no bridge or a failed call: the next run reads cold again
             # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along
             context = history or slot.backlog or None
             lane.capture.media.clear()
@@ -408,8 +408,11 @@ class Captain:
             self._drop(lane)
 
     async def _history(self, lane: LiveLane, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
+        """The room's backlog; None when it could not be read (no bridge connection, or the call failed)."""
         conn, limit = slot.delivery.conn, self._s.discord_context_messages
-        if conn is None or conn.closed or limit == 0:
+        if limit == 0:
+            return ()
+        if conn is None or conn.closed:
             return None
         lane.history_requests += 1
         request = HistoryRequest(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from clankie.protocol import SayRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import keys
@@ -198,5 +199,34 @@ def test_catch_up_backlog_rides_along_on_a_warm_lane(env: dict[str, str]) -> Non
             assert "Channel conversation (untrusted):" in last and "the buffered remark" in last
             assert "(you were not addressed)" in last
             assert len(bridge.history_calls) == 1
+
+    run(body())
+
+
+def _last_user_text(body: dict) -> str:
+    return body["messages"][-1]["content"][-1]["text"]
+
+
+def test_lane_stays_cold_until_history_is_actually_read(env: dict[str, str]) -> None:
+    """A first turn with no bridge (say) or a failed history call leaves the lane cold; the next Discord turn gets the backlog."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake) as app:
+            fake.script(fa.text("heard the operator"), fa.text("no backlog yet"), fa.text("now with backlog"), fa.text("warm"))
+            bridge = FakeBridge()
+            bridge.history_failures = 1
+            await bridge.connect(app)
+            await app.turns.say(SayRequest(room="1/2", text="operator first"))
+            assert [i.warm for i in app.captain.lane_infos()] == [False]
+            assert (await bridge.submit(msg("m1", "first from discord"))).text == "no backlog yet"
+            assert [i.warm for i in app.captain.lane_infos()] == [False]  # the history call failed
+            assert (await bridge.submit(msg("m2", "second from discord"))).text == "now with backlog"
+            assert [i.warm for i in app.captain.lane_infos()] == [True]
+            await bridge.submit(msg("m3", "third"))
+            assert [c.before_message_id for c in bridge.history_calls] == ["m1", "m2"]
+            backlog = "Channel conversation (untrusted):"
+            assert backlog not in _last_user_text(fake.requests[1])
+            assert backlog in _last_user_text(fake.requests[2]) and "what did you think of the bracket" in _last_user_text(fake.requests[2])
+            assert backlog not in _last_user_text(fake.requests[3])
 
     run(body())

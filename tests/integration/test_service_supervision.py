@@ -97,7 +97,8 @@ def test_lanes_and_say_are_answered_over_the_link(env: dict[str, str]) -> None:
             lanes = await conn.request("lanes", Empty())
             assert isinstance(lanes, LanesReply)
             (info,) = lanes.lanes
-            assert (info.key, info.state, info.warm) == ("discord:clankie:discord:local:lab", "running", True)
+            # say has no bridge to read the backlog from: the lane stays cold for the room's next Discord turn
+            assert (info.key, info.state, info.warm) == ("discord:clankie:discord:local:lab", "running", False)
             assert info.run_id is not None and info.last_event_age_s is not None
             gate.set()
             results = [await first] + [await t for t in rest]

@@ -106,6 +106,7 @@ class FakeBridge:
         self.updates: list[TextUpdate] = []
         self.history_gate: asyncio.Event | None = None
         self.refuse_updates: str | None = None
+        self.history_failures = 0  # refuse this many history calls first
         self.conn: ipc.Connection | None = None
         self.typed = asyncio.Event()
 
@@ -118,6 +119,9 @@ class FakeBridge:
         if method == "history":
             assert isinstance(params, HistoryRequest)
             self.history_calls.append(params)
+            if self.history_failures > 0:
+                self.history_failures -= 1
+                raise RemoteError("discord_unavailable", "history refused")
             if self.history_gate is not None:
                 await self.history_gate.wait()
             return HistoryReply(messages=tuple(self.history))
