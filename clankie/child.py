@@ -76,17 +76,13 @@ def arm_parent_death(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
-def exit_if_orphaned(env: Mapping[str, str] | None = None) -> None:
-    """If the supervisor that spawned us is gone, take our process group down now.
+def exit_if_orphaned(env: Mapping[str, str] | None = None, wait: float = 1.0) -> None:
+    """If the supervisor that spawned us is gone (or going), take our process group down now.
 
-    The link helper calls this, on the child's event loop, when the link
-    breaks, so it never blocks: the supervisor's sockets close *before* the
-    kernel reparents us, so ``getppid()`` cannot tell yet; a pidfd on the
-    supervisor can: it is readable once the supervisor has exited, and it is
-    polled with a zero timeout. If the supervisor is still exiting at that
-    instant, ``PR_SET_PDEATHSIG`` (armed by :func:`arm_parent_death`) still
-    takes the group down when it is gone. A child must not exit gracefully
-    here and leave its grandchildren behind.
+    The link helper calls this when the link breaks. The supervisor's sockets
+    close *before* the kernel reparents us, so ``getppid()`` cannot tell yet;
+    a pidfd on the supervisor can: it turns readable the moment it has exited.
+    A child must not exit gracefully here and leave its grandchildren behind.
     """
     expected = supervisor_pid(env)
     if expected is None:
@@ -99,12 +95,10 @@ def exit_if_orphaned(env: Mapping[str, str] | None = None) -> None:
         _die_with_group(PARENT_DEATH_SIGNAL, None)
         return
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        exited = bool(poller.poll(0))
+        readable, _, _ = select.select([fd], [], [], wait)
     finally:
         os.close(fd)
-    if exited:
+    if readable:
         _die_with_group(PARENT_DEATH_SIGNAL, None)
 
 
