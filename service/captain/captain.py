@@ -166,6 +166,7 @@ class Captain:
         self.lanes: dict[str, LiveLane] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
         self.shutting_down = False
+        self.background: set[asyncio.Task[None]] = set()  # fire-and-forget sends (typing), held until done
         # dropped lanes whose aborted run outlived TEARDOWN_GRACE, by run id: their tree may still be
         # written, so a new lane for the room starts a fresh tree, and the run stays in the stall report
         self.zombies: dict[str, LiveLane] = {}
@@ -456,7 +457,9 @@ class Captain:
         owner = lane.capture.owner
         if owner is None or owner.conn is None or owner.conn.closed:
             return
-        asyncio.create_task(_send_typing(owner.conn, owner.delivery_id), name="typing")
+        task = asyncio.create_task(_send_typing(owner.conn, owner.delivery_id), name="typing")
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     # ------------------------------------------------------------------ operator surface
 
@@ -539,6 +542,10 @@ class Captain:
             self._drop(lane)
         if self._closing:
             await asyncio.gather(*self._closing.values(), return_exceptions=True)
+        for task in list(self.background):
+            task.cancel()
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
         await self._images.aclose()
 
 
