@@ -116,6 +116,7 @@ class BrowserHost:
             "executable": str(find_chromium(self.settings.chromium_path) or ""),
             "allow_private": self.settings.browser_allow_private,
             "policy_refusals": self.proxy.refused_total,
+            "proxy_unauthenticated": self.proxy.unauthenticated_total,
         }
 
     def detail(self) -> str:
@@ -185,7 +186,7 @@ class BrowserHost:
         browser = await self._pw.chromium.launch(
             executable_path=executable,
             headless=True,
-            proxy={"server": self._default.url},
+            proxy={"server": self._default.url, **self.proxy.credentials},
             args=list(LAUNCH_ARGS),
             timeout=START_DEADLINE * 1000,
         )
@@ -214,7 +215,7 @@ class BrowserHost:
         try:
             ctx = await browser.new_context(
                 viewport={"width": view.width, "height": view.height},
-                proxy={"server": session.url},
+                proxy={"server": session.url, **self.proxy.credentials},
                 service_workers="block",
                 accept_downloads=False,
             )

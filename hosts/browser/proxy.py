@@ -16,14 +16,24 @@ final response. Each request
 gets its own :class:`Session` (its own listening port, bound to that
 request's browser context) so refusals are attributed to the request that
 caused them.
+
+Every session demands the proxy's per-process random credential (HTTP Basic
+in ``Proxy-Authorization``), which only Chromium is given (Playwright's
+``proxy={"server", "username", "password"}``). Anything else on the machine
+that finds the loopback port gets ``407`` and nothing is fetched for it. The
+credential is never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import hmac
 import ipaddress
 import logging
+import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -71,6 +81,31 @@ class PolicyProxy:
         self.pins = pins
         self.resolver = resolver
         self.refused_total = 0
+        self.unauthenticated_total = 0
+        self.username = "clankie"
+        self.password = secrets.token_urlsafe(24)
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """What Playwright needs to authenticate to a session: ``{"username", "password"}``."""
+        return {"username": self.username, "password": self.password}
+
+    def authorized(self, headers: list[str]) -> bool:
+        """Whether the request head carries this proxy's Basic credential."""
+        for line in headers:
+            name, sep, value = line.partition(":")
+            if not sep or name.strip().lower() != "proxy-authorization":
+                continue
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() != "basic":
+                return False
+            try:
+                given = base64.b64decode(token.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            expected = f"{self.username}:{self.password}".encode()
+            return hmac.compare_digest(given, expected)
+        return False
 
     async def open_session(self) -> Session:
         """Listen on a fresh loopback port for one request."""
@@ -141,6 +176,12 @@ class PolicyProxy:
         try:
             lines = head.decode("latin-1").split("\r\n")
             method, target, version = lines[0].split(" ", 2)
+            if not self.authorized(lines[1:]):
+                self.unauthenticated_total += 1
+                log.info("policy proxy: request without the proxy credential refused (407)")
+                _reply(writer, 407, "Proxy Authentication Required", "this proxy is for Clankie's browser only",
+                       extra={"Proxy-Authenticate": 'Basic realm="clankie"'})
+                return
             if method == "CONNECT":
                 host, port = _split_authority(target, 443)
                 await self._connect(session, host, port, reader, writer)
@@ -212,12 +253,21 @@ def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _reply(writer: asyncio.StreamWriter, status: int, phrase: str, text: str, *, marker: str | None = None) -> None:
+def _reply(
+    writer: asyncio.StreamWriter,
+    status: int,
+    phrase: str,
+    text: str,
+    *,
+    marker: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> None:
     body = text.encode("utf-8") + b"\n"
-    extra = f"{MARKER}: {marker}\r\n" if marker else ""
+    fields = {**({MARKER: marker} if marker else {}), **(extra or {})}
+    extra_lines = "".join(f"{k}: {v}\r\n" for k, v in fields.items())
     head = (
         f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+        f"Content-Length: {len(body)}\r\n{extra_lines}Connection: close\r\n\r\n"
     )
     with contextlib.suppress(Exception):
         writer.write(head.encode("latin-1") + body)

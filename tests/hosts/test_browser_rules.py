@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
 
 import pytest
@@ -71,10 +72,13 @@ def test_pins_parse_and_reject_garbage() -> None:
 
 
 async def _through_proxy(proxy: PolicyProxy, head: bytes) -> bytes:
+    """Send ``head`` as Chromium would: with the proxy's credential after the request line."""
+    token = base64.b64encode(f"{proxy.username}:{proxy.password}".encode())
+    line, crlf, rest = head.partition(b"\r\n")
     session = await proxy.open_session()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", session.port)
-        writer.write(head)
+        writer.write(line + crlf + b"Proxy-Authorization: Basic " + token + b"\r\n" + rest)
         data = await asyncio.wait_for(reader.read(), 10)
         writer.close()
         return data
