@@ -85,7 +85,8 @@ def test_restarted_service_resumes_the_tree_and_reads_cold_once(env: dict[str, s
             assert len(_tree_files(tree_dir)) == 1  # continued, not a fresh tree
             resumed = json.dumps(fake.requests[1]["messages"])
             assert "remember the lobby" in resumed and "before restart" in resumed
-            assert "Channel conversation (untrusted):" in resumed
+            # the post-restart turn itself carries the backlog (the cold read), not just the stored tree
+            assert "Channel conversation (untrusted):" in _last_user_text(fake.requests[1])
             assert "Channel conversation (untrusted):" not in fake.requests[2]["messages"][-1]["content"][-1]["text"]
 
     run(body())

@@ -12,7 +12,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import keys, records
-from tests.service.captain.harness import FakeBridge, msg, run, service
+from tests.service.captain.harness import FakeBridge, msg, run, service, until
 
 
 def _tree_text(state_dir: Path) -> str:
@@ -113,7 +113,7 @@ def test_same_delivery_twice_is_one_turn_and_one_result(env: dict[str, str]) -> 
             a = bridge.start(msg("m1", "hello"))
             await fake.wait_for_requests(1)
             b = bridge.start(msg("m1", "hello"))
-            await asyncio.sleep(0.05)
+            await until(lambda: app.turns.attached("m1") == 1)  # the second submission joined the running turn
             gate.set()
             ra, rb = await asyncio.gather(a, b)
             assert ra == rb and ra.outcome == "settled"
@@ -158,7 +158,7 @@ def test_reconnected_bridge_attaches_to_the_running_turn(env: dict[str, str]) ->
             new = FakeBridge()
             await new.connect(app)
             again = new.start(msg("m1", "hello"))
-            await asyncio.sleep(0.05)
+            await until(lambda: app.turns.attached("m1") == 1)  # re-submission attached to the running turn
             gate.set()
             result = await again
             assert (result.outcome, result.text) == ("settled", "still here")

@@ -15,7 +15,7 @@ from clankie.protocol import Artifact, Record, ScreenshotRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain.tools import TEXT_UPDATE_DESCRIPTION
-from tests.service.captain.harness import FakeBridge, msg, run, service
+from tests.service.captain.harness import FakeBridge, msg, run, service, until
 
 
 def _tool_results(body: dict) -> list[dict]:
@@ -53,8 +53,9 @@ def test_typing_lights_once_on_the_first_disqualifying_text(env: dict[str, str])
             await bridge.connect(app)
             turn = bridge.start(msg("m1", "thoughts?"))
             await fake.wait_for_requests(1)
-            await asyncio.sleep(0.05)
-            assert bridge.typing == []  # "  [[st" could still become the sentinel
+            lane = app.captain.lanes["discord:clankie:discord:1:2"]
+            await until(lambda: lane.text_so_far == "  [[st")  # the first chunk reached the captain
+            assert not lane.typing_sent and bridge.typing == []  # "  [[st" could still become the sentinel
             gate.set()
             await bridge.typed.wait()
             result = await turn
