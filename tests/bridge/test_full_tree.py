@@ -213,6 +213,37 @@ def test_owner_dm_is_answered(env: dict[str, str]) -> None:
     asyncio.run(main())
 
 
+def test_owner_dm_is_answered_with_the_last_context_messages(env: dict[str, str]) -> None:
+    """Scenario 45: the owner's DM is answered, the model sees the last 2 earlier DM messages oldest first, and receipts carry no text."""
+    earlier = ("first thing I said", "second thing I said", "third thing I said")
+
+    async def main() -> None:
+        async with tree(env, {"CLANKIE_DISCORD_CONTEXT_MESSAGES": "2"}) as t:
+            dm = t.h.fake.dm_channel(OWNER)
+            t.h.fake.messages[dm] = [
+                t.h.fake._message_payload(t.h.fake.snowflake(), dm, None, {"id": OWNER, "username": "owner"}, text)
+                for text in earlier
+            ]
+            t.anthropic.script(fa.text("here for you"))
+            m = await t.h.fake.message(dm, "you around?", author_id=OWNER)
+            await t.h.until(lambda: "settled" in t.h.outcomes(m["id"]), timeout=30)
+            [post] = t.h.fake.posts
+            assert post.channel_id == dm and post.content == "here for you"
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            history = [c for c in t.h.fake.calls if c.route == "GET /channels/{id}/messages"]
+            assert len(history) == 1
+            seen = said_to_model(t.anthropic.requests[0])
+            assert earlier[0] not in seen
+            assert earlier[1] in seen and earlier[2] in seen
+            assert seen.index(earlier[1]) < seen.index(earlier[2]) < seen.index("you around?")
+            assert t.h.outcomes(m["id"]) == ["accepted", "settled"]
+            assert t.service is not None and t.service.turns.evidence.of(m["id"]) == ["accepted", "settled"]
+            raw = (t.settings.state_dir / "receipts" / "bridge.jsonl").read_text()
+            assert not any(text in raw for text in (*earlier, "you around?", "here for you"))
+
+    asyncio.run(main())
+
+
 def _spawn_service(t: Tree, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
