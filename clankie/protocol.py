@@ -282,6 +282,7 @@ class SupervisorInfo(Record):
     uptime_s: float
     state: str
     ready: bool = False
+    stderr_dropped: int = 0  # forwarded lines dropped because the supervisor's stderr was too slow
 
 
 class StatusReply(Record):

@@ -23,6 +23,7 @@ from clankie.errors import EX_CONFIG, ConfigError
 from clankie.paths import ensure_private_dir, socket_path
 from clankie.settings import Settings, load
 from supervisor.control import Control
+from supervisor.forward import StderrQueue, route_logging
 from supervisor.spec import ChildSpec, default_specs, load_spec_file
 from supervisor.systemd import Notifier
 from supervisor.tree import STOP_BUDGET, Tree
@@ -40,9 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float) -> int:
+async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float, stderr: StderrQueue) -> int:
     loop = asyncio.get_running_loop()
-    tree = Tree(settings, specs, clock=SystemClock(), env=os.environ, notifier=Notifier(os.environ), stop_budget=stop_budget)
+    tree = Tree(
+        settings, specs, clock=SystemClock(), env=os.environ, notifier=Notifier(os.environ), stop_budget=stop_budget,
+        stderr=stderr,
+    )
     control = Control(tree)
     await control.start(socket_path(settings.runtime_dir, "control"))
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -51,15 +55,19 @@ async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float)
         await tree.run()
     finally:
         await control.close()
+        stderr.detach()
     log.info("stopped")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    stderr: StderrQueue | None = None
     try:
         settings = load()
         logs.configure("supervisor", settings.log_level)
+        stderr = StderrQueue(2)  # our log records and the children's lines: never a blocking write
+        route_logging(stderr)
         ensure_private_dir(settings.state_dir)
         ensure_private_dir(settings.runtime_dir)
         if args.spec_file is not None:
@@ -68,10 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             specs, missing = default_specs()
             if missing:
                 log.warning("not starting %s: package has no __main__ yet", ", ".join(missing))
-        return asyncio.run(_serve(settings, specs, args.stop_budget))
+        return asyncio.run(_serve(settings, specs, args.stop_budget, stderr))
     except ConfigError as exc:
         print(f"clankie: {exc}", file=sys.stderr, flush=True)
         return EX_CONFIG
+    finally:
+        if stderr is not None:
+            stderr.drain(timeout=1.0)  # bounded: a wedged stderr cannot hold up the exit
 
 
 if __name__ == "__main__":

@@ -90,7 +90,13 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
 
 def status(tree: Tree) -> StatusReply:
     return StatusReply(
-        supervisor=SupervisorInfo(pid=os.getpid(), uptime_s=tree.uptime(), state=tree.state, ready=tree.ready_sent),
+        supervisor=SupervisorInfo(
+            pid=os.getpid(),
+            uptime_s=tree.uptime(),
+            state=tree.state,
+            ready=tree.ready_sent,
+            stderr_dropped=tree.stderr.dropped if tree.stderr is not None else 0,
+        ),
         children=tuple(child_status(tree, tree.children[n]) for n in tree.order),
     )
 

@@ -175,7 +175,10 @@ def _mib(n: int | None) -> str:
 
 def format_status(reply: StatusReply, now: float) -> str:
     sup = reply.supervisor
-    lines = [f"supervisor pid {sup.pid} {sup.state} up {_age(sup.uptime_s)}" + (" ready" if sup.ready else "")]
+    head = f"supervisor pid {sup.pid} {sup.state} up {_age(sup.uptime_s)}" + (" ready" if sup.ready else "")
+    if sup.stderr_dropped:
+        head += f"; stderr too slow, {sup.stderr_dropped} lines dropped (the log files have them)"
+    lines = [head]
     lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")
     for c in reply.children:
         cpu = "-" if c.cpu_percent is None else f"{c.cpu_percent:.1f}"

@@ -3,7 +3,8 @@
 Each child gets two pipes. Their read ends are non-blocking and watched with
 ``loop.add_reader``. Bytes go to ``<state>/logs/<name>.log`` unchanged
 (invalid UTF-8 and a missing final newline included) and, line by line, to
-the supervisor's stderr as ``<name>| <line>`` (journald under systemd).
+the supervisor's stderr as ``<name>| <line>`` (journald under systemd)
+through the non-blocking, drop-oldest :class:`supervisor.forward.StderrQueue`.
 When the child exits its pipes are drained to EAGAIN/EOF before they are
 closed, so nothing the child wrote is lost, and a grandchild that keeps the
 pipe open cannot delay the restart.
@@ -17,6 +18,8 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+from supervisor.forward import StderrQueue
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +68,16 @@ class RotatingLog:
 
 
 class Forwarder:
-    """Writes complete lines to a stream fd with a ``name| `` prefix."""
+    """Puts complete lines on the supervisor's stderr queue with a ``name| `` prefix.
 
-    def __init__(self, name: str, fd: int) -> None:
+    The queue (:class:`supervisor.forward.StderrQueue`) never blocks: when
+    stderr is too slow it drops the oldest lines, and only there; the
+    log file has been written before this is called.
+    """
+
+    def __init__(self, name: str, queue: StderrQueue) -> None:
         self.prefix = f"{name}| ".encode()
-        self.fd = fd
+        self.queue = queue
         self._partial = b""
 
     def feed(self, data: bytes) -> None:
@@ -79,24 +87,13 @@ class Forwarder:
         if len(self._partial) > 8192:  # an endless line: cut it
             lines.append(self._partial)
             self._partial = b""
-        if lines:
-            self._write(b"".join(self.prefix + line + b"\n" for line in lines))
+        for line in lines:
+            self.queue.put(self.prefix + line + b"\n")
 
     def flush(self) -> None:
         if self._partial:
-            self._write(self.prefix + self._partial + b"\n")
+            self.queue.put(self.prefix + self._partial + b"\n")
             self._partial = b""
-
-    def _write(self, data: bytes) -> None:
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
-        except BlockingIOError:
-            pass  # our stderr is full: the log file still has every byte
-        except OSError:
-            pass
 
 
 class Capture:

@@ -145,7 +145,7 @@ class Child:
             asyncio.get_running_loop().add_reader(self.pidfd, self.tree.reap)
         except OSError:  # already reaped by a racing SIGCHLD: the reaper handles it
             self.pidfd = None
-        fwd = self.tree.forward_fd
+        fwd = self.tree.stderr
         self.captures = [
             Capture(out_r, self.log, Forwarder(self.name, fwd) if fwd is not None else None),
             Capture(err_r, self.log, Forwarder(self.name, fwd) if fwd is not None else None),

@@ -27,6 +27,7 @@ from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings, child_environment
+from supervisor.forward import StderrQueue
 from supervisor.lifecycle import State
 from supervisor.process import Child, exit_from_waitid
 from supervisor.spec import ChildSpec
@@ -52,6 +53,7 @@ class Tree:
         notifier: Notifier | None = None,
         subreaper: bool = True,
         forward_fd: int | None = 2,
+        stderr: StderrQueue | None = None,
         stop_budget: float = STOP_BUDGET,
         rand: Callable[[], float] | None = None,
         log_max_bytes: int = 10 * 1024 * 1024,
@@ -61,7 +63,10 @@ class Tree:
         self.clock = clock
         self.notifier = notifier or Notifier({})
         self.subreaper = subreaper
-        self.forward_fd = forward_fd
+        # children's lines (and, from app.py, our own log records) go to stderr through one
+        # bounded queue that never blocks the loop; forward_fd=None turns forwarding off
+        self.stderr = stderr if stderr is not None else (StderrQueue(forward_fd) if forward_fd is not None else None)
+        self._own_stderr = stderr is None and self.stderr is not None
         self.stop_budget = stop_budget
         self.log_dir = settings.state_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -96,6 +101,8 @@ class Tree:
         interval = self.notifier.watchdog_interval()
         if interval is not None:
             self._tasks.append(loop.create_task(self._watchdog_loop(interval), name="sd-watchdog"))
+        if self.stderr is not None:
+            self.stderr.attach(loop)
         self.state = "running"
         for name in self.order:
             self.children[name].start()
@@ -146,6 +153,11 @@ class Tree:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
             self.reap()
+        if self.stderr is not None:
+            if self._own_stderr:
+                self.stderr.close(timeout=1.0)
+            else:
+                self.stderr.detach()  # its owner drains it once the loop is gone
         self.state = "stopped"
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:

@@ -108,6 +108,7 @@ def supervisor(
     args: tuple[str, ...] = (),
     wait_ready: bool = True,
     ready_timeout: float = 15.0,
+    stderr_fd: int | None = None,
 ) -> Iterator[Running]:
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
@@ -134,7 +135,7 @@ def supervisor(
             env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=errf,
-            stderr=errf,
+            stderr=errf if stderr_fd is None else stderr_fd,
             cwd=REPO,
         )
     run = Running(proc, runtime, state, err)

@@ -1,0 +1,74 @@
+"""A supervisor whose own stderr stalls keeps supervising: real supervisor, real pipe nobody reads."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.supervisor.harness import events, fixture, supervisor, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+LINES = 200_000
+
+
+def read_available(fd: int, until: float, want: bytes) -> bytes:
+    """Read a non-blocking pipe until ``want`` shows up or the deadline passes."""
+    got = b""
+    while want not in got and time.monotonic() < until:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            time.sleep(0.02)
+            continue
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_a_wedged_stderr_never_wedges_the_supervisor(tmp_path: Path, runtime_dir: Path) -> None:
+    """With stderr a full pipe nobody reads, status answers, heartbeats count, the log file has every byte, and a drop notice follows."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+    ev = tmp_path / "ev"
+    kids = [
+        fixture("steady", heartbeat_timeout=1.0),
+        # its own loop is busy printing for a while: it gets a generous heartbeat timeout of its own
+        fixture("chatty", "--print-lines", str(LINES), events=ev, heartbeat_timeout=30.0),
+    ]
+    try:
+        with supervisor(tmp_path, runtime_dir, kids, stderr_fd=w) as sup:
+            os.close(w)
+            w = -1
+            pid = events(ev, "START")[0][2]
+            expected = f"started {pid}\n".encode() + b"".join(f"line {i}\n".encode() for i in range(LINES))
+            log_file = sup.state / "logs" / "chatty.log"
+            wait_for(lambda: log_file.stat().st_size >= len(expected), 30, "every chatty byte in its log file")
+            assert log_file.read_bytes() == expected
+            end = time.monotonic() + 2.5  # well past steady's 1 s heartbeat timeout
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                st = sup.status()
+                assert time.monotonic() - t0 < 1.0
+                for c in st.children:
+                    assert c.state == "running" and c.restarts == 0, c
+                    assert c.last_heartbeat_age_s is not None and c.last_heartbeat_age_s < 1.0
+                time.sleep(0.1)
+            dropped = st.supervisor.stderr_dropped
+            assert dropped > 0
+            os.set_blocking(r, False)
+            out = read_available(r, time.monotonic() + 15, b"lines (")
+            notice = re.search(rb"dropped (\d+) lines \((\d+) since start\)", out)
+            assert notice is not None, out[-500:]
+            assert int(notice.group(2)) >= dropped
+            assert b"chatty| line " in out  # the newest lines survive; the oldest were the ones dropped
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
