@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clankie import artifacts, ipc
-from clankie.errors import RemoteError
+from clankie.errors import ChannelClosed, RemoteError
 from clankie.paths import socket_path
 from clankie.protocol import Artifact, Record, ScreenshotRequest
 from clankie.testing import fake_anthropic as fa
@@ -108,20 +108,37 @@ def test_send_text_update_posts_mid_turn_and_the_turn_goes_on(env: dict[str, str
         ({"guild": "5", "channel": "2"}, ("1",), None, {"text": "hi"}, "outside my admitted Discord channels"),
         ({}, ("1",), "discord_write_failed", {"text": "hi"}, "refused that action: discord_write_failed"),
         ({}, ("1",), None, {"text": "x" * 601}, "1 to 600 characters"),
+        ({}, ("1",), "bridge_gone", {"text": "hi"}, "can't reach my live Discord body"),
     ],
 )
 def test_send_text_update_bounds(
     env: dict[str, str], room: dict, guilds: tuple[str, ...], refuse: str | None, args: dict, expected: str
 ) -> None:
-    """DMs, unadmitted rooms, a refusing body and over-long text all come back to the model as clear errors (§9 #26)."""
+    """DMs, unadmitted rooms, a refusing or vanished body and over-long text all come back to the model as clear errors (§9 #26)."""
 
     async def body() -> None:
         async with FakeAnthropic() as fake, service(env, fake, discord_guild_ids=guilds) as app:
-            fake.script(fa.tool_use(("send_text_update", args)), fa.text("ok"))
+            gone = refuse == "bridge_gone"
+            gate = asyncio.Event()
+            stall: dict = {"stall_after": 0, "stall_until": gate} if gone else {}
+            fake.script(fa.tool_use(("send_text_update", args), **stall), fa.text("ok"))
             bridge = FakeBridge()
-            bridge.refuse_updates = refuse
+            bridge.refuse_updates = None if gone else refuse
             await bridge.connect(app)
-            result = await bridge.submit(msg("m1", "go", **room))
+            turn = bridge.start(msg("m1", "go", **room))
+            if gone:  # the bridge connection closes before the model asks for the update
+                await fake.wait_for_requests(1)
+                assert bridge.conn is not None
+                await bridge.conn.aclose()
+                with pytest.raises(ChannelClosed):
+                    await turn
+                gate.set()
+                await until(lambda: (r := app.store.load("m1")) is not None and r.result is not None)
+                retained = app.store.load("m1")
+                assert retained is not None and retained.result is not None
+                result = retained.result  # the turn went on and settled without its bridge
+            else:
+                result = await turn
             assert result.outcome == "settled"
             assert bridge.updates == []
             (tool_result,) = _tool_results(fake.requests[1])
