@@ -171,70 +171,94 @@ def screenshot_tool(client: HostClient, capture: TurnCapture, root: Path) -> Too
     )
 
 
-ER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "title": {"type": "string"},
+# The tldraw host's limits (hosts/tldraw/schema_er.py, schema_sequence.py), stated here because the
+# service may not import hosts/; tests/service/captain/test_tool_schemas.py keeps them no looser.
+ER_ENTITIES, ER_FIELDS_PER_ENTITY, ER_FIELDS_TOTAL, ER_RELATIONS = 60, 40, 600, 120
+ER_NAME_CHARS, ER_TYPE_CHARS, ER_LABEL_CHARS, ER_TITLE_CHARS = 64, 48, 80, 120
+SEQ_PARTICIPANTS, SEQ_MESSAGES, SEQ_NAME_CHARS, SEQ_TEXT_CHARS, SEQ_TITLE_CHARS = 16, 120, 48, 120, 120
+
+
+def _text(max_chars: int, *, required: bool = True) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1 if required else 0, "maxLength": max_chars}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+ER_SCHEMA: dict[str, Any] = _object(
+    {
+        "title": _text(ER_TITLE_CHARS, required=False),
         "entities": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
+            "minItems": 1,
+            "maxItems": ER_ENTITIES,
+            "description": f"Unique entity names; at most {ER_FIELDS_TOTAL} fields across all entities.",
+            "items": _object(
+                {
+                    "name": _text(ER_NAME_CHARS),
                     "fields": {
                         "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "name": {"type": "string"},
-                                "type": {"type": "string"},
+                        "maxItems": ER_FIELDS_PER_ENTITY,
+                        "items": _object(
+                            {
+                                "name": _text(ER_NAME_CHARS),
+                                "type": _text(ER_TYPE_CHARS, required=False),
                                 "key": {"enum": ["pk", "fk", "pk_fk", "uk"]},
                             },
-                            "required": ["name"],
-                        },
+                            ["name"],
+                        ),
                     },
                 },
-                "required": ["name"],
-            },
+                ["name"],
+            ),
         },
         "relations": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "from": {"type": "string"},
-                    "to": {"type": "string"},
+            "maxItems": ER_RELATIONS,
+            "description": "Between two different entities, named exactly as in entities.",
+            "items": _object(
+                {
+                    "from": _text(ER_NAME_CHARS),
+                    "to": _text(ER_NAME_CHARS),
                     "cardinality": {"enum": ["one_to_one", "one_to_many", "many_to_one", "many_to_many"]},
-                    "label": {"type": "string"},
+                    "label": _text(ER_LABEL_CHARS, required=False),
                 },
-                "required": ["from", "to", "cardinality"],
-            },
+                ["from", "to", "cardinality"],
+            ),
         },
     },
-    "required": ["entities"],
-}
+    ["entities"],
+)
 
-SEQUENCE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "title": {"type": "string"},
-        "participants": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+SEQUENCE_SCHEMA: dict[str, Any] = _object(
+    {
+        "title": _text(SEQ_TITLE_CHARS, required=False),
+        "participants": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": SEQ_PARTICIPANTS,
+            "description": "Unique participant names.",
+            "items": _object({"name": _text(SEQ_NAME_CHARS)}, ["name"]),
+        },
         "messages": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "from": {"type": "string"},
-                    "to": {"type": "string"},
-                    "text": {"type": "string"},
+            "minItems": 1,
+            "maxItems": SEQ_MESSAGES,
+            "description": "Top to bottom; from/to name participants exactly.",
+            "items": _object(
+                {
+                    "from": _text(SEQ_NAME_CHARS),
+                    "to": _text(SEQ_NAME_CHARS),
+                    "text": _text(SEQ_TEXT_CHARS, required=False),
                     "kind": {"enum": ["sync", "async", "reply"]},
                 },
-                "required": ["from", "to"],
-            },
+                ["from", "to"],
+            ),
         },
     },
-    "required": ["participants", "messages"],
-}
+    ["participants", "messages"],
+)
 
 
 def diagram_tool(method: str, client: HostClient, capture: TurnCapture, root: Path) -> Tool:
