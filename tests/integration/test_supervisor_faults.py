@@ -171,3 +171,21 @@ def test_a19_children_get_only_their_own_fds_and_the_supervisor_does_not_leak(tm
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running", 10, "restart")
         assert abs(sup_ps.num_fds() - before) <= 2
+
+
+def test_a11_a_non_executable_program_is_a_spawn_error_eacces_with_backoff(tmp_path: Path, runtime_dir: Path) -> None:
+    """A program file without an execute bit shows spawn_error EACCES, is retried through the backoff, and the supervisor keeps serving."""
+    prog = tmp_path / "not-executable"
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o644)
+    kids = [fixture("ok"), {"name": "noexec", "argv": [str(prog)], "policy": {"backoff_base": 0.2}}]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        c = wait_for(lambda: (c := sup.child("noexec")).restarts >= 2 and c, 10, "retries")
+        assert "spawn_error EACCES" in c.reason and c.pid is None
+        assert c.state in ("backoff", "starting")
+        t0 = time.monotonic()
+        sup.status()
+        assert time.monotonic() - t0 < 1.0
+        sup.wait_state("ok", "running")
+        assert sup.proc.poll() is None
+
