@@ -189,3 +189,38 @@ def test_a11_a_non_executable_program_is_a_spawn_error_eacces_with_backoff(tmp_p
         sup.wait_state("ok", "running")
         assert sup.proc.poll() is None
 
+
+def test_a12_live_sigterm_abort_segv_and_exit_0_are_reported_and_restarted(tmp_path: Path, runtime_dir: Path) -> None:
+    """An outside SIGTERM shows signal SIGTERM, abort SIGABRT without a core, SIGSEGV with a core when the limit allows, exit 0 code 0; each is restarted."""
+    import resource
+
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    quick = {"backoff_base": 0.05, "backoff_cap": 0.1, "intensity": 100}
+    ev = {n: tmp_path / f"ev-{n}" for n in ("term", "abort", "segv", "zero")}
+    kids = [
+        fixture("term", "--no-trap-term", events=ev["term"], policy=quick),
+        fixture("abort", "--abort-self", "--exit-after", "0.2", events=ev["abort"], policy=quick),
+        fixture("segv", "--segv", "--exit-after", "0.2", "--core-dir", str(cores), events=ev["segv"], policy=quick),
+        fixture("zero", "--exit-after", "0.2", "--exit-code", "0", events=ev["zero"], policy=quick),
+    ]
+    with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
+        pid = sup.wait_state("term", "running").pid
+        os.kill(pid, signal.SIGTERM)  # not a requested stop: the supervisor did not ask
+        c = wait_for(lambda: (c := sup.child("term")).pid not in (None, pid) and c.state == "running" and c, 10, "restart")
+        assert c.last_exit.signal == "SIGTERM" and c.last_exit.code is None and c.restarts == 1
+        assert "SIGTERM" in c.ended
+        for name in ("abort", "segv", "zero"):
+            wait_for(lambda n=name: len(events(ev[n], "START")) >= 2, 15, f"{name} restarted")
+            assert sup.child(name).last_exit is not None
+        abort = sup.child("abort").last_exit
+        assert abort.signal == "SIGABRT" and abort.code is None and abort.core is False  # RLIMIT_CORE 0: no core
+        segv = sup.child("segv").last_exit
+        dumps_cores = resource.getrlimit(resource.RLIMIT_CORE)[1] != 0
+        assert segv.signal == "SIGSEGV" and segv.code is None and segv.core is dumps_cores
+        if dumps_cores:
+            assert "core dumped" in sup.child("segv").ended
+        zero = sup.child("zero")
+        assert zero.last_exit.code == 0 and zero.last_exit.signal is None and zero.restarts >= 1
+        assert "exited 0" in zero.ended
+
