@@ -224,3 +224,49 @@ def test_a12_live_sigterm_abort_segv_and_exit_0_are_reported_and_restarted(tmp_p
         assert zero.last_exit.code == 0 and zero.last_exit.signal is None and zero.restarts >= 1
         assert "exited 0" in zero.ended
 
+
+def _socket_inodes(pid: int) -> dict[int, int]:
+    """fd -> socket inode for every socket ``pid`` holds."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            out[int(fd)] = int(target[len("socket:["):-1])
+    return out
+
+
+def _listening_inode(path: Path) -> int:
+    """The inode of the listening unix socket bound to ``path`` (from /proc/net/unix)."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 8 and parts[7] == str(path):
+            return int(parts[6])
+    raise AssertionError(f"no listening socket at {path}")
+
+
+def test_a19_a_child_starts_with_only_stdio_and_its_own_link(tmp_path: Path, runtime_dir: Path) -> None:
+    """A child starts with fds 0, 1, 2 and its link only, and holds neither control.sock nor a sibling's link."""
+    import subprocess
+    import sys
+
+    listing = "import os; print(' '.join(map(str, sorted(int(f) for f in os.listdir('/proc/self/fd')))))"
+    baseline = {int(f) for f in subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True).stdout.split()}
+    kids = [fixture("a", "--fds", str(tmp_path / "fds-a")), fixture("b", "--fds", str(tmp_path / "fds-b"))]
+    with supervisor(tmp_path, runtime_dir, kids) as sup:
+        control = _listening_inode(sup.sock)
+        sup_socks = set(_socket_inodes(sup.proc.pid).values())
+        assert control in sup_socks
+        pids = {c.name: c.pid for c in sup.status().children}
+        for me, other in (("a", "b"), ("b", "a")):
+            link_fd = int(psutil.Process(pids[me]).environ()["CLANKIE_SUPERVISOR_FD"])
+            started_with = {int(f) for f in (tmp_path / f"fds-{me}").read_text().split()}
+            assert started_with == baseline | {link_fd}, (started_with, baseline, link_fd)
+            mine = _socket_inodes(pids[me])
+            theirs = set(_socket_inodes(pids[other]).values())
+            assert control not in mine.values()
+            assert not set(mine.values()) & theirs  # no end of a sibling's link (or anything else of theirs)
+            assert not set(mine.values()) & sup_socks  # nor any supervisor socket: its link end differs from ours
+            assert link_fd in mine
