@@ -44,7 +44,8 @@ class Reply:
     ``stall_after`` holds the connection silent before event N until
     ``stall_until`` is set, ``stall_seconds`` pass, or the server closes;
     ``disconnect_after`` drops the TCP connection; ``error_after`` sends an
-    ``error`` event instead of event N and closes.
+    ``error`` event instead of event N and closes; ``garbage_after`` sends a
+    ``data:`` line that is not JSON instead of event N and closes.
     """
 
     blocks: list[dict[str, Any]]
@@ -58,6 +59,7 @@ class Reply:
     stall_until: asyncio.Event | None = None
     disconnect_after: int | None = None
     error_after: int | None = None
+    garbage_after: int | None = None
     error_type: str = "overloaded_error"
     error_message: str = "Overloaded"
     output_tokens: int | None = None
@@ -302,6 +304,9 @@ class FakeAnthropic:
             if index == scenario.error_after:
                 error = {"type": "error", "error": {"type": scenario.error_type, "message": scenario.error_message}}
                 await response.write(_frame("error", error))
+                break
+            if index == scenario.garbage_after:
+                await response.write(f"event: {name}\ndata: {{not json\n\n".encode())
                 break
             await response.write(_frame(name, data))
             if scenario.delay:

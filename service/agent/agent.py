@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -215,6 +216,11 @@ class Agent:
                 return await self._loop(state)
             except _RunFailed as failed:
                 return self._settle(state, failed.kind)
+            except Exception as exc:  # a bug, or a failure nothing classified: end the run, keep the lane
+                tb = "".join(traceback.format_tb(exc.__traceback__))
+                log.error("run %s failed unexpectedly: %s\n%s", state.run_id, type(exc).__name__, tb.rstrip())
+                self._close_orphans()
+                return self._settle(state, OutcomeKind.MODEL_FAILED)
         except asyncio.CancelledError:
             self._close_orphans()
             return self._settle(state, OutcomeKind.ABORTED)

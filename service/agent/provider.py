@@ -112,6 +112,9 @@ class AnthropicProvider:
         except anthropic.AnthropicError as err:
             log.warning("model call: SDK failure (%s)", type(err).__name__)
             raise ProviderError(FailureKind.FATAL, f"{type(err).__name__}: {err}") from None
+        except (ValueError, KeyError, TypeError) as err:  # a stream the SDK could not decode
+            log.warning("model call: undecodable response (%s)", type(err).__name__)
+            raise ProviderError(FailureKind.FATAL, type(err).__name__) from None
 
     async def _stream(
         self, request: ModelRequest, on_signal: Callable[[Signal], None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,13 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 
-from service.agent.events import RetryEnd, RetryStart
+from service.agent.agent import Agent
+from service.agent.events import AgentEvent, RetryEnd, RetryStart, RunEnd
+from service.agent.model import ModelRequest, ModelResponse, Signal
 from service.agent.outcome import OutcomeKind
+from service.agent.provider import AnthropicProvider
 
-from tests.service.agent.helpers import arun, harness
+from tests.service.agent.helpers import SYSTEM, arun, harness
 
 MIDSTREAM = fa.text("partial answer here", error_after=3)
 DISCONNECT = fa.text("partial answer here", disconnect_after=3)
@@ -152,3 +156,68 @@ def test_stalled_stream_hits_the_read_timeout_and_fails_after_retries(tmp_path: 
             assert len(h.fake.requests) == 4 and clock.slept == [2.0, 4.0, 8.0]
 
     arun(body())
+
+
+def test_an_undecodable_stream_is_a_model_failure_and_the_next_run_works(tmp_path: Path) -> None:
+    """A stream with a data line that is not JSON ends the run model_failed, unretried, and the lane answers the next message."""
+
+    async def body() -> None:
+        async with harness(tmp_path, clock=FakeClock(autojump=True)) as h:
+            h.fake.script(fa.text("partial answer here", garbage_after=3), fa.text("fine"))
+            outcome = await h.agent.run("hi")
+            assert outcome.kind is OutcomeKind.MODEL_FAILED
+            assert len(h.fake.requests) == 1
+            [end] = h.of(RunEnd)
+            assert end.outcome.kind is OutcomeKind.MODEL_FAILED
+            errors = [e["data"] for e in h.session.entries if e.get("custom_type") == "provider_error"]
+            assert [(e["kind"], e["detail"]) for e in errors] == [("fatal", "JSONDecodeError")]
+            again = await h.agent.run("once more")
+            assert again.kind is OutcomeKind.OK and again.text == "fine"
+
+    arun(body())
+
+
+class BuggyProvider:
+    """The real provider, except that its first call fails with an error nothing classifies."""
+
+    def __init__(self, real: AnthropicProvider) -> None:
+        self._real = real
+        self.calls = 0
+
+    @property
+    def model(self) -> str:
+        return self._real.model
+
+    async def complete(self, request: ModelRequest, on_signal: Callable[[Signal], None]) -> ModelResponse:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError(json.dumps(request.messages[-1]))  # an error that quotes the user
+        return await self._real.complete(request, on_signal)
+
+    async def aclose(self) -> None:
+        await self._real.aclose()
+
+
+def test_an_unexpected_error_ends_the_run_model_failed_and_the_lane_keeps_working(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error nothing classified still ends the run (RunEnd, run_end entry), is logged without its text, and the next run works."""
+
+    async def body() -> None:
+        async with harness(tmp_path, clock=FakeClock(autojump=True)) as h:
+            agent = Agent(session=h.session, provider=BuggyProvider(h.provider), tools=(), clock=h.clock, system_prompt=SYSTEM)
+            events: list[AgentEvent] = []
+            agent.subscribe(events.append)
+            outcome = await agent.run("secret user words")
+            assert outcome.kind is OutcomeKind.MODEL_FAILED and not agent.is_running
+            assert [e.outcome.kind for e in events if isinstance(e, RunEnd)] == [OutcomeKind.MODEL_FAILED]
+            ends = [e["data"]["outcome"] for e in h.session.entries if e.get("custom_type") == "run_end"]
+            assert ends == ["model_failed"]
+            h.fake.script(fa.text("fine"))
+            again = await agent.run("once more")
+            assert again.kind is OutcomeKind.OK and again.text == "fine"
+
+    arun(body())
+    [error] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "RuntimeError" in error.getMessage() and "in _drive" in error.getMessage()  # type and traceback
+    assert "secret user words" not in error.getMessage() and error.exc_info is None
