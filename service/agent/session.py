@@ -8,14 +8,17 @@ Line 1 is a header (``type: "session"``); every later line is an entry with
 ``compaction``    ``summary``, ``first_kept_id``, ``tokens_before``
 ``custom``        runtime records (``custom_type``, ``data``): run ends, provider errors
 
-Each line is written with one ``write`` call (``O_APPEND``); :meth:`sync`
+Each line is written whole (``O_APPEND``; a short write is continued, a failed
+one raises ``OSError`` and the next line starts on a fresh line); :meth:`sync`
 fsyncs, and the agent calls it at turn boundaries. On load a torn last line
-(a crash mid-append) is cut off with a warning; every complete line is kept.
+(a crash mid-append) is cut off with a warning; every complete line is kept,
+except lines that are not entries (no ``id`` or ``type``), skipped with a warning.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import logging
 import os
@@ -56,6 +59,7 @@ class SessionTree:
         self._clock = clock
         self._leaf: str | None = entries[-1]["id"] if entries else None
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._torn = False  # a failed write may have left half a line at the end of the file
 
     # -- opening -------------------------------------------------------------
 
@@ -70,7 +74,7 @@ class SessionTree:
         header = {"type": "session", "version": VERSION, "id": session_id, "timestamp": _iso(now)}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, _line(header))
+            _write_all(fd, _line(header))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -125,7 +129,7 @@ class SessionTree:
             if entry is None:  # its line was unreadable: the path starts after it
                 break
             out.append(entry)
-            current = entry["parent_id"]
+            current = entry.get("parent_id")
         out.reverse()
         return out
 
@@ -153,7 +157,13 @@ class SessionTree:
             "timestamp": _iso(self._clock.wall()),
             **fields,
         }
-        os.write(self._fd, _line(entry))
+        line = _line(entry)
+        try:
+            _write_all(self._fd, b"\n" + line if self._torn else line)
+        except OSError:
+            self._torn = True  # the next line starts fresh; this half one is skipped on load
+            raise
+        self._torn = False
         self._entries.append(entry)
         self._by_id[entry_id] = entry
         self._leaf = entry_id
@@ -185,6 +195,16 @@ class SessionTree:
                 return candidate
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``, continuing after short writes; raise ``OSError`` if that is impossible."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "session write made no progress")
+        view = view[written:]
+
+
 def _line(obj: dict[str, Any]) -> bytes:
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
@@ -210,7 +230,10 @@ def _load(path: Path) -> tuple[dict[str, Any], list[Entry]]:
     lines = list(_parse(path, data[:complete_end]))
     if not lines or lines[0].get("type") != "session":
         raise SessionCorrupt(f"{path.name} has no session header")
-    return lines[0], lines[1:]
+    entries = [e for e in lines[1:] if isinstance(e.get("id"), str) and isinstance(e.get("type"), str)]
+    if len(entries) < len(lines) - 1:
+        log.warning("session %s: skipping %d lines without an id or type", path.name, len(lines) - 1 - len(entries))
+    return lines[0], entries
 
 
 def _parse(path: Path, data: bytes) -> Iterator[dict[str, Any]]:

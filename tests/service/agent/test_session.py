@@ -142,3 +142,44 @@ def test_kill_9_mid_append_leaves_a_loadable_tree(tmp_path: Path) -> None:
     tree.append_message(_user("still usable"))
     tree.close()
     assert SessionTree.open(path, FakeClock()).entries[-1]["message"] == _user("still usable")
+
+
+def test_short_writes_are_continued_and_a_failed_write_never_glues_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write the kernel cuts short is finished; one that fails raises, and the next entry still reloads."""
+    tree = SessionTree.create(tmp_path, FakeClock())
+    real_write = os.write
+    plan: list[str] = []
+
+    def flaky_write(fd: int, data: bytes) -> int:
+        step = plan.pop(0) if plan else "all"
+        if step == "fail":
+            raise OSError(28, "No space left on device")
+        return real_write(fd, bytes(data[:7]) if step == "short" else data)
+
+    monkeypatch.setattr(os, "write", flaky_write)
+    plan[:] = ["short", "short", "all"]
+    tree.append_message(_user("cut into pieces"))
+    plan[:] = ["short", "fail"]
+    with pytest.raises(OSError):
+        tree.append_message(_user("lost to a full disk"))
+    tree.append_message(_user("after the disk was freed"))
+    monkeypatch.undo()
+    tree.close()
+    reopened = SessionTree.open(tree.path, FakeClock())
+    assert [e["message"]["content"][0]["text"] for e in reopened.entries] == ["cut into pieces", "after the disk was freed"]
+
+
+def test_lines_without_id_or_type_are_skipped_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A hand-edited line that is JSON but not an entry is skipped; the rest of the session loads."""
+    tree = SessionTree.create(tmp_path, FakeClock())
+    tree.append_message(_user("one"))
+    tree.close()
+    with tree.path.open("a") as f:
+        f.write('{"type":"message","note":"no id"}\n{"id":"abc"}\n[1,2]\n')
+    reopened = SessionTree.open(tree.path, FakeClock())
+    reopened.append_message(_user("two"))
+    assert _texts(reopened) == ["one", "two"]
+    assert any("without an id or type" in r.getMessage() for r in caplog.records)
+    reopened.close()
