@@ -9,7 +9,8 @@ declared size, ``Content-Length`` and while streaming) within
 :data:`FETCH_DEADLINE` seconds; only PNG, JPEG, GIF and WebP, by the
 response's ``Content-Type`` *and* by the bytes themselves (a mislabelled
 file would make the model API reject the whole turn, and so would a file
-over :data:`MODEL_MAX_BYTES`, whose base64 exceeds the API's 5 MiB). A stored image is
+over :data:`MODEL_MAX_BYTES`, whose base64 exceeds the API's 5 MiB, or over
+8000 px on a side, read from the header by :mod:`service.captain.image_size`). A stored image is
 ``<state>/captain/inbound/<sha256>.<ext>`` (0600) and is pruned a day after
 its last use. Failures are content-free codes; a failed fetch costs only
 the picture, and the prompt says so.
@@ -33,6 +34,7 @@ from clankie.clock import Clock
 from clankie.paths import ensure_private_dir
 from clankie.protocol import ImageAttachment
 
+from service.captain.image_size import MAX_SIDE, dimensions, fits_model
 from service.captain.prompt import ImageReport
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ REASONS = {
     HOST_REFUSED: "not on Discord's image host",
     TYPE_REFUSED: "not a PNG, JPEG, GIF or WebP image",
     TOO_LARGE: "larger than 5 MiB",
-    TOO_LARGE_FOR_MODEL: "too large for you to view (over 3.75 MiB)",
+    TOO_LARGE_FOR_MODEL: f"too large for you to view (over 3.75 MiB or {MAX_SIDE} px on a side)",
     TIMEOUT: "download took too long",
     FETCH_FAILED: "download failed",
     OVER_LIMIT: f"more than {MAX_IMAGES} images in one message",
@@ -202,6 +204,11 @@ class ImageFetcher:
         if actual is None or content_type not in ALLOWED_TYPES:
             return TYPE_REFUSED
         if len(data) > MODEL_MAX_BYTES:
+            return TOO_LARGE_FOR_MODEL
+        size = dimensions(data)
+        if size is None:  # a header that cannot be read: the model API would reject it too
+            return TYPE_REFUSED
+        if not fits_model(size):
             return TOO_LARGE_FOR_MODEL
         try:
             return self._store(data, ALLOWED_TYPES[actual])

@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import stat
+import struct
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -36,6 +37,8 @@ def png_bytes(color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
 
 
 PNG = png_bytes()
+# a PNG header claiming 9000 x 4 px: small in bytes, too wide for the model API
+HUGE_PNG = PNG[:16] + struct.pack(">II", 9000, 4) + PNG[24:]
 
 
 class ImageServer:
@@ -71,6 +74,10 @@ class ImageServer:
             return web.Response(body=PNG, content_type="image/png")
         if name == "b.png":
             return web.Response(body=png_bytes((10, 200, 10)), content_type="image/png")
+        if name == "huge.png":
+            return web.Response(body=HUGE_PNG, content_type="image/png")
+        if name == "headless.png":
+            return web.Response(body=PNG[:20], content_type="image/png")
         if name == "page.html":
             return web.Response(text="<html>hi</html>", content_type="text/html")
         if name == "liar.png":
@@ -218,6 +225,8 @@ def test_refused_hosts_are_never_contacted(tmp_path: Path) -> None:
         ("streamed-big.png", {}, inbound.TOO_LARGE),
         ("a.png", {"size": BIG}, inbound.TOO_LARGE),
         ("model-big.png", {}, inbound.TOO_LARGE_FOR_MODEL),
+        ("huge.png", {}, inbound.TOO_LARGE_FOR_MODEL),
+        ("headless.png", {}, inbound.TYPE_REFUSED),
         ("page.html", {}, inbound.TYPE_REFUSED),
         ("liar.png", {}, inbound.TYPE_REFUSED),
         ("a.png", {"content_type": "image/svg+xml"}, inbound.TYPE_REFUSED),
@@ -226,8 +235,8 @@ def test_refused_hosts_are_never_contacted(tmp_path: Path) -> None:
     ],
 )
 def test_bad_images_cost_only_the_picture(tmp_path: Path, name: str, declared: dict[str, Any], code: str) -> None:
-    """Oversize (declared, Content-Length, streamed, or past what the model accepts), non-image, mislabelled,
-    redirected or missing: a code, no file."""
+    """Oversize (declared, Content-Length, streamed, or past what the model accepts in bytes or pixels),
+    non-image, mislabelled, truncated, redirected or missing: a code, no file."""
 
     async def body() -> None:
         async with image_server() as server:
