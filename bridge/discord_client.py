@@ -57,13 +57,31 @@ def point_at(api_base: str | None) -> None:
 # ---------------------------------------------------------------- conversions
 
 
-def _images(message: discord.Message) -> tuple[ImageAttachment, ...]:
+def _readable(candidates: list[tuple[str, str, str, int]]) -> tuple[ImageAttachment, ...]:
+    """The readable images among ``(url, filename, content_type, size)``: allowed type, sane size, at most four."""
     out: list[ImageAttachment] = []
-    for a in message.attachments:
-        ctype = (a.content_type or "").split(";")[0].strip().lower()
-        if ctype in IMAGE_TYPES and 0 < a.size <= MAX_IMAGE_BYTES and len(out) < MAX_IMAGES:
-            out.append(ImageAttachment(url=a.url[:2048], filename=a.filename[:256], content_type=ctype, size=a.size))
+    for url, filename, content_type, size in candidates:
+        ctype = content_type.split(";")[0].strip().lower()
+        if ctype in IMAGE_TYPES and 0 < size <= MAX_IMAGE_BYTES and url and len(out) < MAX_IMAGES:
+            out.append(ImageAttachment(url=url[:2048], filename=filename[:256], content_type=ctype, size=size))
     return tuple(out)
+
+
+def _images(message: discord.Message) -> tuple[ImageAttachment, ...]:
+    return _readable([(a.url, a.filename, a.content_type or "", a.size) for a in message.attachments])
+
+
+def raw_images(raw: object) -> tuple[ImageAttachment, ...]:
+    """The same filter over a REST message's ``attachments`` (plain JSON; anything malformed is skipped)."""
+    if not isinstance(raw, list):
+        return ()
+    candidates = []
+    for a in raw:
+        if isinstance(a, dict):
+            size = a.get("size")
+            candidates.append((str(a.get("url") or ""), str(a.get("filename") or ""), str(a.get("content_type") or ""),
+                               size if isinstance(size, int) and not isinstance(size, bool) else 0))
+    return _readable(candidates)
 
 
 def convert(
@@ -188,6 +206,7 @@ class DiscordPort:
                     is_self=me is not None and str(author.get("id")) == str(me),
                     text=str(m.get("content", ""))[:MAX_HISTORY_TEXT],
                     at=ts.timestamp() if ts else 0.0,
+                    attachments=raw_images(m.get("attachments")),
                 )
             )
         return out

@@ -156,7 +156,8 @@ class Bridge:
             if found is not None:
                 t = found[1]
                 backlog.append(HistoryMessage(id=t.message_id, author_id=t.author.id, author_name=t.author.name,
-                                              is_bot=t.author.is_bot, text=t.text, at=t.at))
+                                              is_bot=t.author.is_bot, text=t.text, at=t.at,
+                                              attachments=t.attachments))
         if run.unprompted != trigger.unprompted:
             trigger = trigger.model_copy(update={"unprompted": run.unprompted})
         return TurnSubmit(delivery_id=run.delivery_id, room=room, trigger=trigger, backlog=tuple(backlog))

@@ -131,6 +131,8 @@ class HistoryMessage(Record):
     is_self: bool = False
     text: str = ""
     at: float = 0.0
+    # images the message carried (bridge-filtered like Trigger.attachments); the captain fetches only a backlog's
+    attachments: tuple[ImageAttachment, ...] = Field(default=(), max_length=10)
 
 
 class HistoryReply(Record):

@@ -43,7 +43,7 @@ from service.agent.session import SessionTree
 from service.agent.tools import Tool
 from service.captain import keys, prompt
 from service.captain.hosts import HostClient
-from service.captain.inbound import NO_IMAGES, FetchPolicy, ImageFetcher, InboundImages
+from service.captain.inbound import NO_TURN_IMAGES, FetchPolicy, ImageFetcher, TurnImages
 from service.captain.lane import (
     AbortAgent,
     AbortRequested,
@@ -116,7 +116,7 @@ class TurnSlot:
     trigger: Trigger
     backlog: tuple[HistoryMessage, ...]
     future: asyncio.Future[TurnResult]
-    images: InboundImages = NO_IMAGES
+    images: TurnImages = NO_TURN_IMAGES
 
 
 @dataclass
@@ -188,8 +188,9 @@ class Captain:
         LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
         if self._provider is None:
             return TurnResult(outcome="failed", code=UNCONFIGURED)
-        # fetched before the lane decision (it awaits), so a steered message carries its pictures too
-        images = await self._images.fetch_all(trigger.attachments)
+        # fetched before the lane decision (it awaits), so a steered message carries its pictures too; a
+        # catch-up's backlog pictures were said to him now, so they are fetched as well (cold history's are not)
+        images = await self._images.fetch_turn(trigger.attachments, submit.backlog)
         plan = self._plan(room, trigger.author)
         key = f"{plan.key}#{submit.delivery_id}" if plan.kind == "oneshot" else plan.key
         while key in self._closing:
@@ -268,7 +269,7 @@ class Captain:
         self,
         lane: LiveLane,
         actions: list[Action],
-        new: tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult], InboundImages]
+        new: tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult], TurnImages]
         | None = None,
     ) -> None:
         for action in actions:
@@ -393,7 +394,7 @@ class Captain:
             try:
                 await lane.agent.run(_message(slot, context))
             except (OSError, UnsupportedImage):
-                if not slot.images.paths:
+                if not slot.images.has_files:
                     raise
                 log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
                 slot.images = slot.images.without_files()
@@ -559,9 +560,16 @@ def _failure_code(outcome: RunOutcome) -> str | None:
 
 
 def _message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> UserMessage:
-    """One turn's user message: the framed prompt and the trigger's fetched pictures."""
-    text = prompt.turn_prompt(slot.trigger, context, slot.images.report())
-    return UserMessage(text=text, images=slot.images.paths)
+    """One turn's user message: the framed prompt, the trigger's fetched pictures, then the backlog's.
+
+    A backlog message's pictures are sent only when its line is in ``context`` (so each image has a line
+    that names it); a cold lane's history carries the backlog messages too, since they precede the trigger.
+    """
+    backlog = slot.images.shown_for(frozenset(m.id for m in context or ()))
+    reports = tuple((mid, imgs.report()) for mid, imgs in backlog)
+    text = prompt.turn_prompt(slot.trigger, context, slot.images.trigger.report(), reports)
+    paths = slot.images.trigger.paths + tuple(p for _, imgs in backlog for p in imgs.paths)
+    return UserMessage(text=text, images=paths)
 
 
 async def _send_typing(conn: object, delivery_id: str) -> None:

@@ -32,7 +32,7 @@ import aiohttp
 
 from clankie.clock import Clock
 from clankie.paths import ensure_private_dir
-from clankie.protocol import ImageAttachment
+from clankie.protocol import HistoryMessage, ImageAttachment
 
 from service.captain.image_size import MAX_SIDE, dimensions, fits_model
 from service.captain.prompt import ImageReport
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 ALLOWED_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
 MAX_IMAGES = 4
+MAX_TURN_IMAGES = 8
+"""Per turn, trigger and catch-up backlog together; the trigger's come first, then the newest backlog messages'."""
 MAX_BYTES = 5 * 1024 * 1024
 MODEL_MAX_BYTES = MAX_BYTES * 3 // 4
 """The model API caps an image's *base64* at 5 MiB: a bigger file would fail the whole turn, so it is not shown."""
@@ -58,6 +60,7 @@ TOO_LARGE_FOR_MODEL = "image_too_large_for_model"
 TIMEOUT = "image_timeout"
 FETCH_FAILED = "image_fetch_failed"
 OVER_LIMIT = "image_over_limit"
+OVER_TURN_LIMIT = "image_over_turn_limit"
 UNREADABLE = "image_unreadable"
 REASONS = {
     HOST_REFUSED: "not on Discord's image host",
@@ -67,6 +70,7 @@ REASONS = {
     TIMEOUT: "download took too long",
     FETCH_FAILED: "download failed",
     OVER_LIMIT: f"more than {MAX_IMAGES} images in one message",
+    OVER_TURN_LIMIT: f"more than {MAX_TURN_IMAGES} images in one turn",
     UNREADABLE: "stored copy unreadable",
 }
 
@@ -153,6 +157,28 @@ class InboundImages:
 NO_IMAGES = InboundImages()
 
 
+@dataclass(frozen=True, slots=True)
+class TurnImages:
+    """A turn's images: the trigger's, and each catch-up backlog message's (oldest first, only those with any)."""
+
+    trigger: InboundImages = NO_IMAGES
+    backlog: tuple[tuple[str, InboundImages], ...] = ()  # (message id, its images)
+
+    def shown_for(self, context_ids: frozenset[str]) -> tuple[tuple[str, InboundImages], ...]:
+        """The backlog entries whose message is in the prompt's context (an image is never shown without its line)."""
+        return tuple((mid, imgs) for mid, imgs in self.backlog if mid in context_ids)
+
+    @property
+    def has_files(self) -> bool:
+        return bool(self.trigger.paths) or any(imgs.paths for _, imgs in self.backlog)
+
+    def without_files(self) -> TurnImages:
+        return TurnImages(self.trigger.without_files(), tuple((mid, imgs.without_files()) for mid, imgs in self.backlog))
+
+
+NO_TURN_IMAGES = TurnImages()
+
+
 class ImageFetcher:
     """Fetches a trigger's image attachments into ``root``; one pooled HTTP client, opened lazily."""
 
@@ -173,14 +199,33 @@ class ImageFetcher:
         self._session: aiohttp.ClientSession | None = None
         self._last_prune: float | None = None
 
-    async def fetch_all(self, attachments: Sequence[ImageAttachment]) -> InboundImages:
-        """Fetch up to :data:`MAX_IMAGES` concurrently; never raises for a bad image."""
+    async def fetch_turn(self, trigger: Sequence[ImageAttachment], backlog: Sequence[HistoryMessage]) -> TurnImages:
+        """A turn's images, at most :data:`MAX_TURN_IMAGES` fetched: the trigger's first, then the backlog's newest first."""
+        budget = MAX_TURN_IMAGES - min(len(trigger), MAX_IMAGES)
+        plan: list[tuple[HistoryMessage, int]] = []
+        for m in reversed(backlog):
+            if m.attachments:
+                take = max(0, min(len(m.attachments), MAX_IMAGES, budget))
+                budget -= take
+                plan.append((m, take))
+        plan.reverse()
+        got = await asyncio.gather(self.fetch_all(trigger), *(self.fetch_all(m.attachments, allowed=n) for m, n in plan))
+        return TurnImages(got[0], tuple((m.id, imgs) for (m, _), imgs in zip(plan, got[1:], strict=True)))
+
+    async def fetch_all(self, attachments: Sequence[ImageAttachment], allowed: int = MAX_IMAGES) -> InboundImages:
+        """Fetch up to :data:`MAX_IMAGES` (or ``allowed``, what the turn has left) concurrently; never raises for a bad image."""
         if not attachments:
             return NO_IMAGES
         self._maybe_prune()
-        results = await asyncio.gather(*(self.fetch(a) for a in attachments[:MAX_IMAGES]))
+        per_message = min(len(attachments), MAX_IMAGES)
+        allowed = max(0, min(allowed, per_message))
+        results = await asyncio.gather(*(self.fetch(a) for a in attachments[:allowed]))
         paths = tuple(p for p in results if isinstance(p, Path))
-        failed = tuple(c for c in results if isinstance(c, str)) + (OVER_LIMIT,) * max(0, len(attachments) - MAX_IMAGES)
+        failed = (
+            tuple(c for c in results if isinstance(c, str))
+            + (OVER_LIMIT,) * (len(attachments) - per_message)
+            + (OVER_TURN_LIMIT,) * (per_message - allowed)
+        )
         if failed:
             log.info("inbound images: %d stored, not shown: %s", len(paths), ",".join(failed))
         return InboundImages(paths=paths, failed=failed)

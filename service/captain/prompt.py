@@ -10,7 +10,7 @@ sentinel is posted verbatim, so a room cannot mute him by saying the token.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from clankie.protocol import HistoryMessage, Trigger
@@ -57,18 +57,9 @@ def _stamp(at: float) -> str:
     return dt.datetime.fromtimestamp(at, dt.UTC).isoformat(timespec="seconds")
 
 
-def untrusted_block(messages: Sequence[HistoryMessage]) -> str:
-    """The room's recent conversation, one line per message, oldest first."""
-    lines = [UNTRUSTED_HEADER]
-    for m in sorted(messages, key=lambda m: m.at):
-        who = "you" if m.is_self else m.author_id
-        lines.append(f"[{_stamp(m.at)}] <{who}> {m.text[:BODY_MAX]}")
-    return "\n".join(lines)
-
-
 @dataclass(frozen=True, slots=True)
 class ImageReport:
-    """What became of a trigger's image attachments: how many ride with the message, why the others do not."""
+    """What became of a message's image attachments: how many ride with the turn, why the others do not."""
 
     shown: int = 0
     missing: tuple[str, ...] = ()  # one plain reason per image that could not be loaded
@@ -78,19 +69,55 @@ def _images(n: int) -> str:
     return f"{n} image{'s' if n != 1 else ''}"
 
 
-def image_lines(attached: int, report: ImageReport | None) -> list[str]:
-    """The trigger's image notes: what the model is shown and what could not be loaded (never silently dropped)."""
+def _numbers(first: int, n: int) -> str:
+    return f"image {first}" if n == 1 else f"images {first}–{first + n - 1}"
+
+
+def _missing(report: ImageReport) -> str:
+    reasons = ", ".join(sorted(set(report.missing)))
+    n = len(report.missing)
+    return f"({n} attached image{' was' if n == 1 else 's were'} not shown to you: could not be loaded — {reasons})"
+
+
+def _history_notes(m: HistoryMessage, shown: tuple[int, ImageReport] | None) -> str:
+    """A context line's image notes: which pictures ride with the turn (backlog), or that some were not fetched."""
+    if shown is None:
+        return f" ({_images(len(m.attachments))} attached, not shown)" if m.attachments else ""
+    first, report = shown
+    notes = [f"({_numbers(first, report.shown)} shown with this message)"] if report.shown else []
+    if report.missing:
+        notes.append(_missing(report))
+    return "".join(f" {n}" for n in notes)
+
+
+def untrusted_block(messages: Sequence[HistoryMessage], shown: Mapping[str, tuple[int, ImageReport]] | None = None) -> str:
+    """The room's recent conversation, one line per message, oldest first.
+
+    ``shown`` maps a catch-up backlog message's id to (number of its first image as sent, its report).
+    """
+    lines = [UNTRUSTED_HEADER]
+    for m in sorted(messages, key=lambda m: m.at):
+        who = "you" if m.is_self else m.author_id
+        notes = _history_notes(m, (shown or {}).get(m.id))
+        lines.append(f"[{_stamp(m.at)}] <{who}> {m.text[:BODY_MAX]}{notes}")
+    return "\n".join(lines)
+
+
+def image_lines(attached: int, report: ImageReport | None, numbered: bool = False) -> list[str]:
+    """The trigger's image notes: what the model is shown and what could not be loaded (never silently dropped).
+
+    ``numbered`` when backlog images ride along too: the trigger's are then named as the first ones sent.
+    """
     if report is None:
         return [f"(attached {_images(attached)})"] if attached else []
-    lines = [f"({_images(report.shown)} attached, shown with this message)"] if report.shown else []
+    which = f" as {_numbers(1, report.shown)}" if numbered else ""
+    lines = [f"({_images(report.shown)} attached, shown with this message{which})"] if report.shown else []
     if report.missing:
-        reasons = ", ".join(sorted(set(report.missing)))
-        n = len(report.missing)
-        lines.append(f"({n} attached image{' was' if n == 1 else 's were'} not shown to you: could not be loaded — {reasons})")
+        lines.append(_missing(report))
     return lines
 
 
-def trigger_block(trigger: Trigger, images: ImageReport | None = None) -> str:
+def trigger_block(trigger: Trigger, images: ImageReport | None = None, numbered: bool = False) -> str:
     head = f"Trigger message from <{trigger.author.id}>"
     if trigger.unprompted:
         head += " (you were not addressed)"
@@ -98,12 +125,26 @@ def trigger_block(trigger: Trigger, images: ImageReport | None = None) -> str:
     attached = len(trigger.attachments)
     if not body:
         body = f"(no text — only {_images(attached)})" if attached else "(no text)"
-    notes = image_lines(attached, images)
+    notes = image_lines(attached, images, numbered)
     return "\n".join([f"{head}:", body, *notes])
 
 
-def turn_prompt(trigger: Trigger, history: Sequence[HistoryMessage] | None, images: ImageReport | None = None) -> str:
-    """The prompt for one turn; ``history`` is given only to a cold lane (None or empty: none)."""
+def turn_prompt(
+    trigger: Trigger,
+    history: Sequence[HistoryMessage] | None,
+    images: ImageReport | None = None,
+    backlog_images: Sequence[tuple[str, ImageReport]] = (),
+) -> str:
+    """The prompt for one turn; ``history`` is given only to a cold lane or a catch-up (None or empty: none).
+
+    ``backlog_images`` are the catch-up backlog messages' images (message id, report) in the order they are
+    sent, after the trigger's; each context line says which of the turn's images are its own.
+    """
+    shown: dict[str, tuple[int, ImageReport]] = {}
+    first = 1 + (images.shown if images is not None else 0)
+    for mid, report in backlog_images:
+        shown[mid] = (first, report)
+        first += report.shown
     framing = [FRAMING]
     if history:
         framing.append(WAKE_GUIDANCE)
@@ -111,8 +152,9 @@ def turn_prompt(trigger: Trigger, history: Sequence[HistoryMessage] | None, imag
     framing.append(SILENCE_OFFER)
     blocks = ["\n".join(framing)]
     if history:
-        blocks.append(untrusted_block(history))
-    blocks.append(trigger_block(trigger, images))
+        blocks.append(untrusted_block(history, shown))
+    numbered = bool(history) and any(report.shown for _, report in backlog_images)
+    blocks.append(trigger_block(trigger, images, numbered))
     return "\n\n".join(blocks)
 
 

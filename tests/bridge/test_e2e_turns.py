@@ -404,3 +404,75 @@ def test_a_buffered_image_without_words_reaches_the_catch_up_turn(env: dict[str,
             assert str(h.fake.posts[-1].message_reference["message_id"]) == pic  # type: ignore[index]
 
     asyncio.run(main())
+
+
+def test_a_buffered_image_that_is_not_the_newest_keeps_its_picture_in_the_backlog(env: dict[str, str]) -> None:
+    """Under `addressed`, a caption-less picture followed by words reaches the catch-up turn's backlog with its image."""
+    clock = FakeClock()
+    image = {"id": "8", "filename": "chart.png", "size": 4096, "url": "https://cdn.example/chart.png",
+             "proxy_url": "", "content_type": "image/png"}
+    pdf = {"id": "9", "filename": "doc.pdf", "size": 100, "url": "https://cdn.example/doc.pdf",
+           "proxy_url": "", "content_type": "application/pdf"}
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        if "clankie" in sub.trigger.text or sub.backlog:
+            return TurnResult(outcome="settled", turn_id="t", text="nice chart")
+        return TurnResult(outcome="silent", turn_id="t")
+
+    overrides = {
+        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
+        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": "1",
+        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
+    }
+
+    async def main() -> None:
+        async with running(env, script=script, clock=clock, overrides=overrides) as h:
+            async def say(text: str, **kw: object) -> str:
+                m = await h.fake.message(CHAN, text, author_id=PERSON, **kw)  # type: ignore[arg-type]
+                await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
+                return m["id"]
+
+            assert h.outcomes(await say("hey clankie"))[-1] == "settled"
+            assert h.outcomes(await say("meh"))[-1] == "silent"  # one decline: drifted
+            pic = await say("", attachments=[image, pdf])
+            words = await say("what do you make of that")
+            assert [h.outcomes(i) for i in (pic, words)] == [["buffered"], ["buffered"]]
+            clock.advance(30.0)
+            await h.until(lambda: "settled" in h.outcomes(words))
+            catch_up = h.service.submits[-1]
+            assert catch_up.delivery_id == words and catch_up.trigger.attachments == ()
+            (entry,) = catch_up.backlog
+            assert entry.id == pic and entry.text == ""
+            assert [(a.filename, a.content_type, a.size, a.url) for a in entry.attachments] == [
+                ("chart.png", "image/png", 4096, "https://cdn.example/chart.png")
+            ]
+
+    asyncio.run(main())
+
+
+def test_history_replies_carry_each_messages_images(env: dict[str, str]) -> None:
+    """The room's recent messages read mid-turn say which pictures each carried (readable images only)."""
+    seen: dict[str, object] = {}
+    image = {"id": "5", "filename": "cat.png", "size": 2048, "url": "https://cdn.example/cat.png",
+             "proxy_url": "", "content_type": "image/png"}
+    pdf = {"id": "6", "filename": "doc.pdf", "size": 100, "url": "https://cdn.example/doc.pdf",
+           "proxy_url": "", "content_type": "application/pdf"}
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        hist = await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=5))
+        assert isinstance(hist, HistoryReply)
+        seen["history"] = [(m.text, [a.filename for a in m.attachments]) for m in hist.messages]
+        return TurnResult(outcome="settled", turn_id="t", text="ok")
+
+    async def main() -> None:
+        async with running(env, script=script, overrides={"CLANKIE_DISCORD_REPLY_POLICY": "all"}) as h:
+            h.fake.messages[CHAN] = []
+            for text, atts in (("plain", []), ("", [image, pdf])):
+                payload = h.fake._message_payload(h.fake.snowflake(), CHAN, "100", {"id": PERSON, "username": "p"}, text)
+                payload["attachments"] = atts
+                h.fake.messages[CHAN].append(payload)
+            m = await h.fake.message(CHAN, "what was that", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            assert seen["history"] == [("plain", []), ("", ["cat.png"])]
+
+    asyncio.run(main())

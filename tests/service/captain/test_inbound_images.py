@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from PIL import Image
 
-from clankie.protocol import Author, ImageAttachment, Room, Trigger, TurnSubmit
+from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trigger, TurnSubmit
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
@@ -369,5 +369,72 @@ def test_a_failed_fetch_still_settles_and_says_the_image_could_not_load(env: dic
             prompt_text = "\n".join(user_texts(fake.requests[0]))
             assert "2 attached images were not shown to you: could not be loaded" in prompt_text
             assert "download failed" in prompt_text and "not on Discord's image host" in prompt_text
+
+    run(body())
+
+
+def backlog_entry(message_id: str, text: str, urls: list[str], at: float) -> HistoryMessage:
+    return HistoryMessage(
+        id=message_id, author_id="43", author_name="bo", text=text, at=at,
+        attachments=tuple(attachment(u, content_type="image/png") for u in urls),
+    )
+
+
+def catch_up(trigger_urls: list[str], backlog: list[HistoryMessage]) -> TurnSubmit:
+    submit = image_msg("m9", "anyway, thoughts?", trigger_urls)
+    return submit.model_copy(
+        update={"trigger": submit.trigger.model_copy(update={"unprompted": True}), "backlog": tuple(backlog)}
+    )
+
+
+def test_a_catch_up_backlogs_image_reaches_the_model_but_cold_historys_is_not_fetched(env: dict[str, str]) -> None:
+    """A caption-less picture buffered before the newest message is shown to the model with the catch-up turn,
+    while a picture that only appears in the cold lane's history is named but never fetched."""
+
+    async def body() -> None:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+            fake.script(fa.text("what a chart"))
+            pic = backlog_entry("b1", "", [server.url("b.png")], 1_799_999_900.0)
+            old = backlog_entry("h0", "an older picture", [server.url("a.png")], 1_799_999_000.0)
+            bridge = FakeBridge(history=[old, pic])  # a cold lane reads the room: the backlog is in it too
+            await bridge.connect(app)
+            result = await bridge.submit(catch_up([], [pic]))
+            assert result.outcome == "settled"
+            (block,) = image_blocks(fake.requests[0])
+            assert base64.b64decode(block["source"]["data"]) == png_bytes((10, 200, 10))
+            assert server.hits["a.png"] == 0  # history is context, not something said to him now
+            text = "\n".join(user_texts(fake.requests[0]))
+            assert "<43> an older picture (1 image attached, not shown)" in text
+            assert "<43>  (image 1 shown with this message)" in text
+
+    run(body())
+
+
+def test_backlog_images_are_capped_per_turn_and_the_prompt_says_which_were_not_loaded(env: dict[str, str]) -> None:
+    """A catch-up carrying more pictures than a turn allows shows eight (the trigger's, then the newest backlog
+    messages'), and the prompt names the ones left out or failed next to their messages."""
+
+    async def body() -> None:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+            fake.script(fa.text("lots of pictures"))
+            a = server.url("a.png")
+            backlog = [
+                backlog_entry("b1", "oldest", [a, a], 1_799_999_100.0),
+                backlog_entry("b2", "middle", [a, server.url("missing.png")], 1_799_999_200.0),
+                backlog_entry("b3", "newest", [a, a], 1_799_999_300.0),
+            ]
+            bridge = FakeBridge(history=[])  # a warm read: the catch-up's own backlog is the context
+            await bridge.connect(app)
+            result = await bridge.submit(catch_up([a, a, a, a], backlog))
+            assert result.outcome == "settled"
+            assert len(image_blocks(fake.requests[0])) == 7  # 4 + 2 + 1: the oldest message's two are over the cap
+            assert server.hits["a.png"] == 7 and server.hits["missing.png"] == 1
+            text = "\n".join(user_texts(fake.requests[0]))
+            assert "(4 images attached, shown with this message as images 1–4)" in text
+            assert "<43> newest (images 6–7 shown with this message)" in text
+            assert "<43> middle (image 5 shown with this message) (1 attached image was not shown to you: " \
+                "could not be loaded — download failed)" in text
+            assert "<43> oldest (2 attached images were not shown to you: could not be loaded — " \
+                f"more than {inbound.MAX_TURN_IMAGES} images in one turn)" in text
 
     run(body())
