@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
@@ -30,20 +28,19 @@ from clankie.protocol import (
     Trigger,
     TurnResult,
     TurnSubmit,
-    TypingSignal,
 )
 from clankie.settings import Settings
 
 from service.agent.agent import Agent, AgentConfig
-from service.agent.content import UnsupportedImage, UserMessage
+from service.agent.content import UnsupportedImage
 from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, TurnStart
 from service.agent.model import Provider
-from service.agent.outcome import OutcomeKind, RunOutcome
+from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
 from service.captain import keys, prompt
 from service.captain.hosts import HostClient
-from service.captain.inbound import NO_TURN_IMAGES, FetchPolicy, ImageFetcher, TurnImages
+from service.captain.inbound import FetchPolicy, ImageFetcher, TurnImages
 from service.captain.lane import (
     AbortAgent,
     AbortRequested,
@@ -61,6 +58,18 @@ from service.captain.lane import (
     Steer,
     TurnArrived,
 )
+from service.captain.live import (
+    FAILURE_CODES,
+    SESSION_FAILED,
+    SHUTDOWN_CODE,
+    UNCONFIGURED,
+    LanePlan,
+    LiveLane,
+    TurnSlot,
+    failure_code,
+    lane_message,
+    send_typing,
+)
 from service.captain.records import LaneLog
 from service.captain.tools import (
     Admission,
@@ -74,17 +83,6 @@ from service.captain.tools import (
 
 log = logging.getLogger(__name__)
 
-SESSION_FAILED = "captain_session_failed"
-# internal only: the run was cut by a graceful shutdown; the turn service answers ``shutting_down``
-# and leaves the delivery unsettled so the restarted service runs it again
-SHUTDOWN_CODE = "shutting_down"
-UNCONFIGURED = "captain_provider_unconfigured"
-FAILURE_CODES = {
-    OutcomeKind.USAGE_LIMIT: "captain_usage_limit_reached",
-    OutcomeKind.MODEL_FAILED: "captain_model_failed",
-    OutcomeKind.RESPONSE_MISSING: "captain_response_missing",
-    OutcomeKind.ABORTED: SESSION_FAILED,
-}
 HISTORY_TIMEOUT = 30.0
 TEARDOWN_GRACE = 10.0
 LIVE = (LaneState.STARTING, LaneState.RUNNING)
@@ -99,48 +97,6 @@ browser_screenshot looks at a web page; draw_er_diagram and draw_sequence_diagra
 Pictures you make are attached to your reply automatically."""
 ROOM_NOTE = "# This room\nYou have no shell or file access here."
 PRIVILEGED_NOTE = "# This turn\nThis person is a system actor: you may use the bash tool for this grant only."
-
-
-@dataclass(frozen=True, slots=True)
-class LanePlan:
-    kind: str  # "room" | "system" | "oneshot"
-    key: str
-    directory: Path
-    privileged: bool
-
-
-@dataclass
-class TurnSlot:
-    turn_id: str
-    delivery: DeliveryContext
-    trigger: Trigger
-    backlog: tuple[HistoryMessage, ...]
-    future: asyncio.Future[TurnResult]
-    images: TurnImages = NO_TURN_IMAGES
-
-
-@dataclass
-class LiveLane:
-    """One lane's live objects: the machine, the agent, and the turns waiting on it."""
-
-    key: str
-    plan: LanePlan
-    room: Room
-    machine: Lane
-    agent: Agent
-    capture: TurnCapture
-    lane_log: LaneLog
-    fresh: bool = True  # cold until its first run starts
-    slots: dict[str, TurnSlot] = field(default_factory=dict)
-    owner_task: asyncio.Task[None] | None = None
-    run_id: str = ""  # the lane's latest run (kept after a drop, for the zombie report)
-    run_started_boot: float = 0.0
-    last_event_boot: float = 0.0
-    typing_sent: bool = False
-    text_so_far: str = ""
-    last_outcome: RunOutcome | None = None
-    unsubscribe: Callable[[], None] | None = None
-    history_requests: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,11 +265,11 @@ class Captain:
     def _steer(self, lane: LiveLane, slot: TurnSlot) -> None:
         self._stamp(lane, slot)
         try:
-            steered = lane.agent.steer(_message(slot, slot.backlog or None))
+            steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
         except (OSError, UnsupportedImage):
             log.warning("lane %s: stored images of steered turn %s unreadable; steering the text", lane.key, slot.turn_id)
             slot.images = slot.images.without_files()
-            steered = lane.agent.steer(_message(slot, slot.backlog or None))
+            steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
         if not steered:
             log.warning("lane %s: run was not live for steered turn %s", lane.key, slot.turn_id)
 
@@ -392,13 +348,13 @@ class Captain:
             lane.capture.media.clear()
             lane.typing_sent, lane.text_so_far = False, ""
             try:
-                await lane.agent.run(_message(slot, context))
+                await lane.agent.run(lane_message(slot, context))
             except (OSError, UnsupportedImage):
                 if not slot.images.has_files:
                     raise
                 log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
                 slot.images = slot.images.without_files()
-                await lane.agent.run(_message(slot, context))
+                await lane.agent.run(lane_message(slot, context))
         except asyncio.CancelledError:
             code = SHUTDOWN_CODE if self.shutting_down else SESSION_FAILED
         except Exception:
@@ -445,7 +401,7 @@ class Captain:
         elif isinstance(event, RunEnd):
             lane.last_outcome = event.outcome
             if machine.state in LIVE:
-                code = _failure_code(event.outcome)
+                code = failure_code(event.outcome)
                 self._apply(lane, machine.handle(RunEnded(code), lane.last_event_boot))
 
     def _watch_typing(self, lane: LiveLane, delta: str) -> None:
@@ -458,7 +414,7 @@ class Captain:
         owner = lane.capture.owner
         if owner is None or owner.conn is None or owner.conn.closed:
             return
-        task = asyncio.create_task(_send_typing(owner.conn, owner.delivery_id), name="typing")
+        task = asyncio.create_task(send_typing(owner.conn, owner.delivery_id), name="typing")
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
@@ -548,30 +504,3 @@ class Captain:
         if self.background:
             await asyncio.gather(*self.background, return_exceptions=True)
         await self._images.aclose()
-
-
-def _failure_code(outcome: RunOutcome) -> str | None:
-    """The code every attached turn fails with, or None for an answer."""
-    if outcome.kind is OutcomeKind.OK:
-        return None
-    if outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "shutdown":
-        return SHUTDOWN_CODE
-    return FAILURE_CODES[outcome.kind]
-
-
-def _message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> UserMessage:
-    """One turn's user message: the framed prompt, the trigger's fetched pictures, then the backlog's.
-
-    A backlog message's pictures are sent only when its line is in ``context`` (so each image has a line
-    that names it); a cold lane's history carries the backlog messages too, since they precede the trigger.
-    """
-    backlog = slot.images.shown_for(frozenset(m.id for m in context or ()))
-    reports = tuple((mid, imgs.report()) for mid, imgs in backlog)
-    text = prompt.turn_prompt(slot.trigger, context, slot.images.trigger.report(), reports)
-    paths = slot.images.trigger.paths + tuple(p for _, imgs in backlog for p in imgs.paths)
-    return UserMessage(text=text, images=paths)
-
-
-async def _send_typing(conn: object, delivery_id: str) -> None:
-    with contextlib.suppress(ChannelBroken, ChannelClosed):
-        await conn.notify("typing", TypingSignal(delivery_id=delivery_id))  # type: ignore[attr-defined]

@@ -1,0 +1,105 @@
+"""A lane's live records and the small pure helpers the captain shell uses on them.
+
+Kept apart from :mod:`service.captain.captain` so the shell reads as the
+sequence of what happens to a turn, and these as the data it happens to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clankie.errors import ChannelBroken, ChannelClosed
+from clankie.protocol import HistoryMessage, Room, Trigger, TurnResult, TypingSignal
+
+from service.agent.agent import Agent
+from service.agent.content import UserMessage
+from service.agent.outcome import OutcomeKind, RunOutcome
+from service.captain import prompt
+from service.captain.inbound import NO_TURN_IMAGES, TurnImages
+from service.captain.lane import Lane
+from service.captain.records import LaneLog
+from service.captain.tools import DeliveryContext, TurnCapture
+
+SESSION_FAILED = "captain_session_failed"
+# internal only: the run was cut by a graceful shutdown; the turn service answers ``shutting_down``
+# and leaves the delivery unsettled so the restarted service runs it again
+SHUTDOWN_CODE = "shutting_down"
+UNCONFIGURED = "captain_provider_unconfigured"
+FAILURE_CODES = {
+    OutcomeKind.USAGE_LIMIT: "captain_usage_limit_reached",
+    OutcomeKind.MODEL_FAILED: "captain_model_failed",
+    OutcomeKind.RESPONSE_MISSING: "captain_response_missing",
+    OutcomeKind.ABORTED: SESSION_FAILED,
+}
+
+@dataclass(frozen=True, slots=True)
+class LanePlan:
+    kind: str  # "room" | "system" | "oneshot"
+    key: str
+    directory: Path
+    privileged: bool
+
+
+@dataclass
+class TurnSlot:
+    turn_id: str
+    delivery: DeliveryContext
+    trigger: Trigger
+    backlog: tuple[HistoryMessage, ...]
+    future: asyncio.Future[TurnResult]
+    images: TurnImages = NO_TURN_IMAGES
+
+
+@dataclass
+class LiveLane:
+    """One lane's live objects: the machine, the agent, and the turns waiting on it."""
+
+    key: str
+    plan: LanePlan
+    room: Room
+    machine: Lane
+    agent: Agent
+    capture: TurnCapture
+    lane_log: LaneLog
+    fresh: bool = True  # cold until its first run starts
+    slots: dict[str, TurnSlot] = field(default_factory=dict)
+    owner_task: asyncio.Task[None] | None = None
+    run_id: str = ""  # the lane's latest run (kept after a drop, for the zombie report)
+    run_started_boot: float = 0.0
+    last_event_boot: float = 0.0
+    typing_sent: bool = False
+    text_so_far: str = ""
+    last_outcome: RunOutcome | None = None
+    unsubscribe: Callable[[], None] | None = None
+    history_requests: int = 0
+
+
+def failure_code(outcome: RunOutcome) -> str | None:
+    """The code every attached turn fails with, or None for an answer."""
+    if outcome.kind is OutcomeKind.OK:
+        return None
+    if outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "shutdown":
+        return SHUTDOWN_CODE
+    return FAILURE_CODES[outcome.kind]
+
+
+def lane_message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> UserMessage:
+    """One turn's user message: the framed prompt, the trigger's fetched pictures, then the backlog's.
+
+    A backlog message's pictures are sent only when its line is in ``context`` (so each image has a line
+    that names it); a cold lane's history carries the backlog messages too, since they precede the trigger.
+    """
+    backlog = slot.images.shown_for(frozenset(m.id for m in context or ()))
+    reports = tuple((mid, imgs.report()) for mid, imgs in backlog)
+    text = prompt.turn_prompt(slot.trigger, context, slot.images.trigger.report(), reports)
+    paths = slot.images.trigger.paths + tuple(p for _, imgs in backlog for p in imgs.paths)
+    return UserMessage(text=text, images=paths)
+
+
+async def send_typing(conn: object, delivery_id: str) -> None:
+    with contextlib.suppress(ChannelBroken, ChannelClosed):
+        await conn.notify("typing", TypingSignal(delivery_id=delivery_id))  # type: ignore[attr-defined]
