@@ -123,50 +123,52 @@ async def deliver_reply(
         return Delivered((), failures, "reply_empty")
     if not messages:
         messages = [""]
+    target = _Target(port, clock, policy, delivery_id, channel_id, guild_id, reply_to)
     try:
-        for i, content in enumerate(messages):
-            first = i == 0
-            posted.append(
-                await post_once(
-                    port, clock, policy, channel_id, content,
-                    guild_id=guild_id,
-                    reply_to=reply_to if first else None,
-                    files=files if first else (),
-                    nonce=nonce_for(delivery_id, "reply", i),
-                )
-            )
+        await target.post_chunks(messages, "reply", posted, files=files)
     except PostError as exc:
         if not (files and not posted):
             return Delivered(tuple(posted), failures, f"reply_{exc.code}")
         # Discord refused the message carrying the picture: send the words without it.
         log.warning("delivery %s: message with picture refused (%s); sending words only", delivery_id, exc.code)
-        return await _words_only(port, clock, policy, delivery_id, channel_id, guild_id, reply_to, text,
-                                 (*failures, f"upload_{exc.code}"))
+        return await _words_only(target, text, (*failures, f"upload_{exc.code}"))
     return Delivered(tuple(posted), failures)
 
 
-async def _words_only(
-    port: DiscordPort,
-    clock: Clock,
-    policy: RetryPolicy,
-    delivery_id: str,
-    channel_id: str,
-    guild_id: str | None,
-    reply_to: str,
-    text: str,
-    failures: tuple[str, ...],
-) -> Delivered:
+async def _words_only(target: _Target, text: str, failures: tuple[str, ...]) -> Delivered:
+    """Discord refused the message with the picture: post the words and the note, nothing else."""
     posted: list[str] = []
     try:
-        for i, content in enumerate(split_reply(with_picture_note(text.strip()))):
-            posted.append(
-                await post_once(
-                    port, clock, policy, channel_id, content,
-                    guild_id=guild_id,
-                    reply_to=reply_to if i == 0 else None,
-                    nonce=nonce_for(delivery_id, "words", i),
-                )
-            )
+        await target.post_chunks(split_reply(with_picture_note(text.strip())), "words", posted)
     except PostError as exc:
         return Delivered(tuple(posted), failures, f"reply_{exc.code}")
     return Delivered(tuple(posted), failures)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where one delivery's messages go; the first message of a batch threads to the trigger."""
+
+    port: DiscordPort
+    clock: Clock
+    policy: RetryPolicy
+    delivery_id: str
+    channel_id: str
+    guild_id: str | None
+    reply_to: str
+
+    async def post_chunks(
+        self, chunks: list[str], kind: str, posted: list[str], *, files: tuple[File, ...] = ()
+    ) -> None:
+        """Post ``chunks`` in order, appending each message id to ``posted`` (kept on failure)."""
+        for i, content in enumerate(chunks):
+            first = i == 0
+            posted.append(
+                await post_once(
+                    self.port, self.clock, self.policy, self.channel_id, content,
+                    guild_id=self.guild_id,
+                    reply_to=self.reply_to if first else None,
+                    files=files if first else (),
+                    nonce=nonce_for(self.delivery_id, kind, i),
+                )
+            )
