@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+from typing import Any
 
 import pytest
 
@@ -11,7 +13,23 @@ from clankie import ipc, paths
 from clankie.errors import RemoteError
 from clankie.protocol import HistoryReply, HistoryRequest, TextUpdate, TextUpdateReply, TurnResult, TurnSubmit, TypingSignal
 from clankie.testing.clock import FakeClock
-from tests.bridge.harness import CHAN, CHAN2, OWNER, PERSON, FakeService, running
+from tests.bridge.harness import CHAN, CHAN2, OWNER, PERSON, FakeService, Harness, running
+
+
+def addressed(declines: int) -> dict[str, str]:
+    """Settings for reply policy `addressed`: drift after ``declines`` silences, catch up every 30 s."""
+    return {
+        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
+        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": str(declines),
+        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
+    }
+
+
+async def speak(h: Harness, text: str, **kw: Any) -> str:
+    """A person says ``text`` in the room; returns its id once the bridge has decided what to do with it."""
+    m = await h.fake.message(CHAN, text, author_id=PERSON, **kw)
+    await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
+    return str(m["id"])
 
 
 def test_typing_lights_a_spoken_turn_until_it_settles(env: dict[str, str]) -> None:
@@ -208,19 +226,11 @@ def test_declined_room_ages_out_and_buffered_room_is_caught_up_in_one_turn(env: 
             return TurnResult(outcome="settled", turn_id="t", text="caught up" if sub.backlog else "hi!")
         return TurnResult(outcome="silent", turn_id="t")
 
-    overrides = {
-        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
-        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": "2",
-        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
-    }
+    overrides = addressed(declines=2)
 
     async def main() -> None:
         async with running(env, script=script, clock=clock, overrides=overrides) as h:
-            async def say(text: str) -> str:
-                m = await h.fake.message(CHAN, text, author_id=PERSON)
-                await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
-                return m["id"]
-
+            say = functools.partial(speak, h)
             before = await say("random chatter")
             assert h.outcomes(before) == ["dropped"]  # never engaged: not addressed
             first = await say("hey clankie")
@@ -377,19 +387,11 @@ def test_a_buffered_image_without_words_reaches_the_catch_up_turn(env: dict[str,
             return TurnResult(outcome="settled", turn_id="t", text="nice picture")
         return TurnResult(outcome="silent", turn_id="t")
 
-    overrides = {
-        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
-        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": "1",
-        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
-    }
+    overrides = addressed(declines=1)
 
     async def main() -> None:
         async with running(env, script=script, clock=clock, overrides=overrides) as h:
-            async def say(text: str, **kw: object) -> str:
-                m = await h.fake.message(CHAN, text, author_id=PERSON, **kw)  # type: ignore[arg-type]
-                await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
-                return m["id"]
-
+            say = functools.partial(speak, h)
             assert h.outcomes(await say("hey clankie"))[-1] == "settled"
             assert h.outcomes(await say("meh"))[-1] == "silent"  # one decline: drifted
             words = await say("look at this")
@@ -419,19 +421,11 @@ def test_a_buffered_image_that_is_not_the_newest_keeps_its_picture_in_the_backlo
             return TurnResult(outcome="settled", turn_id="t", text="nice chart")
         return TurnResult(outcome="silent", turn_id="t")
 
-    overrides = {
-        "CLANKIE_DISCORD_REPLY_POLICY": "addressed",
-        "CLANKIE_DISCORD_ENGAGEMENT_DECLINES": "1",
-        "CLANKIE_DISCORD_CATCH_UP_SECONDS": "30",
-    }
+    overrides = addressed(declines=1)
 
     async def main() -> None:
         async with running(env, script=script, clock=clock, overrides=overrides) as h:
-            async def say(text: str, **kw: object) -> str:
-                m = await h.fake.message(CHAN, text, author_id=PERSON, **kw)  # type: ignore[arg-type]
-                await h.until(lambda: len(h.outcomes(m["id"])) >= 1 and h.outcomes(m["id"])[-1] != "accepted")
-                return m["id"]
-
+            say = functools.partial(speak, h)
             assert h.outcomes(await say("hey clankie"))[-1] == "settled"
             assert h.outcomes(await say("meh"))[-1] == "silent"  # one decline: drifted
             pic = await say("", attachments=[image, pdf])
