@@ -26,7 +26,6 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -34,6 +33,7 @@ from clankie import ipc
 from clankie.protocol import ChildStatus, DoctorReply, Empty, Record, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
+from tests.polling import until
 
 REPO = Path(__file__).resolve().parents[2]
 GUILD, CHAN = "100", "101"
@@ -43,18 +43,6 @@ PAGE = """<!doctype html><html><body style="margin:0;background:#33aa66">
 <h1 style="font-family:sans-serif">Hello from the tree test page</h1></body></html>"""
 CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
 
-
-async def until(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition", step: float = 0.02) -> Any:
-    """Poll real state until ``pred()`` is truthy; fail with ``what`` after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if loop.time() > end:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(step)
 
 
 class Site:

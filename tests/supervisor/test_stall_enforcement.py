@@ -12,17 +12,8 @@ from clankie.testing.clock import FakeClock
 from supervisor.lifecycle import Policy, State
 from supervisor.spec import ChildSpec
 from supervisor.tree import Tree
+from tests.polling import until
 from tests.supervisor.harness import FIXTURE, events
-
-
-async def until(pred: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    """Wait for a real process to do something (bounded)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def settle() -> None:
@@ -55,7 +46,7 @@ def run_tree(env: dict[str, str], tmp_path: Path, abort: str, body: Callable[[Tr
         task = asyncio.create_task(tree.run(done))
         child = tree.children["service"]
         try:
-            await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None, "service ready")
+            await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None, what="service ready")
             await body(tree, clock, ev)
         finally:
             done.set()
@@ -73,7 +64,7 @@ def test_a_suspend_between_ticks_aborts_the_stalled_run_on_the_next_tick_once(en
         assert events(ev, "REQUEST-abort_run") == []
         clock.suspend(3600)
         clock.advance(5)
-        await until(lambda: events(ev, "ABORTED"), "abort to reach the child")
+        await until(lambda: events(ev, "ABORTED"), what="abort to reach the child")
         for _ in range(5):
             clock.advance(5)
             await settle()
@@ -93,7 +84,7 @@ def test_a_run_silent_past_the_window_is_aborted_on_the_tick_that_crosses_it(env
             await settle()
         assert events(ev, "REQUEST-abort_run") == []
         clock.advance(5)
-        await until(lambda: events(ev, "ABORTED"), "abort at 300 s")
+        await until(lambda: events(ev, "ABORTED"), what="abort at 300 s")
 
     run_tree(env, tmp_path, "yes", body)
 
@@ -106,16 +97,16 @@ def test_an_unconfirmed_abort_restarts_the_service_cold(env: dict[str, str], tmp
         first_pid = child.pid
         clock.suspend(400)
         clock.advance(5)
-        await until(lambda: events(ev, "REQUEST-abort_run"), "abort request")
+        await until(lambda: events(ev, "REQUEST-abort_run"), what="abort request")
         clock.advance(5)
         await settle()
         assert child.pid == first_pid
         clock.advance(15)  # the grace runs out
         await settle()
-        await until(lambda: child.life.state is State.BACKOFF, "service killed")
+        await until(lambda: child.life.state is State.BACKOFF, what="service killed")
         assert child.life.reason.startswith("stalled")
         clock.advance(1)  # backoff (1 s) on the fake clock
-        await until(lambda: child.life.state is State.RUNNING and child.pid != first_pid, "service back")
+        await until(lambda: child.life.state is State.RUNNING and child.pid != first_pid, what="service back")
         assert child.life.restarts == 1
 
     run_tree(env, tmp_path, "no", body)
@@ -128,7 +119,7 @@ def test_a_pending_abort_is_held_by_the_tree_and_cancelled_at_shutdown(env: dict
     async def body(tree: Tree, clock: FakeClock, ev: Path) -> None:
         clock.suspend(400)
         clock.advance(5)
-        await until(lambda: events(ev, "REQUEST-abort_run"), "abort request")
+        await until(lambda: events(ev, "REQUEST-abort_run"), what="abort request")
         held.extend(t for t in tree._background if t.get_name() == "abort-run-1")
         assert len(held) == 1 and not held[0].done()
 
@@ -139,7 +130,7 @@ def test_a_pending_abort_is_held_by_the_tree_and_cancelled_at_shutdown(env: dict
         done = asyncio.Event()
         task = asyncio.create_task(tree.run(done))
         child = tree.children["service"]
-        await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None, "service ready")
+        await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None, what="service ready")
         await body(tree, clock, ev)
         done.set()
         await asyncio.wait_for(task, 10)

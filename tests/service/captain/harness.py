@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ from clankie.protocol import (
 )
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
+from tests.polling import until  # noqa: F401  (re-exported: the service tests import it from here)
 
 T = TypeVar("T")
 
@@ -146,13 +147,6 @@ class FakeBridge:
 
     def start(self, submit: TurnSubmit) -> asyncio.Task[TurnResult]:
         return asyncio.create_task(self.submit(submit))
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll a condition on real events with a deadline (for state crossing real sockets)."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 async def gather_results(*tasks: Awaitable[TurnResult]) -> list[TurnResult]:
