@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from clankie.jsonl import encode_line, write_all
 from clankie.paths import ensure_private_dir, receipts_dir
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,8 @@ class Receipts:
             line["turn_id"] = _safe_id(turn_id)
         if message_ids:
             line["message_ids"] = [_safe_id(m) for m in message_ids]
-        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         try:
-            os.write(self._fd, data)
+            write_all(self._fd, encode_line(line))
             os.fsync(self._fd)
         except OSError as exc:
             log.error("cannot write receipt: %s", exc.strerror)

@@ -18,7 +18,6 @@ except lines that are not entries (no ``id`` or ``type``), skipped with a warnin
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from typing import Any
 
 from clankie.clock import Clock
 from clankie.errors import ClankieError
+from clankie.jsonl import encode_line, write_all
 
 from service.agent.content import Message
 from service.agent.transcript import Entry, context_messages
@@ -74,7 +74,7 @@ class SessionTree:
         header = {"type": "session", "version": VERSION, "id": session_id, "timestamp": _iso(now)}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            _write_all(fd, _line(header))
+            write_all(fd, encode_line(header))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -157,9 +157,9 @@ class SessionTree:
             "timestamp": _iso(self._clock.wall()),
             **fields,
         }
-        line = _line(entry)
+        line = encode_line(entry)
         try:
-            _write_all(self._fd, b"\n" + line if self._torn else line)
+            write_all(self._fd, b"\n" + line if self._torn else line)
         except OSError:
             self._torn = True  # the next line starts fresh; this half one is skipped on load
             raise
@@ -193,20 +193,6 @@ class SessionTree:
             candidate = secrets.token_hex(4)
             if candidate not in self._by_id:
                 return candidate
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data``, continuing after short writes; raise ``OSError`` if that is impossible."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        if written <= 0:
-            raise OSError(errno.EIO, "session write made no progress")
-        view = view[written:]
-
-
-def _line(obj: dict[str, Any]) -> bytes:
-    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def latest_session(directory: Path) -> Path | None:

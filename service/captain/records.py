@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie.clock import Clock
+from clankie.jsonl import encode_line, write_all
 from clankie.protocol import Room
 
 from service.captain.keys import target_id
@@ -25,10 +26,9 @@ LANE_ENTRIES_MAX = 40
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
+        write_all(fd, encode_line(record))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -1,0 +1,29 @@
+"""Append-only JSONL, written the one way every process writes it.
+
+A record is one line, handed to the kernel whole: a short write is carried
+on until the line is complete, and a write that makes no progress raises.
+Readers skip a torn last line, so a crash costs at most the line being
+written, never a complete one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from typing import Any
+
+
+def encode_line(record: dict[str, Any]) -> bytes:
+    """One record as one compact UTF-8 JSON line."""
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``, continuing after short writes; raise ``OSError`` if that is impossible."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        view = view[written:]
