@@ -9,7 +9,6 @@ without following symlinks; each line is one ``write`` followed by
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -101,14 +100,3 @@ class Receipts:
 
 def _safe_id(value: str) -> str:
     return value if _ID.match(value) else code(value)
-
-
-def read(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a receipt file (a torn last line is skipped)."""
-    out: list[dict[str, Any]] = []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue
-    return out

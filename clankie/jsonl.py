@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 
@@ -27,3 +28,22 @@ def write_all(fd: int, data: bytes) -> None:
         if written <= 0:
             raise OSError(errno.EIO, "write made no progress")
         view = view[written:]
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """Every complete, readable line; a torn or garbled line is skipped."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out

@@ -6,14 +6,13 @@ fsync, so a crash leaves at most a torn last line, which readers skip.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from clankie.clock import Clock
-from clankie.jsonl import encode_line, write_all
+from clankie.jsonl import encode_line, read_lines, write_all
 from clankie.protocol import Room
 
 from service.captain.keys import target_id
@@ -32,25 +31,6 @@ def append_line(path: Path, record: dict[str, Any]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """Every complete, readable line; a torn or garbled line is skipped."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    out: list[dict[str, Any]] = []
-    for line in raw.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
 
 
 class LaneLog:

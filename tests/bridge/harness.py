@@ -11,9 +11,9 @@ from typing import Any
 
 from bridge.app import BridgeApp
 from bridge.delivery import RetryPolicy
-from bridge.receipts import read as read_receipts
 from clankie import ipc, paths
 from clankie.clock import Clock
+from clankie.jsonl import read_lines
 from clankie.protocol import Record, TurnResult, TurnSubmit
 from clankie.settings import load
 from clankie.testing.fake_discord import FakeDiscord
@@ -76,7 +76,7 @@ class Harness:
     task: asyncio.Task[None] | None = None  # the running BridgeApp.run()
 
     def receipts(self) -> list[dict[str, Any]]:
-        return read_receipts(self.state_dir / "receipts" / "bridge.jsonl")
+        return read_lines(self.state_dir / "receipts" / "bridge.jsonl")
 
     def outcomes(self, delivery_id: str) -> list[str]:
         return [r["outcome"] for r in self.receipts() if r["delivery_id"] == delivery_id]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.receipts import Receipts, code, read
+from bridge.receipts import Receipts, code
+from clankie.jsonl import read_lines as read
 
 
 def test_receipt_lines_carry_ids_and_codes_only(state_dir: Path) -> None:
