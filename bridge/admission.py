@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
+import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -73,8 +75,19 @@ class Inbound:
     readable_attachments: int = 0
 
     @property
-    def fingerprint(self) -> tuple[object, ...]:
-        return (self.message_id, self.guild_id, self.channel_id, self.author_id, self.text, self.attachment_ids)
+    def fingerprint(self) -> str:
+        """A stable digest of what makes this message this message (kept for de-duplication and journaled)."""
+        body = [self.message_id, self.guild_id, self.channel_id, self.author_id, self.text, list(self.attachment_ids)]
+        return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode("utf-8")).hexdigest()[:32]
+
+    def to_wire(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, object]) -> Inbound:
+        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        fields["attachment_ids"] = tuple(str(a) for a in fields.get("attachment_ids", ()))  # type: ignore[union-attr]
+        return cls(**fields)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ decisions
@@ -161,7 +174,7 @@ TRANSITIONS: dict[Engagement, dict[RoomEvent, frozenset[Engagement]]] = {
 
 @dataclass(slots=True)
 class _Retained:
-    fingerprint: tuple[object, ...]
+    fingerprint: str
     expires: float
 
 
@@ -291,6 +304,25 @@ class Ingress:
         if after not in TRANSITIONS[before][event]:
             raise AssertionError(f"illegal engagement move {before} -{event}-> {after}")
         return after
+
+    def seen(self, delivery_id: str) -> bool:
+        return delivery_id in self._retained
+
+    def remember(self, delivery_id: str, fingerprint: str, expires: float) -> None:
+        """Restore one retained delivery after a restart (call in order of admission)."""
+        self._retained[delivery_id] = _Retained(fingerprint, expires)
+
+    def restore_buffered(self, msg: Inbound) -> None:
+        """Put a journaled, still-unanswered buffered message back into its drifted room's backlog."""
+        room = self._rooms.get(msg.channel_id)
+        if room is None:
+            room = self._rooms[msg.channel_id] = _Room()
+            while len(self._rooms) > MAX_TRACKED_ROOMS:
+                self._rooms.popitem(last=False)
+        room.tracked = True
+        room.since_reply = max(room.since_reply, self.policy.window)
+        room.backlog.append(msg)
+        del room.backlog[:-BACKLOG_CAP]
 
     def forget(self, delivery_id: str) -> None:
         """Evict a delivery whose turn could not be run, so a re-delivery may try again."""

@@ -15,8 +15,10 @@ import logging
 from typing import Any
 
 from bridge import discord_client as dc
+from bridge import recovery
 from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
+from bridge.journal import Journal
 from bridge.receipts import Receipts
 from bridge.turns import Bridge
 from clankie import paths
@@ -45,6 +47,17 @@ def policy(settings: Settings) -> Policy:
         reply_policy=settings.discord_reply_policy,
         window=settings.discord_engagement_declines,
         names=(settings.character_id,),
+        retention_s=settings.bridge_retention_seconds,
+    )
+
+
+def limits(settings: Settings) -> recovery.Limits:
+    return recovery.Limits(
+        horizon=settings.recovery_horizon_seconds,
+        retention=settings.bridge_retention_seconds,
+        max_rooms=settings.recovery_max_rooms,
+        max_pages=settings.recovery_max_pages,
+        max_messages=settings.recovery_max_messages,
     )
 
 
@@ -67,12 +80,22 @@ class BridgeApp:
         self.ready = asyncio.Event()
         paths.ensure_private_dir(settings.runtime_dir)
         self.receipts = Receipts(settings.state_dir, wall=self.clock.wall)
+        self.journal = Journal(settings.state_dir, retention=settings.bridge_retention_seconds)
+        self.limits = limits(settings)
         self.ingress = Ingress(policy(settings))
-        self.port = dc.DiscordPort(settings.discord_upload_limit_bytes)
+        self.port = dc.DiscordPort(
+            settings.discord_upload_limit_bytes,
+            system_actors=frozenset(settings.discord_system_actor_ids),
+            trusted_rooms=frozenset(settings.discord_trusted_rooms),
+        )
+        self.recovered = recovery.Report()
+        self._recovering: asyncio.Task[recovery.Report] | None = None
+        self._again = False
         self.bridge = Bridge(
             ingress=self.ingress,
             port=self.port,
             receipts=self.receipts,
+            journal=self.journal,
             clock=self.clock,
             service_path=paths.socket_path(settings.runtime_dir, "service"),
             attachment_root=settings.attachment_root,
@@ -103,8 +126,17 @@ class BridgeApp:
             "reply_failures": c.reply_failures,
             "outcomes": dict(c.by_outcome),
             "resubmits": self.bridge.link.resubmits,
+            "recovered": c.recovered,
+            "expired": c.expired,
+            "journal_open": sum(1 for e in self.journal.state.entries.values() if e.open),
+            "missed_fetched": self.recovered.fetched,
         }
+        disk = self.journal.last_error or self.receipts.last_error
+        if disk is not None:
+            report["disk"] = disk
         detail = f"discord: {self.discord_status}; service: {self.bridge.link.status}"
+        if disk is not None:
+            detail += f"; disk: {disk}"
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
 
     # ------------------------------------------------------------ running
@@ -112,6 +144,8 @@ class BridgeApp:
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
+                recovery.resume_journal(self.bridge, self.limits, self.clock.wall())
+                await self.journal.compact(self.clock.wall())
                 tg.create_task(self.bridge.link.run(), name="service-link")
                 if self.settings.discord_reply_policy == "addressed":
                     tg.create_task(self.bridge.catch_up_loop(self.settings.discord_catch_up_seconds), name="catch-up")
@@ -124,7 +158,24 @@ class BridgeApp:
             raise group.exceptions[0] from None
         finally:
             await self.bridge.aclose()
+            if self._recovering is not None:
+                self._recovering.cancel()
+            self.journal.aclose()
             self.receipts.close()
+
+    def _on_session(self) -> None:
+        """A new gateway session: fetch what Discord will not replay (one recovery at a time)."""
+        if self._recovering is not None and not self._recovering.done():
+            self._again = True
+            return
+        self._recovering = asyncio.get_running_loop().create_task(self._fetch_missed(), name="recovery")
+
+    async def _fetch_missed(self) -> recovery.Report:
+        while True:
+            self._again = False
+            self.recovered = await recovery.fetch_missed(self.bridge, self.limits, self.clock.wall())
+            if not self._again:
+                return self.recovered
 
     async def _discord(self) -> None:
         assert self.settings.discord_token is not None
@@ -137,6 +188,7 @@ class BridgeApp:
                 on_message_cb=self._on_message,
                 on_status=self.set_status,
                 on_owner=self.ingress.owner,
+                on_session=self._on_session,
                 discover_gateway=bool(self.settings.discord_api_base),
                 guild_ready_timeout=self._guild_ready_timeout,
             )
@@ -168,12 +220,7 @@ class BridgeApp:
         client = self.port.client
         self_id = client.user.id if client is not None and client.user is not None else None
         try:
-            inbound, room, trigger = dc.convert(
-                message,
-                self_id,
-                frozenset(self.settings.discord_system_actor_ids),
-                frozenset(self.settings.discord_trusted_rooms),
-            )
+            inbound, room, trigger = dc.convert(message, self_id, self.port.system_actors, self.port.trusted_rooms)
         except ValueError:
             log.warning("could not read message %s; dropped", getattr(message, "id", "?"))
             return

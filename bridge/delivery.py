@@ -107,8 +107,14 @@ async def deliver_reply(
     media: tuple[str, ...],
     attachment_root: Path,
     upload_limit: int,
+    already: tuple[tuple[str, str], ...] = (),
 ) -> Delivered:
-    """Post a settled reply; the words always go out unless Discord refuses them outright."""
+    """Post a settled reply; the words always go out unless Discord refuses them outright.
+
+    ``already`` lists ``(message id, content)`` of messages this bridge posted
+    after the trigger before a crash: a chunk whose exact words are among them
+    is not posted again, its id is taken instead.
+    """
     words = text.strip()
     files: tuple[File, ...] = ()
     failures: tuple[str, ...] = ()
@@ -123,7 +129,7 @@ async def deliver_reply(
         return Delivered((), failures, "reply_empty")
     if not messages:
         messages = [""]
-    target = _Target(port, clock, policy, delivery_id, channel_id, guild_id, reply_to)
+    target = _Target(port, clock, policy, delivery_id, channel_id, guild_id, reply_to, list(already))
     try:
         await target.post_chunks(messages, "reply", posted, files=files)
     except PostError as exc:
@@ -156,6 +162,14 @@ class _Target:
     channel_id: str
     guild_id: str | None
     reply_to: str
+    already: list[tuple[str, str]]
+
+    def _posted_before(self, content: str) -> str | None:
+        for i, (mid, text) in enumerate(self.already):
+            if text.strip() == content.strip():
+                del self.already[i]
+                return mid
+        return None
 
     async def post_chunks(
         self, chunks: list[str], kind: str, posted: list[str], *, files: tuple[File, ...] = ()
@@ -163,6 +177,11 @@ class _Target:
         """Post ``chunks`` in order, appending each message id to ``posted`` (kept on failure)."""
         for i, content in enumerate(chunks):
             first = i == 0
+            earlier = self._posted_before(content) if content else None
+            if earlier is not None:
+                log.info("delivery %s: message %d was posted before a restart; not posting it again", self.delivery_id, i)
+                posted.append(earlier)
+                continue
             posted.append(
                 await post_once(
                     self.port, self.clock, self.policy, self.channel_id, content,

@@ -12,6 +12,7 @@ plain ``discord.Client`` never asks for.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import logging
 import warnings
@@ -137,9 +138,12 @@ def convert(
 class DiscordPort:
     """:class:`bridge.port.DiscordPort` over the current client's HTTP session."""
 
-    def __init__(self, default_limit: int) -> None:
+    def __init__(self, default_limit: int, *, system_actors: frozenset[str] = frozenset(),
+                 trusted_rooms: frozenset[str] = frozenset()) -> None:
         self.client: BridgeClient | None = None
         self.default_limit = default_limit
+        self.system_actors = system_actors
+        self.trusted_rooms = trusted_rooms
 
     def _client(self) -> BridgeClient:
         if self.client is None or self.client.is_closed():
@@ -187,14 +191,23 @@ class DiscordPort:
         await self._client().http.send_typing(int(channel_id))
 
     async def history(self, channel_id: str, before: str | None, limit: int) -> list[HistoryMessage]:
+        return await self._logs(channel_id, limit, before=int(before) if before else None)
+
+    async def history_after(self, channel_id: str, after: str, limit: int) -> list[HistoryMessage]:
+        return await self._logs(channel_id, limit, after=int(after))
+
+    async def _logs(self, channel_id: str, limit: int, *, before: int | None = None,
+                    after: int | None = None) -> list[HistoryMessage]:
         client = self._client()
         me = client.user.id if client.user else None
         try:
-            raw = await client.http.logs_from(int(channel_id), limit, before=int(before) if before else None)
+            raw = await client.http.logs_from(int(channel_id), limit, before=before, after=after)
         except discord.HTTPException as exc:
             raise _post_error(exc) from None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise Transient(0, type(exc).__name__.lower()) from None
         out = []
-        for m in reversed(raw):  # Discord answers newest first
+        for m in reversed(raw):  # Discord answers newest first, before or after alike
             author = m.get("author", {})
             ts = discord.utils.parse_time(m.get("timestamp"))
             out.append(
@@ -209,6 +222,28 @@ class DiscordPort:
                     attachments=raw_images(m.get("attachments")),
                 )
             )
+        return out
+
+    async def missed(self, room: Room, after: str, limit: int) -> list[tuple[Inbound, Room, Trigger]]:
+        client = self._client()
+        self_id = client.user.id if client.user is not None else None
+        cid = int(room.channel_id)
+        channel = client.get_channel(cid) or client.get_partial_messageable(
+            cid, guild_id=int(room.guild_id) if room.guild_id else None
+        )
+        out: list[tuple[Inbound, Room, Trigger]] = []
+        try:
+            async for message in channel.history(limit=limit, after=discord.Object(int(after)), oldest_first=True):  # type: ignore[union-attr]
+                try:
+                    inbound, _, trigger = convert(message, self_id, self.system_actors, self.trusted_rooms)
+                except ValueError:
+                    continue
+                # the journaled room is the truth: a REST message may not say which guild it is in
+                out.append((dataclasses.replace(inbound, guild_id=room.guild_id), room, trigger))
+        except discord.HTTPException as exc:
+            raise _post_error(exc) from None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise Transient(0, type(exc).__name__.lower()) from None
         return out
 
     def upload_limit(self, guild_id: str | None) -> int:
@@ -251,6 +286,7 @@ class BridgeClient(discord.Client):
         on_owner: Callable[[str], None],
         discover_gateway: bool,
         guild_ready_timeout: float = 2.0,
+        on_session: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(
             intents=intents(),
@@ -261,6 +297,7 @@ class BridgeClient(discord.Client):
         self._on_message_cb = on_message_cb
         self._on_status = on_status
         self._on_owner = on_owner
+        self._on_session = on_session
         self._discover = discover_gateway
 
     async def setup_hook(self) -> None:
@@ -278,7 +315,9 @@ class BridgeClient(discord.Client):
             self._on_owner(str(owner))
 
     async def on_ready(self) -> None:
+        """A new gateway session (not a RESUME): Discord will not replay what came before it."""
         self._on_status("connected")
+        self._on_session()
 
     async def on_resumed(self) -> None:
         self._on_status("connected")

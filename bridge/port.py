@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from clankie.protocol import HistoryMessage
+from bridge.admission import Inbound
+from clankie.protocol import HistoryMessage, Room, Trigger
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,12 @@ class DiscordPort(Protocol):
 
     async def history(self, channel_id: str, before: str | None, limit: int) -> list[HistoryMessage]:
         """Up to ``limit`` messages before ``before``, oldest first."""
+
+    async def history_after(self, channel_id: str, after: str, limit: int) -> list[HistoryMessage]:
+        """Up to ``limit`` messages right after ``after``, oldest first (one request)."""
+
+    async def missed(self, room: Room, after: str, limit: int) -> list[tuple[Inbound, Room, Trigger]]:
+        """Up to ``limit`` messages after ``after`` in ``room``, oldest first, as admission sees them."""
 
     def upload_limit(self, guild_id: str | None) -> int:
         """The most bytes of files one message may carry in this room."""

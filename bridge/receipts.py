@@ -3,20 +3,22 @@
 One JSON line per event under ``<state>/receipts/bridge.jsonl``: ids, the
 outcome, a reason *code*, the turn id and the ids of messages posted. Never
 message text, never a token. The directory is 0700, the file 0600 and opened
-without following symlinks; each line is one ``write`` followed by
-``fsync``, so a crash can tear at most the last line.
+without following symlinks. Each line reaches the kernel in one ``write``
+when it is recorded (a crash of the bridge cannot lose it) and the disk with
+the next group sync (:mod:`clankie.appender`), which runs off the event
+loop: no receipt ever holds up a message. A write the disk refuses is cut
+back, never left torn.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
-from clankie.jsonl import encode_line, write_all
+from clankie.appender import Appender, DiskError
 from clankie.paths import ensure_private_dir, receipts_dir
 
 log = logging.getLogger(__name__)
@@ -25,7 +27,8 @@ FILENAME = "bridge.jsonl"
 _CODE = re.compile(r"[^a-z0-9_]+")
 _ID = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
 OUTCOMES = frozenset(
-    {"dropped", "buffered", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed", "reply_failed"}
+    {"dropped", "buffered", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed", "reply_failed",
+     "expired", "recovered"}
 )
 
 
@@ -42,20 +45,11 @@ class Receipts:
         directory = ensure_private_dir(receipts_dir(state_dir))
         self.path = directory / FILENAME
         self._wall = wall
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        self._fd = os.open(self.path, flags, 0o600)
-        os.fchmod(self._fd, 0o600)
-        self._end_torn_line()
+        self._appender = Appender(self.path)
 
-    def _end_torn_line(self) -> None:
-        """After a crash mid-line, start on a fresh line so the next receipt is not glued to the torn one."""
-        size = os.fstat(self._fd).st_size
-        if size == 0:
-            return
-        with open(self.path, "rb") as fh:
-            fh.seek(size - 1)
-            if fh.read(1) != b"\n":
-                os.write(self._fd, b"\n")
+    @property
+    def last_error(self) -> str | None:
+        return self._appender.last_error
 
     def record(
         self,
@@ -86,16 +80,15 @@ class Receipts:
         if message_ids:
             line["message_ids"] = [_safe_id(m) for m in message_ids]
         try:
-            write_all(self._fd, encode_line(line))
-            os.fsync(self._fd)
-        except OSError as exc:
-            log.error("cannot write receipt: %s", exc.strerror)
+            self._appender.append(line)
+        except DiskError as exc:
+            log.error("cannot write receipt: %s", exc.code)
+        else:
+            self._appender.sync_soon()
         return line
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._appender.close()
 
 
 def _safe_id(value: str) -> str:

@@ -2,10 +2,12 @@
 
 :class:`Bridge` sits between the Discord client (which hands it inbound
 messages) and the service link (which runs turns). It owns the deliveries it
-is holding: each one is submitted once (re-submitted by id after a reconnect),
-gets exactly one outcome and at most one reply, and may be lit with a typing
-indicator by the service while it is held. It also serves the service's calls
-on the same connection: ``history``, ``typing`` and ``text_update``.
+is holding: each one is journaled before it is submitted (:mod:`bridge.journal`),
+submitted once (re-submitted by id after a reconnect, or after a restart of
+the bridge itself), gets exactly one outcome and at most one reply, and may be
+lit with a typing indicator by the service while it is held. It also serves
+the service's calls on the same connection: ``history``, ``typing`` and
+``text_update``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
+from bridge.journal import Entry, Journal
 from bridge.port import DiscordPort, PostError
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
 from clankie import ipc
+from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import (
@@ -63,10 +68,21 @@ PHASES: dict[Phase, frozenset[Phase]] = {
 class Held:
     """A delivery the bridge is holding open while its turn runs."""
 
-    run: Run
-    room: Room
+    submit: TurnSubmit
+    fingerprint: str  # the admitted message's, for the journal
+    catching_up: bool = False
+    folds: tuple[str, ...] = ()  # buffered messages this catch-up turn answers too
+    recovered: Entry | None = None  # set when the turn was read back from the journal
     phase: Phase = Phase.SUBMITTED
     typing: asyncio.Task[None] | None = None
+
+    @property
+    def room(self) -> Room:
+        return self.submit.room
+
+    @property
+    def trigger_id(self) -> str:
+        return self.submit.trigger.message_id
 
     def move(self, to: Phase) -> None:
         if to not in PHASES[self.phase]:
@@ -80,6 +96,8 @@ class Counters:
     dropped: int = 0
     buffered: int = 0
     duplicates: int = 0
+    recovered: int = 0
+    expired: int = 0
     replies: int = 0
     reply_failures: int = 0
     by_outcome: dict[str, int] = field(default_factory=dict)
@@ -92,6 +110,7 @@ class Bridge:
         ingress: Ingress,
         port: DiscordPort,
         receipts: Receipts,
+        journal: Journal,
         clock: Clock,
         service_path: Path,
         attachment_root: Path,
@@ -101,6 +120,7 @@ class Bridge:
         self.ingress = ingress
         self.port = port
         self.receipts = receipts
+        self.journal = journal
         self.clock = clock
         self.attachment_root = attachment_root
         self.upload_limit = upload_limit
@@ -130,13 +150,57 @@ class Bridge:
             self._pending.popitem(last=False)
         if isinstance(decision, Buffered):
             self.counters.buffered += 1
+            try:
+                self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room,
+                                    inbound.to_wire(), trigger.to_wire())
+            except DiskError as exc:  # still buffered in memory; only a crash before the catch-up loses it
+                log.error("buffered message %s not journaled (%s)", inbound.message_id, exc.code)
             self.receipts.record("buffered", **ids)
             return None
         self.start(decision)
         return decision
 
     def start(self, run: Run) -> None:
-        task = asyncio.get_running_loop().create_task(self._turn(run), name=f"turn-{run.delivery_id}")
+        """Start the turn of an admitted (or catch-up) run; it is journaled before it is submitted."""
+        found = self._pending.pop(run.delivery_id, None)
+        if found is None:
+            log.error("delivery %s has no stored trigger; dropping it", run.delivery_id)
+            return
+        room, trigger = found
+        submit = self._submit_record(run, room, trigger)
+        folds = tuple(m.message_id for m in run.context)
+        self._spawn(Held(submit, run.trigger.fingerprint, run.catching_up, folds))
+
+    def resume(self, entry: Entry) -> None:
+        """Run a journaled delivery that never got its outcome (the bridge died holding it) again."""
+        self.counters.recovered += 1
+        self._spawn(Held(entry.turn(), entry.fingerprint, entry.catching_up, entry.folds, recovered=entry))
+
+    def restore_buffered(self, entry: Entry) -> None:
+        """Put a journaled buffered message back where the catch-up timer will find it."""
+        assert entry.buffered is not None
+        inbound = Inbound.from_wire(entry.buffered["inbound"])
+        self.ingress.restore_buffered(inbound)
+        self._pending[entry.delivery_id] = (entry.room, Trigger.model_validate(entry.buffered["trigger"]))
+
+    def expire(self, entry: Entry) -> None:
+        """Close a journaled delivery that is older than the recovery horizon, unanswered."""
+        self.counters.expired += 1
+        now = self.clock.wall()
+        for did in (entry.delivery_id, *entry.folds):
+            self.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id,
+                                 guild_id=entry.room.guild_id)
+        self.journal.close(entry.delivery_id, "expired", now)
+
+    def too_old(self, inbound: Inbound) -> None:
+        """A message found in history after a restart that is older than the horizon: noted, not answered."""
+        self.counters.expired += 1
+        self.ingress.remember(inbound.message_id, inbound.fingerprint, self.clock.wall() + self.ingress.policy.retention_s)
+        self.receipts.record("expired", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
+                             guild_id=inbound.guild_id)
+
+    def _spawn(self, held: Held) -> None:
+        task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -162,36 +226,40 @@ class Bridge:
             trigger = trigger.model_copy(update={"unprompted": run.unprompted})
         return TurnSubmit(delivery_id=run.delivery_id, room=room, trigger=trigger, backlog=tuple(backlog))
 
-    async def _turn(self, run: Run) -> None:
-        did = run.delivery_id
-        found = self._pending.pop(did, None)
-        if found is None:
-            log.error("delivery %s has no stored trigger; dropping it", did)
-            return
-        room, trigger = found
-        held = Held(run, room)
+    def _ids(self, held: Held, did: str | None = None) -> dict[str, Any]:
+        return {"delivery_id": did or held.submit.delivery_id, "channel_id": held.room.channel_id,
+                "guild_id": held.room.guild_id}
+
+    async def _turn(self, held: Held) -> None:
+        did = held.submit.delivery_id
         self.held[did] = held
         self.counters.admitted += 1
         try:
-            await self._hold(held, trigger)
+            await self._hold(held)
         except asyncio.CancelledError:
             raise
+        except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
+            log.error("delivery %s: journal refused it (%s)", did, exc.code)
+            self.ingress.forget(did)
+            self.receipts.record("failed", reason=exc.code, **self._ids(held))
         except Exception:  # a bug here must not take other deliveries down
             log.exception("delivery %s failed inside the bridge", did)
             self.ingress.forget(did)
-            self.receipts.record("failed", reason="bridge_internal_error", delivery_id=did,
-                                 channel_id=room.channel_id, guild_id=room.guild_id)
+            self._close(held, "failed", code="bridge_internal_error")
         finally:
             self._stop_typing(held)
             self.held.pop(did, None)
 
-    async def _hold(self, held: Held, trigger: Trigger) -> None:
-        """Submit, wait for the result however long it takes, deliver it, record it."""
-        run, room, did = held.run, held.room, held.run.delivery_id
-        ids = {"delivery_id": did, "channel_id": room.channel_id, "guild_id": room.guild_id}
-        submit = asyncio.get_running_loop().create_task(self.link.submit(self._submit_record(run, room, trigger)))
-        await asyncio.sleep(0)  # let the submission reach the socket before the receipt's fsync
-        self.receipts.record("accepted", **ids)
+    async def _hold(self, held: Held) -> None:
+        """Journal, submit, wait for the result however long it takes, deliver it, record it."""
+        did, room = held.submit.delivery_id, held.room
+        recovered = held.recovered
+        if recovered is None:
+            await self.journal.admit(held.submit, held.fingerprint, self.clock.wall(),
+                                     catching_up=held.catching_up, folds=held.folds)
+        submit = asyncio.get_running_loop().create_task(self.link.submit(held.submit))
+        await asyncio.sleep(0)  # let the submission reach the socket before the receipt is written
+        self.receipts.record("accepted" if recovered is None else "recovered", **self._ids(held))
         try:
             result = await submit
         finally:
@@ -200,23 +268,55 @@ class Bridge:
         delivered = Delivered(())
         if result.outcome == "settled":
             held.move(Phase.DELIVERING)
+            already: tuple[tuple[str, str], ...] = ()
+            if recovered is not None and recovered.posting:
+                already = await self._posted_before(held)
+            else:
+                await self._journal_posting(did)
             delivered = await deliver_reply(
                 self.port, self.clock, self.retry,
                 delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
-                reply_to=trigger.message_id, text=result.text, media=result.media,
+                reply_to=held.trigger_id, text=result.text, media=result.media,
                 attachment_root=self.attachment_root,
                 upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
+                already=already,
             )
         self._stop_typing(held)
         held.move(Phase.DONE)
         self.counters.by_outcome[result.outcome] = self.counters.by_outcome.get(result.outcome, 0) + 1
-        self.receipts.record(result.outcome, reason=result.code, turn_id=result.turn_id,
-                             message_ids=delivered.message_ids, **ids)
+        self._close(held, result.outcome, code=result.code, turn_id=result.turn_id, message_ids=delivered.message_ids)
         if delivered.message_ids:
             self.counters.replies += 1
         if delivered.error is not None:
             self.counters.reply_failures += 1
-            self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **ids)
+            self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **self._ids(held))
+
+    def _close(self, held: Held, outcome: str, *, code: str | None = None, turn_id: str | None = None,
+               message_ids: tuple[str, ...] = ()) -> None:
+        """The delivery's one outcome: its receipt, its folded messages' receipts, and the journal line."""
+        self.receipts.record(outcome, reason=code, turn_id=turn_id, message_ids=message_ids, **self._ids(held))
+        folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
+        for fold in held.folds:
+            self.receipts.record(folded, reason=code, turn_id=turn_id, **self._ids(held, fold))
+        try:
+            self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
+        except DiskError as exc:
+            log.error("delivery %s: outcome not journaled (%s); a restart runs it again", held.submit.delivery_id, exc.code)
+
+    async def _journal_posting(self, did: str) -> None:
+        try:
+            await self.journal.posting(did)
+        except DiskError as exc:  # the words still go out; a crash now could only re-post within the nonce window
+            log.error("delivery %s: posting not journaled (%s)", did, exc.code)
+
+    async def _posted_before(self, held: Held) -> tuple[tuple[str, str], ...]:
+        """Messages this bridge already posted after the trigger (a reply cut short by a crash), oldest first."""
+        try:
+            after = await self.port.history_after(held.room.channel_id, held.trigger_id, 100)
+        except PostError as exc:
+            log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces", held.submit.delivery_id, exc.code)
+            return ()
+        return tuple((m.id, m.text) for m in after if m.is_self)
 
     # ------------------------------------------------------------ typing
 
@@ -237,7 +337,7 @@ class Bridge:
     def light(self, delivery_id: str) -> bool:
         """Show typing for a held delivery until it settles; False (nothing posted) if not held."""
         held = self.held.get(delivery_id)
-        if held is None or held.phase is Phase.DONE or held.run.catching_up:
+        if held is None or held.phase is Phase.DONE or held.catching_up:
             log.info("typing refused for delivery %s: not held", delivery_id)
             return False
         if held.typing is None:
@@ -266,7 +366,7 @@ class Bridge:
         limit = min(req.limit, 50)
         if limit == 0:
             return HistoryReply()
-        before = req.before_message_id or held.run.trigger.message_id
+        before = req.before_message_id or held.trigger_id
         try:
             messages = await self.port.history(req.room.channel_id, before, limit)
         except PostError as exc:
@@ -284,7 +384,7 @@ class Bridge:
             raise RemoteError("room_not_admitted", "that channel is outside the admitted rooms")
         try:
             mid = await post_once(self.port, self.clock, self.retry, room.channel_id, req.text.strip(),
-                                  guild_id=room.guild_id, reply_to=held.run.trigger.message_id)
+                                  guild_id=room.guild_id, reply_to=held.trigger_id)
         except PostError as exc:
             raise RemoteError("text_update_failed", f"discord answered {exc.status}") from None
         return TextUpdateReply(message_id=mid)

@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
@@ -136,6 +136,13 @@ class Settings(BaseSettings):
     discord_upload_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     character_id: str = Field(default="clankie", pattern=r"^[a-z0-9_-]{1,32}$")
 
+    # bridge durability (docs/bridge.md, "Nothing lost")
+    recovery_horizon_seconds: float = Field(default=900.0, gt=0, le=7 * 86400, allow_inf_nan=False)
+    recovery_max_rooms: int = Field(default=100, ge=1, le=100_000)
+    recovery_max_pages: int = Field(default=5, ge=1, le=1000)
+    recovery_max_messages: int = Field(default=1000, ge=1, le=1_000_000)
+    bridge_retention_seconds: float = Field(default=7 * 3600.0, gt=0, le=30 * 86400, allow_inf_nan=False)
+
     # captain and model
     model: str = "claude-sonnet-4-5"
     model_context_window: int = Field(default=200_000, ge=1000)
@@ -178,6 +185,12 @@ class Settings(BaseSettings):
             if not item.isdigit() or len(item) > 21:
                 raise ValueError(f"{item!r} is not a Discord id")
         return value
+
+    @model_validator(mode="after")
+    def _retention_covers_horizon(self) -> Settings:
+        if self.bridge_retention_seconds < self.recovery_horizon_seconds:
+            raise ValueError("CLANKIE_BRIDGE_RETENTION_SECONDS must be at least CLANKIE_RECOVERY_HORIZON_SECONDS")
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -231,6 +231,7 @@ class FakeAnthropic:
         self.cache = PromptCache(cache_min_tokens)
         self._script: collections.deque[Scenario] = collections.deque()
         self._echo = echo_by_default
+        self.gate: asyncio.Event | None = None  # set to a cleared Event to hold every answer until it is set
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -281,6 +282,8 @@ class FakeAnthropic:
         async with self._changed:
             self._changed.notify_all()
         scenario = self._script.popleft() if self._script else self._default(body)
+        if self.gate is not None:
+            await self._pause(None, self.gate)
         if isinstance(scenario, Failure):
             return self._failure(scenario)
         usage = self.cache.usage(body)

@@ -101,6 +101,10 @@ class FakeDiscord:
         self.readies = 0  # sessions that got READY and every GUILD_CREATE
         self.resumes = 0
         self.identify_close_code: int | None = None
+        self.gateway_open = asyncio.Event()  # cleared: new gateway connections wait before HELLO (an outage)
+        self.gateway_open.set()
+        self.post_answers = asyncio.Event()  # cleared: a created message is stored, but its POST is not answered
+        self.post_answers.set()
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self._faults: dict[str, deque[Fault]] = {}
         self._nonces: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
@@ -165,6 +169,10 @@ class FakeDiscord:
         queue = self._faults.setdefault(route, deque())
         for status in statuses:
             queue.append(Fault(status, retry_after, via))
+
+    def forget_nonces(self) -> None:
+        """Forget every nonce, as Discord does a few minutes after a post."""
+        self._nonces.clear()
 
     def dm_channel(self, user_id: str) -> str:
         return f"7{user_id[-17:]}"
@@ -351,6 +359,7 @@ class FakeDiscord:
             Post(msg["id"], cid, content, payload.get("message_reference"), payload.get("allowed_mentions"), nonce, files)
         )
         await self._store_and_dispatch(msg)  # Discord echoes the bot's own posts
+        await self.post_answers.wait()
         return self._json(msg)
 
     async def _history(self, request: web.Request) -> web.Response:
@@ -359,8 +368,12 @@ class FakeDiscord:
         if fault:
             return fault
         limit = int(request.query.get("limit", "50"))
-        before = request.query.get("before")
-        found = [m for m in self.messages.get(cid, []) if before is None or int(m["id"]) < int(before)]
+        before, after = request.query.get("before"), request.query.get("after")
+        stored = self.messages.get(cid, [])
+        if after is not None:  # the `limit` messages right after `after`, newest first, as Discord answers
+            later = [m for m in stored if int(m["id"]) > int(after)]
+            return self._json(list(reversed(later[:limit])) if limit else [])
+        found = [m for m in stored if before is None or int(m["id"]) < int(before)]
         return self._json(list(reversed(found[-limit:])) if limit else [])
 
     async def _typing(self, request: web.Request) -> web.Response:
@@ -415,6 +428,7 @@ class FakeDiscord:
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
+        await self.gateway_open.wait()
         await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}))
         self._sockets.add(ws)
         await self._notify()

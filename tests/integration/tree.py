@@ -30,6 +30,7 @@ from pathlib import Path
 from aiohttp import web
 
 from clankie import ipc
+from clankie.errors import ChannelBroken
 from clankie.protocol import ChildStatus, DoctorReply, Empty, Record, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
@@ -172,6 +173,35 @@ class Tree:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    async def ready(self, timeout: float = 60.0) -> None:
+        """Wait until every child runs and the bridge has a Discord session and the service."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 15
+        while True:  # a socket file left by a killed supervisor exists, but refuses: wait for one that answers
+            assert self.proc.returncode is None, f"clankie run exited {self.proc.returncode}: {self.stderr()[-3000:]}"
+            try:
+                await self.status()
+                break
+            except (OSError, ChannelBroken):
+                assert loop.time() < end, "the control socket never answered"
+                await asyncio.sleep(0.02)
+        for name in ("browser", "tldraw", "service"):
+            await self.wait_child(lambda c: c.state == "running", name, timeout)
+        await self.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
+                              "bridge", timeout)
+
+    async def kill_supervisor(self) -> None:
+        """SIGKILL `clankie run` itself; its children die with it (PDEATHSIG), as under a crash."""
+        self.proc.kill()
+        await self.proc.wait()
+
+    async def respawn(self) -> None:
+        """Start a new `clankie run` on the same state and runtime dirs (systemd restarting the unit)."""
+        with self.stderr_path.open("ab") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                CLANKIE, "run", env=self.env, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO
+            )
+
 
 def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeAnthropic, extra: dict[str, str]) -> dict[str, str]:
     state = tmp / "state"
@@ -195,9 +225,12 @@ def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeA
 
 
 @contextlib.asynccontextmanager
-async def real_tree(tmp: Path, runtime: Path, env: dict[str, str] | None = None, ready_timeout: float = 60.0) -> AsyncIterator[Tree]:
+async def real_tree(
+    tmp: Path, runtime: Path, env: dict[str, str] | None = None, ready_timeout: float = 60.0,
+    channels: tuple[str, ...] = (CHAN,),
+) -> AsyncIterator[Tree]:
     """`clankie run` with all four children, connected to Discord and ready for turns."""
-    discord = FakeDiscord(guilds={GUILD: [CHAN]})
+    discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
     site = Site()
     await discord.start()
@@ -213,22 +246,20 @@ async def real_tree(tmp: Path, runtime: Path, env: dict[str, str] | None = None,
         )
     t = Tree(proc, state, runtime, discord, anthropic, site, err_path, full_env)
     try:
-        await until(lambda: t.sock.exists() or proc.returncode is not None, 15, "the control socket")
-        assert proc.returncode is None, f"clankie run exited {proc.returncode}: {t.stderr()[-3000:]}"
-        for name in ("browser", "tldraw", "service"):
-            await t.wait_child(lambda c: c.state == "running", name, ready_timeout)
-        await t.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
-                           "bridge", ready_timeout)
+        await t.ready(ready_timeout)
         yield t
     finally:
         site.release.set()
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
+        if anthropic.gate is not None:
+            anthropic.gate.set()
+        discord.gateway_open.set()
+        if t.proc.returncode is None:
+            t.proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), 30)
+                await asyncio.wait_for(t.proc.wait(), 30)
             except TimeoutError:
-                proc.kill()
-                await proc.wait()
+                t.proc.kill()
+                await t.proc.wait()
         await site.close()
         await anthropic.close()
         await discord.close()

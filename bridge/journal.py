@@ -1,0 +1,269 @@
+"""The bridge's ingress journal: every admitted delivery, until it has exactly one outcome.
+
+Discord does not redeliver a message the bridge was handed and then lost, so
+the bridge writes down what it accepted before it acts on it, in
+``<state>/bridge/journal.jsonl`` (directory 0700, file 0600). One JSON line
+per event, appended through :class:`clankie.appender.Appender`:
+
+``admit``    a delivery submitted as a turn: the exact ``TurnSubmit`` (so a re-submission
+             has the same fingerprint at the service), whether it is a catch-up, and the
+             buffered messages it folds in; synced to disk before the submission goes out
+``buffer``   a message held for a catch-up turn (reply policy ``addressed``)
+``posting``  the result is settled and its reply is about to be posted
+``close``    the outcome (``settled``, ``absorbed``, ``silent``, ``failed``, ``expired``) and
+             the ids of the messages posted
+
+Unlike receipts, the journal holds message text: it is what a turn is run
+again from. It is state, like the session trees, never a log.
+
+:class:`JournalState` is pure: it folds lines into entries and answers what
+recovery needs (open deliveries, oldest first; rooms active within the
+horizon; the newest message seen per room). :class:`Journal` is the shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clankie.appender import Appender, DiskError
+from clankie.jsonl import read_lines
+from clankie.paths import ensure_private_dir
+from clankie.protocol import Room, TurnSubmit
+
+log = logging.getLogger(__name__)
+
+FILENAME = "journal.jsonl"
+OUTCOMES = frozenset({"settled", "absorbed", "silent", "failed", "expired"})
+COMPACT_MIN_LINES = 2000
+
+
+@dataclass(slots=True)
+class Entry:
+    """What the journal knows about one delivery."""
+
+    delivery_id: str
+    at: float  # wall time it was admitted
+    fingerprint: str
+    room: Room
+    submit: dict[str, Any] | None = None  # the TurnSubmit on the wire; None while only buffered
+    buffered: dict[str, Any] | None = None  # {"inbound": …, "trigger": …} while waiting for a catch-up
+    catching_up: bool = False
+    folds: tuple[str, ...] = ()
+    folded_into: str | None = None
+    posting: bool = False
+    outcome: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.outcome is None
+
+    def turn(self) -> TurnSubmit:
+        assert self.submit is not None
+        return TurnSubmit.model_validate(self.submit)
+
+
+def _message_order(delivery_id: str) -> int:
+    return int(delivery_id) if delivery_id.isdigit() else 0
+
+
+class JournalState:
+    """Entries by delivery id, folded from journal lines (pure: no I/O, time passed in)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self.skipped = 0
+
+    def apply(self, line: dict[str, Any]) -> None:
+        """Fold one line in; a line that does not make sense is counted and ignored."""
+        try:
+            self._apply(line)
+        except (KeyError, TypeError, ValueError, AssertionError):
+            self.skipped += 1
+
+    def _apply(self, line: dict[str, Any]) -> None:
+        op, did = line["op"], str(line["id"])
+        if op == "admit":
+            submit = line["submit"]
+            room = Room.model_validate(submit["room"])
+            entry = self.entries.get(did) or Entry(did, float(line["at"]), str(line["fp"]), room)
+            entry.submit, entry.buffered = submit, None
+            entry.catching_up = bool(line.get("catch_up", False))
+            entry.folds = tuple(str(f) for f in line.get("folds", ()))
+            self.entries[did] = entry
+            for fold in entry.folds:
+                if fold in self.entries:
+                    self.entries[fold].folded_into = did
+        elif op == "buffer":
+            room = Room.model_validate(line["room"])
+            self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
+                                      buffered={"inbound": line["inbound"], "trigger": line["trigger"]})
+        elif op == "posting":
+            self.entries[did].posting = True
+        elif op == "close":
+            outcome = str(line["outcome"])
+            if outcome not in OUTCOMES:
+                raise ValueError(outcome)
+            self.entries[did].outcome = outcome
+        elif op == "closed":  # a compacted closed entry: enough for de-duplication and the room's last id
+            room = Room.model_validate(line["room"])
+            self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room, outcome=str(line["outcome"]))
+        else:
+            raise ValueError(op)
+
+    # ------------------------------------------------------------ queries
+
+    def open_entries(self) -> list[Entry]:
+        """Deliveries without an outcome that are not folded into another one, oldest first."""
+        found = [e for e in self.entries.values() if e.open and e.folded_into is None]
+        return sorted(found, key=lambda e: (e.at, _message_order(e.delivery_id)))
+
+    def rooms_since(self, since: float) -> dict[str, tuple[Room, str]]:
+        """Rooms with a delivery admitted at or after ``since``: channel → (room, newest message id seen)."""
+        rooms: dict[str, tuple[Room, str]] = {}
+        newest: dict[str, str] = {}
+        for e in self.entries.values():
+            cid = e.room.channel_id
+            if not e.delivery_id.isdigit():
+                continue
+            if cid not in newest or int(e.delivery_id) > int(newest[cid]):
+                newest[cid] = e.delivery_id
+            if e.at >= since:
+                rooms[cid] = (e.room, "")
+        return {cid: (room, newest[cid]) for cid, (room, _) in rooms.items()}
+
+    def retained(self, since: float) -> list[Entry]:
+        """Every entry worth keeping: open ones, and closed ones admitted at or after ``since``."""
+        return [e for e in self.entries.values() if e.open or e.at >= since]
+
+    def compacted(self, since: float) -> list[dict[str, Any]]:
+        """The lines that rebuild :meth:`retained` exactly (folds after the entries they fold)."""
+        keep = self.retained(since)
+        lines: list[dict[str, Any]] = []
+        for e in sorted(keep, key=lambda e: e.submit is not None):
+            lines.extend(entry_lines(e))
+        return lines
+
+    def forget_before(self, since: float) -> None:
+        for did in [d for d, e in self.entries.items() if not e.open and e.at < since]:
+            del self.entries[did]
+
+
+def entry_lines(e: Entry) -> list[dict[str, Any]]:
+    """The shortest lines that rebuild one entry."""
+    if not e.open:
+        return [{"v": 1, "op": "closed", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
+                 "room": e.room.to_wire(), "outcome": e.outcome}]
+    if e.submit is None:
+        assert e.buffered is not None
+        return [{"v": 1, "op": "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
+                 "room": e.room.to_wire(), **e.buffered}]
+    lines: list[dict[str, Any]] = [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds)]
+    if e.posting:
+        lines.append({"v": 1, "op": "posting", "id": e.delivery_id})
+    return lines
+
+
+def admit_line(did: str, at: float, fp: str, submit: dict[str, Any], catching_up: bool,
+               folds: tuple[str, ...]) -> dict[str, Any]:
+    line: dict[str, Any] = {"v": 1, "op": "admit", "id": did, "at": at, "fp": fp, "submit": submit}
+    if catching_up:
+        line["catch_up"] = True
+    if folds:
+        line["folds"] = list(folds)
+    return line
+
+
+class Journal:
+    """The shell: one :class:`Appender`, the state it rebuilds on open, and compaction."""
+
+    def __init__(self, state_dir: Path, *, retention: float) -> None:
+        directory = ensure_private_dir(state_dir / "bridge")
+        self.path = directory / FILENAME
+        self.retention = retention
+        self.state = JournalState()
+        for line in read_lines(self.path):
+            self.state.apply(line)
+        if self.state.skipped:
+            log.warning("journal: %d unreadable lines skipped", self.state.skipped)
+        self._appender = Appender(self.path)
+        self._lines = len(self.state.entries)
+        self._compacting: asyncio.Task[int] | None = None
+
+    @property
+    def last_error(self) -> str | None:
+        return self._appender.last_error
+
+    def _append(self, *lines: dict[str, Any]) -> int:
+        for line in lines:
+            self.state.apply(line)
+        self._lines += len(lines)
+        return self._appender.append(*lines)
+
+    async def admit(self, submit: TurnSubmit, fp: str, at: float, *, catching_up: bool,
+                    folds: tuple[str, ...] = ()) -> None:
+        """Record a delivery about to be submitted, and wait until it is on the disk."""
+        seq = self._append(admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
+        await self._appender.durable(seq)
+
+    def buffer(self, did: str, at: float, fp: str, room: Room, inbound: dict[str, Any], trigger: dict[str, Any]) -> None:
+        self._append({"v": 1, "op": "buffer", "id": did, "at": at, "fp": fp, "room": room.to_wire(),
+                      "inbound": inbound, "trigger": trigger})
+        self._appender.sync_soon()
+
+    async def posting(self, did: str) -> None:
+        """Record that a reply is about to go out (recovery then looks for it before posting again)."""
+        seq = self._append({"v": 1, "op": "posting", "id": did})
+        await self._appender.durable(seq)
+
+    def close(self, did: str, outcome: str, at: float, *, code: str | None = None,
+              message_ids: tuple[str, ...] = ()) -> None:
+        """Record a delivery's one outcome, and the same for every buffered message it folded in."""
+        entry = self.state.entries.get(did)
+        lines = [_close_line(did, outcome, at, code, message_ids)]
+        folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
+        for fold in entry.folds if entry is not None else ():
+            lines.append(_close_line(fold, folded, at, None, ()))
+        self._append(*lines)
+        self._appender.sync_soon()
+        if self._lines > max(COMPACT_MIN_LINES, 4 * len(self.state.entries)) and self._compacting is None:
+            self._compacting = asyncio.get_running_loop().create_task(self._compact_soon(at), name="journal-compaction")
+
+    async def _compact_soon(self, now: float) -> int:
+        try:
+            left = await self.compact(now)
+        except DiskError as exc:
+            log.error("journal compaction failed (%s)", exc.code)
+            return -1
+        finally:
+            self._compacting = None
+        log.info("journal compacted: %d deliveries kept", left)
+        return left
+
+    async def compact(self, now: float) -> int:
+        """Drop closed deliveries older than the retention; returns how many entries remain."""
+        since = now - self.retention
+        self.state.forget_before(since)
+        lines = self.state.compacted(since)
+        await self._appender.rewrite(lines)
+        self._lines = len(lines)
+        return len(self.state.entries)
+
+    def aclose(self) -> None:
+        if self._compacting is not None:
+            self._compacting.cancel()
+        self._appender.close()
+
+
+def _close_line(did: str, outcome: str, at: float, code: str | None, message_ids: Iterable[str]) -> dict[str, Any]:
+    line: dict[str, Any] = {"v": 1, "op": "close", "id": did, "at": at, "outcome": outcome}
+    if code:
+        line["code"] = code
+    mids = list(message_ids)
+    if mids:
+        line["mids"] = mids
+    return line

@@ -1,0 +1,111 @@
+"""After a restart: finish what the journal says was left open, and ask Discord what it will not replay.
+
+Two steps, both bounded:
+
+1. :func:`resume_journal`, once at start, before the gateway connects: every
+   journaled delivery is remembered for de-duplication; each one without an
+   outcome is run again by its id (the service is idempotent), oldest first,
+   unless it is older than the recovery horizon, in which case it is closed
+   as ``expired`` with a receipt instead of being answered late. Buffered
+   messages go back into their room's catch-up backlog.
+2. :func:`fetch_missed`, on every new gateway session (READY, not RESUME):
+   for each room with a delivery admitted within the horizon, the channel
+   history after the newest message the journal has seen there, oldest
+   first, through the normal admission path (which de-duplicates by id).
+   Rooms, pages and messages per recovery are capped by settings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from bridge.port import PostError
+from bridge.turns import Bridge
+
+log = logging.getLogger(__name__)
+
+PAGE = 100  # Discord's largest page of channel history
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    horizon: float  # seconds: older deliveries are closed as expired, not answered
+    retention: float  # seconds: closed deliveries are remembered this long for de-duplication
+    max_rooms: int
+    max_pages: int  # per room
+    max_messages: int  # per recovery, all rooms together
+
+
+@dataclass(slots=True)
+class Report:
+    resumed: int = 0
+    expired: int = 0
+    restored: int = 0
+    rooms: int = 0
+    fetched: int = 0
+    admitted: int = 0
+    too_old: int = 0
+    capped: int = 0
+    failed_rooms: int = 0
+
+
+def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
+    """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog."""
+    report = Report()
+    state = bridge.journal.state
+    for entry in sorted(state.entries.values(), key=lambda e: e.at):
+        bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
+    for entry in state.open_entries():
+        if now - entry.at > limits.horizon:
+            bridge.expire(entry)
+            report.expired += 1
+        elif entry.submit is None:
+            bridge.restore_buffered(entry)
+            report.restored += 1
+        else:
+            bridge.resume(entry)
+            report.resumed += 1
+    if report.resumed or report.expired or report.restored:
+        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored",
+                 report.resumed, report.expired, report.restored)
+    return report
+
+
+async def fetch_missed(bridge: Bridge, limits: Limits, now: float) -> Report:
+    """Step 2: what Discord sent while no gateway session was listening, admitted oldest first."""
+    report = Report()
+    rooms = bridge.journal.state.rooms_since(now - limits.horizon)
+    ordered = sorted(rooms.values(), key=lambda pair: int(pair[1]), reverse=True)  # busiest-recently first
+    if len(ordered) > limits.max_rooms:
+        report.capped += len(ordered) - limits.max_rooms
+        ordered = ordered[: limits.max_rooms]
+    budget = limits.max_messages
+    for room, newest in ordered:
+        if budget <= 0:
+            report.capped += 1
+            continue
+        want = min(budget, limits.max_pages * PAGE)
+        try:
+            found = await bridge.port.missed(room, newest, want)
+        except PostError as exc:
+            log.warning("recovery: history of channel %s unavailable (%s)", room.channel_id, exc.code)
+            report.failed_rooms += 1
+            continue
+        report.rooms += 1
+        report.fetched += len(found)
+        budget -= len(found)
+        if len(found) >= want:
+            report.capped += 1
+        for inbound, msg_room, trigger in found:
+            if bridge.ingress.seen(inbound.message_id):
+                continue
+            if now - trigger.at > limits.horizon:
+                report.too_old += 1
+                bridge.too_old(inbound)
+                continue
+            if bridge.on_message(inbound, msg_room, trigger) is not None:
+                report.admitted += 1
+    log.info("recovery: %d rooms read, %d messages fetched, %d admitted, %d older than the horizon, %d capped, %d rooms failed",
+             report.rooms, report.fetched, report.admitted, report.too_old, report.capped, report.failed_rooms)
+    return report

@@ -1,0 +1,219 @@
+"""Append-only JSONL with group commit: each line reaches the kernel at once, the disk in batches.
+
+:class:`Appender` owns one file, opened ``O_APPEND`` without following
+symlinks and kept at mode 0600. :meth:`Appender.append` hands a whole line to
+the kernel on the caller's thread and returns its sequence number: once it
+returns, a crash of this process cannot lose the line (the page cache
+outlives us). :meth:`Appender.durable` waits until an ``fdatasync`` that
+*began after* that line was written has finished, which also covers a crash
+of the machine. Syncs run on one worker thread and each covers every line
+written before it started, so a burst of N appends costs one or two syncs,
+never N (group commit), and the event loop never waits on the disk.
+
+A write that fails part-way (``ENOSPC``, ``EIO``) is cut back to the file's
+previous length, so no torn line is left behind, and raises
+:class:`DiskError`; the next append works again once space returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from clankie.errors import ClankieError
+from clankie.jsonl import encode_line, write_all
+
+log = logging.getLogger(__name__)
+
+Sync = Callable[[int], None]
+
+
+class DiskError(ClankieError):
+    """Raised when the disk refused a line (full, read-only, failing); ``code`` names the errno."""
+
+    def __init__(self, exc: OSError) -> None:
+        self.errno = exc.errno or errno.EIO
+        self.code = "disk_full" if self.errno == errno.ENOSPC else f"disk_{errno.errorcode.get(self.errno, 'error').lower()}"
+        super().__init__(f"{self.code}: {exc.strerror or exc}")
+
+
+def _open(path: Path) -> int:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+class Appender:
+    """The only writer of one append-only JSONL file."""
+
+    def __init__(self, path: Path, *, sync: Sync = os.fdatasync) -> None:
+        self.path = path
+        self._sync = sync
+        self._fd = _open(path)
+        self._size = os.fstat(self._fd).st_size
+        self._written = 0  # sequence number of the last line handed to the kernel
+        self._synced = 0  # every line up to this one is on the disk
+        self._round: asyncio.Future[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sync-{path.name}")
+        self.failures = 0
+        self.last_error: str | None = None
+        self._end_torn_line()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _end_torn_line(self) -> None:
+        """After a crash mid-line, start on a fresh line so the next one is not glued to the torn one."""
+        if self._size == 0:
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(self._size - 1)
+            if fh.read(1) != b"\n":
+                self._write(b"\n")
+
+    # ------------------------------------------------------------ writing
+
+    def _write(self, data: bytes) -> None:
+        try:
+            write_all(self._fd, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)  # leave no torn line behind
+            self.failures += 1
+            error = DiskError(exc)
+            self.last_error = error.code
+            raise error from None
+        self._size += len(data)
+        self.last_error = None
+
+    def append(self, *records: dict[str, Any]) -> int:
+        """Write ``records`` as whole lines in one write; returns the sequence number to wait on."""
+        self._write(b"".join(encode_line(r) for r in records))
+        self._written += 1
+        return self._written
+
+    async def durable(self, seq: int | None = None) -> None:
+        """Wait until line ``seq`` (default: the last one written) is on the disk; raises :class:`DiskError`."""
+        target = self._written if seq is None else seq
+        while self._synced < target:
+            if self._round is None:
+                self._round = asyncio.ensure_future(self._sync_round())
+            await asyncio.shield(self._round)
+
+    def sync_soon(self) -> None:
+        """Start a sync for what has been written without waiting for it (errors are logged, not raised)."""
+        if self._synced >= self._written or self._round is not None:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool or a test): sync inline
+            self._sync_now()
+            return
+        self._round = asyncio.ensure_future(self._sync_round())
+        self._round.add_done_callback(_log_failure)
+
+    async def _sync_round(self) -> None:
+        upto = self._written
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._sync, self._fd)
+        except OSError as exc:
+            self.failures += 1
+            error = DiskError(exc)
+            self.last_error = error.code
+            raise error from None
+        finally:
+            self._round = None
+        self._synced = max(self._synced, upto)
+
+    def _sync_now(self) -> None:
+        try:
+            self._sync(self._fd)
+        except OSError as exc:
+            self.failures += 1
+            self.last_error = DiskError(exc).code
+            log.error("cannot sync %s: %s", self.path.name, exc.strerror)
+            return
+        self._synced = self._written
+
+    # ------------------------------------------------------------ compaction
+
+    async def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace the file with ``records``: a new file written and synced off the loop, then renamed in.
+
+        Appends may go on meanwhile; the lines they add to the old file are
+        carried over to the new one just before the rename, so none is lost.
+        """
+        start, upto = self._size, self._written
+        data = b"".join(encode_line(r) for r in records)
+        tmp = self.path.with_name(self.path.name + ".new")
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, _write_file, tmp, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise DiskError(exc) from None
+        while self._round is not None:  # never close the old fd under a sync in flight
+            with contextlib.suppress(DiskError):
+                await asyncio.shield(self._round)
+        # from here to the swap: no await, so no line can slip past
+        tail = _read_from(self.path, start)
+        fd = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            write_all(fd, tail)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise DiskError(exc) from None
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        os.close(self._fd)
+        self._fd = _open(self.path)
+        self._size = os.fstat(self._fd).st_size
+        self._synced = max(self._synced, upto)  # the carried-over tail waits for the next sync
+        with contextlib.suppress(OSError):
+            _sync_dir(self.path.parent)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                self._sync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        self._pool.shutdown(wait=False)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read()
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _log_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("background sync failed: %s", future.exception())
