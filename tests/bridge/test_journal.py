@@ -1,0 +1,137 @@
+"""The ingress journal: what it remembers of each delivery, and that compaction forgets only what it may."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from bridge.journal import Journal, JournalState
+from clankie.jsonl import read_lines
+from clankie.protocol import Author, Room, Trigger, TurnSubmit
+
+ROOM = Room(guild_id="100", channel_id="101", name="general")
+OTHER = Room(guild_id="100", channel_id="102")
+
+
+def submit(did: str, room: Room = ROOM, text: str = "hi") -> TurnSubmit:
+    trigger = Trigger(message_id=did, author=Author(id="5", name="p"), text=text, at=float(did))
+    return TurnSubmit(delivery_id=did, room=room, trigger=trigger)
+
+
+def admit(did: str, at: float, room: Room = ROOM, **extra: Any) -> dict[str, Any]:
+    return {"v": 1, "op": "admit", "id": did, "at": at, "fp": f"fp{did}", "submit": submit(did, room).to_wire(), **extra}
+
+
+def buffer(did: str, at: float) -> dict[str, Any]:
+    trigger = submit(did).trigger
+    inbound = {"message_id": did, "channel_id": ROOM.channel_id, "guild_id": ROOM.guild_id, "author_id": "5"}
+    return {"v": 1, "op": "buffer", "id": did, "at": at, "fp": f"fp{did}", "room": ROOM.to_wire(),
+            "inbound": inbound, "trigger": trigger.to_wire()}
+
+
+def close(did: str, outcome: str = "settled") -> dict[str, Any]:
+    return {"v": 1, "op": "close", "id": did, "at": 0.0, "outcome": outcome}
+
+
+def state_of(*lines: dict[str, Any]) -> JournalState:
+    s = JournalState()
+    for line in lines:
+        s.apply(line)
+    return s
+
+
+def test_open_deliveries_come_back_oldest_first_with_the_exact_submission() -> None:
+    """Recovery re-submits what has no outcome, oldest first, with the record that was first submitted."""
+    s = state_of(admit("30", 3.0), admit("10", 1.0), admit("20", 2.0), close("20"))
+    assert [e.delivery_id for e in s.open_entries()] == ["10", "30"]
+    assert s.open_entries()[0].turn() == submit("10")
+
+
+def test_a_catch_up_turn_carries_its_folded_messages_to_one_outcome() -> None:
+    """Buffered messages folded into a catch-up are not resumed on their own; the catch-up's close ends them."""
+    s = state_of(buffer("1", 1.0), buffer("2", 2.0), buffer("3", 3.0))
+    assert [e.delivery_id for e in s.open_entries()] == ["1", "2", "3"]
+    s.apply(admit("3", 3.0, catch_up=True, folds=["1", "2"]))
+    assert [e.delivery_id for e in s.open_entries()] == ["3"]
+    assert s.open_entries()[0].catching_up and s.open_entries()[0].folds == ("1", "2")
+
+
+def test_posting_is_remembered_so_recovery_looks_before_posting_again() -> None:
+    """A delivery whose reply had begun to go out says so after a restart."""
+    s = state_of(admit("1", 1.0), {"v": 1, "op": "posting", "id": "1"})
+    assert s.open_entries()[0].posting
+
+
+def test_unreadable_lines_are_counted_and_skipped() -> None:
+    """A line that names no known delivery or op is ignored; everything else still folds."""
+    s = state_of({"op": "close", "id": "404", "outcome": "settled"}, {"op": "dance", "id": "1"},
+                 admit("2", 2.0), close("2", "exploded"))
+    assert s.skipped == 3
+    assert [e.delivery_id for e in s.open_entries()] == ["2"]
+
+
+def test_rooms_since_names_each_active_room_with_its_newest_message() -> None:
+    """Only rooms with a delivery inside the horizon are read back, each from its newest message seen."""
+    s = state_of(admit("10", 1.0), admit("50", 5.0), close("50"), admit("20", 9.0, room=OTHER), admit("5", 0.5))
+    assert s.rooms_since(4.0) == {"101": (ROOM, "50"), "102": (OTHER, "20")}
+    assert s.rooms_since(6.0) == {"102": (OTHER, "20")}
+
+
+def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: Path) -> None:
+    """Open deliveries survive any compaction; closed ones are kept for de-duplication until the retention ends."""
+
+    async def main() -> None:
+        j = Journal(tmp_path, retention=100.0)
+        await j.admit(submit("1"), "fp1", 10.0, catching_up=False)
+        await j.admit(submit("2"), "fp2", 20.0, catching_up=False)
+        await j.admit(submit("3"), "fp3", 150.0, catching_up=False)
+        await j.posting("2")
+        j.close("1", "settled", 11.0, message_ids=("900",))
+        j.close("3", "silent", 151.0)
+        left = await j.compact(now=160.0)  # "1" closed and admitted before 60: forgotten
+        assert left == 2
+        j.aclose()
+        reread = Journal(tmp_path, retention=100.0)
+        assert sorted(reread.state.entries) == ["2", "3"]
+        assert [e.delivery_id for e in reread.state.open_entries()] == ["2"]
+        assert reread.state.open_entries()[0].posting
+        assert reread.state.entries["3"].outcome == "silent" and reread.state.entries["3"].fingerprint == "fp3"
+        assert stat.S_IMODE(os.stat(reread.path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(reread.path.parent).st_mode) == 0o700
+        reread.aclose()
+
+    asyncio.run(main())
+
+
+def test_compaction_rebuilds_the_same_state_it_was_made_from() -> None:
+    """The compacted lines of any state fold back into that state; a closed delivery keeps no message text."""
+    s = state_of(buffer("1", 1.0), buffer("2", 2.0), admit("2", 2.0, catch_up=True, folds=["1"]),
+                 admit("3", 3.0), {"v": 1, "op": "posting", "id": "3"}, admit("4", 4.0), close("4", "failed"),
+                 buffer("5", 5.0))
+    again = state_of(*s.compacted(since=0.0))
+    view = lambda st: sorted((e.delivery_id, e.outcome, e.posting, e.folds, e.folded_into,  # noqa: E731
+                              e.submit is None if e.open else None) for e in st.entries.values() if e.open)
+    assert view(again) == view(s)
+    assert again.entries["4"].outcome == "failed" and again.entries["4"].submit is None
+    assert [e.delivery_id for e in again.open_entries()] == ["2", "3", "5"]
+
+
+def test_a_crash_mid_line_costs_only_that_line(tmp_path: Path) -> None:
+    """The journal reads back every complete line after a torn one, and appends after it."""
+
+    async def main() -> None:
+        j = Journal(tmp_path, retention=100.0)
+        await j.admit(submit("1"), "fp1", 1.0, catching_up=False)
+        j.aclose()
+        with open(j.path, "ab") as fh:
+            fh.write(b'{"v":1,"op":"admit","id":"2","at":2.0,"fp":"f')
+        again = Journal(tmp_path, retention=100.0)
+        assert [e.delivery_id for e in again.state.open_entries()] == ["1"]
+        again.close("1", "settled", 3.0)
+        again.aclose()
+        assert [line["op"] for line in read_lines(j.path)] == ["admit", "close"]
+
+    asyncio.run(main())
