@@ -208,6 +208,12 @@ class FakeDiscord:
         """Dispatch a stored message again, as Discord sometimes does."""
         await self._dispatch("MESSAGE_CREATE", payload)
 
+    async def invalidate_sessions(self) -> None:
+        """Send INVALID_SESSION (not resumable) on every gateway session: clients must IDENTIFY anew."""
+        for ws in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
+
     async def close_gateway(self, code: int = 4000) -> None:
         """Close every gateway session with ``code`` (4000 lets discord.py resume)."""
         for ws in list(self._sockets):
