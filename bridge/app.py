@@ -91,6 +91,7 @@ class BridgeApp:
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._again = False
+        self._quiet_since: float | None = self.clock.wall()  # no gateway session yet: everything since start
         self.bridge = Bridge(
             ingress=self.ingress,
             port=self.port,
@@ -163,6 +164,16 @@ class BridgeApp:
             self.journal.aclose()
             self.receipts.close()
 
+    def _on_quiet(self) -> None:
+        """The gateway session dropped: from now on, messages may be missed until a resume or a recovery."""
+        if self._quiet_since is None:
+            self._quiet_since = self.clock.wall()
+
+    def _on_resumed(self) -> None:
+        """Discord replays what it sent during the gap: nothing to fetch."""
+        if self._recovering is None or self._recovering.done():
+            self._quiet_since = None
+
     def _on_session(self) -> None:
         """A new gateway session: fetch what Discord will not replay (one recovery at a time)."""
         if self._recovering is not None and not self._recovering.done():
@@ -173,7 +184,12 @@ class BridgeApp:
     async def _fetch_missed(self) -> recovery.Report:
         while True:
             self._again = False
-            self.recovered = await recovery.fetch_missed(self.bridge, self.limits, self.clock.wall())
+            quiet_since = self._quiet_since if self._quiet_since is not None else self.clock.wall()
+            self._quiet_since = None
+            try:
+                self.recovered = await recovery.fetch_missed(self.bridge, self.limits, self.clock.wall(), quiet_since)
+            except Exception:  # a bug here must not take the bridge down; the next session tries again
+                log.exception("recovery after a new gateway session failed")
             if not self._again:
                 return self.recovered
 
@@ -189,6 +205,8 @@ class BridgeApp:
                 on_status=self.set_status,
                 on_owner=self.ingress.owner,
                 on_session=self._on_session,
+                on_quiet=self._on_quiet,
+                on_resumed=self._on_resumed,
                 discover_gateway=bool(self.settings.discord_api_base),
                 guild_ready_timeout=self._guild_ready_timeout,
             )

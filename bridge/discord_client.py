@@ -287,6 +287,8 @@ class BridgeClient(discord.Client):
         discover_gateway: bool,
         guild_ready_timeout: float = 2.0,
         on_session: Callable[[], None] = lambda: None,
+        on_quiet: Callable[[], None] = lambda: None,
+        on_resumed: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(
             intents=intents(),
@@ -298,6 +300,8 @@ class BridgeClient(discord.Client):
         self._on_status = on_status
         self._on_owner = on_owner
         self._on_session = on_session
+        self._on_quiet = on_quiet
+        self._on_resumed_cb = on_resumed
         self._discover = discover_gateway
 
     async def setup_hook(self) -> None:
@@ -321,8 +325,10 @@ class BridgeClient(discord.Client):
 
     async def on_resumed(self) -> None:
         self._on_status("connected")
+        self._on_resumed_cb()
 
     async def on_disconnect(self) -> None:
+        self._on_quiet()
         if not self.is_closed():
             self._on_status("connecting")
 

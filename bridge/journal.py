@@ -122,19 +122,18 @@ class JournalState:
         found = [e for e in self.entries.values() if e.open and e.folded_into is None]
         return sorted(found, key=lambda e: (e.at, _message_order(e.delivery_id)))
 
-    def rooms_since(self, since: float) -> dict[str, tuple[Room, str]]:
-        """Rooms with a delivery admitted at or after ``since``: channel → (room, newest message id seen)."""
-        rooms: dict[str, tuple[Room, str]] = {}
-        newest: dict[str, str] = {}
+    def rooms_since(self, since: float, before: float) -> dict[str, tuple[Room, str | None]]:
+        """Rooms with a delivery admitted at or after ``since``, each with the newest message it had
+        admitted by ``before`` (when the gateway went quiet; None if none): channel → (room, message id)."""
+        rooms: dict[str, Room] = {}
+        newest: dict[str, int] = {}
         for e in self.entries.values():
             cid = e.room.channel_id
-            if not e.delivery_id.isdigit():
-                continue
-            if cid not in newest or int(e.delivery_id) > int(newest[cid]):
-                newest[cid] = e.delivery_id
             if e.at >= since:
-                rooms[cid] = (e.room, "")
-        return {cid: (room, newest[cid]) for cid, (room, _) in rooms.items()}
+                rooms[cid] = e.room
+            if e.at <= before and e.delivery_id.isdigit():
+                newest[cid] = max(newest.get(cid, 0), int(e.delivery_id))
+        return {cid: (room, str(newest[cid]) if cid in newest else None) for cid, room in rooms.items()}
 
     def retained(self, since: float) -> list[Entry]:
         """Every entry worth keeping: open ones, and closed ones admitted at or after ``since``."""

@@ -10,8 +10,9 @@ Two steps, both bounded:
    messages go back into their room's catch-up backlog.
 2. :func:`fetch_missed`, on every new gateway session (READY, not RESUME):
    for each room with a delivery admitted within the horizon, the channel
-   history after the newest message the journal has seen there, oldest
-   first, through the normal admission path (which de-duplicates by id).
+   history after the newest message the journal had seen there when the
+   gateway went quiet, oldest first, through the normal admission path
+   (which de-duplicates by id).
    Rooms, pages and messages per recovery are capped by settings.
 """
 
@@ -26,6 +27,12 @@ from bridge.turns import Bridge
 log = logging.getLogger(__name__)
 
 PAGE = 100  # Discord's largest page of channel history
+DISCORD_EPOCH_MS = 1_420_070_400_000
+
+
+def snowflake_at(wall: float) -> int:
+    """The smallest Discord id that could have been made at ``wall`` (seconds since the epoch)."""
+    return max(0, int(wall * 1000) - DISCORD_EPOCH_MS) << 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +79,20 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
     return report
 
 
-async def fetch_missed(bridge: Bridge, limits: Limits, now: float) -> Report:
-    """Step 2: what Discord sent while no gateway session was listening, admitted oldest first."""
+async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: float) -> Report:
+    """Step 2: what Discord sent while no gateway session was listening, admitted oldest first.
+
+    ``quiet_since`` is when the gateway stopped handing us messages (the last
+    disconnect, or the process start): each room is read after the newest
+    message it had admitted by then. Messages this session already handed us
+    are skipped by id.
+    """
     report = Report()
-    rooms = bridge.journal.state.rooms_since(now - limits.horizon)
-    ordered = sorted(rooms.values(), key=lambda pair: int(pair[1]), reverse=True)  # busiest-recently first
+    floor = snowflake_at(now - limits.horizon)
+    rooms = bridge.journal.state.rooms_since(now - limits.horizon, quiet_since)
+    # a room first heard from after the gap began is read from the horizon (its gap has no known start)
+    marks = [(room, max(floor, int(newest)) if newest is not None else floor) for room, newest in rooms.values()]
+    ordered = sorted(marks, key=lambda pair: pair[1], reverse=True)  # most recently active first
     if len(ordered) > limits.max_rooms:
         report.capped += len(ordered) - limits.max_rooms
         ordered = ordered[: limits.max_rooms]
@@ -87,7 +103,7 @@ async def fetch_missed(bridge: Bridge, limits: Limits, now: float) -> Report:
             continue
         want = min(budget, limits.max_pages * PAGE)
         try:
-            found = await bridge.port.missed(room, newest, want)
+            found = await bridge.port.missed(room, str(newest), want)
         except PostError as exc:
             log.warning("recovery: history of channel %s unavailable (%s)", room.channel_id, exc.code)
             report.failed_rooms += 1

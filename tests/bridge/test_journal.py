@@ -73,11 +73,13 @@ def test_unreadable_lines_are_counted_and_skipped() -> None:
     assert [e.delivery_id for e in s.open_entries()] == ["2"]
 
 
-def test_rooms_since_names_each_active_room_with_its_newest_message() -> None:
-    """Only rooms with a delivery inside the horizon are read back, each from its newest message seen."""
+def test_rooms_since_names_each_active_room_with_its_newest_message_before_the_gap() -> None:
+    """Rooms with a delivery inside the horizon are read back from the newest message admitted before the gap."""
     s = state_of(admit("10", 1.0), admit("50", 5.0), close("50"), admit("20", 9.0, room=OTHER), admit("5", 0.5))
-    assert s.rooms_since(4.0) == {"101": (ROOM, "50"), "102": (OTHER, "20")}
-    assert s.rooms_since(6.0) == {"102": (OTHER, "20")}
+    assert s.rooms_since(4.0, before=10.0) == {"101": (ROOM, "50"), "102": (OTHER, "20")}
+    assert s.rooms_since(6.0, before=10.0) == {"102": (OTHER, "20")}
+    # what the new session admitted (after the gap began at 4.0) is not a mark: the gap is read from "10"
+    assert s.rooms_since(0.0, before=4.0) == {"101": (ROOM, "10"), "102": (OTHER, None)}
 
 
 def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: Path) -> None:
