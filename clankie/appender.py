@@ -6,7 +6,7 @@ the kernel on the caller's thread and returns its sequence number: once it
 returns, a crash of this process cannot lose the line (the page cache
 outlives us). :meth:`Appender.durable` waits until an ``fdatasync`` that
 *began after* that line was written has finished, which also covers a crash
-of the machine. Syncs run on one worker thread and each covers every line
+of the machine. Syncs run on the process's sync threads and each covers every line
 written before it started, so a burst of N appends costs one or two syncs,
 never N (group commit), and the event loop never waits on the disk.
 
@@ -33,6 +33,25 @@ from clankie.jsonl import encode_line, write_all
 log = logging.getLogger(__name__)
 
 Sync = Callable[[int], None]
+SYNC_THREADS = 2
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def sync_pool() -> ThreadPoolExecutor:
+    """The process's sync threads, shared by every appender (created on first use, anew after a fork)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="clankie-sync")
+    return _pool
+
+
+def _forget_pool() -> None:
+    global _pool
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 class DiskError(ClankieError):
@@ -61,7 +80,6 @@ class Appender:
         self._written = 0  # sequence number of the last line handed to the kernel
         self._synced = 0  # every line up to this one is on the disk
         self._round: asyncio.Future[None] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sync-{path.name}")
         self.failures = 0
         self.last_error: str | None = None
         self._end_torn_line()
@@ -123,7 +141,7 @@ class Appender:
     async def _sync_round(self) -> None:
         upto = self._written
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self._sync, self._fd)
+            await asyncio.get_running_loop().run_in_executor(sync_pool(), self._sync, self._fd)
         except OSError as exc:
             self.failures += 1
             error = DiskError(exc)
@@ -155,7 +173,7 @@ class Appender:
         data = b"".join(encode_line(r) for r in records)
         tmp = self.path.with_name(self.path.name + ".new")
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, _write_file, tmp, data)
+            await asyncio.get_running_loop().run_in_executor(sync_pool(), _write_file, tmp, data)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -188,7 +206,6 @@ class Appender:
                 self._sync(self._fd)
             os.close(self._fd)
             self._fd = -1
-        self._pool.shutdown(wait=False)
 
 
 def _write_file(path: Path, data: bytes) -> None:
