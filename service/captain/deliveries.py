@@ -193,8 +193,12 @@ class DeliveryStore:
     def release(self, delivery_id: str) -> None:
         """Forget the run an accepted delivery joined (a graceful stop cut it): it stays to be run again, uncharged."""
         rec = self._open.pop(delivery_id, None)
-        if rec is not None and rec.run is not None:
+        if rec is None or rec.run is None:
+            return
+        try:
             self._write_all([replace(rec, run=None)])
+        except OSError as exc:  # the stop goes on; the restarted service will count this run against it
+            log.error("could not release delivery %s from run %s: %s", delivery_id, rec.run, exc.strerror)
 
     def settle(self, delivery_id: str, result: TurnResult, record: Retained | None = None) -> None:
         """Retain the delivery's result: the record this process accepted, else ``record`` (loaded from disk)."""
