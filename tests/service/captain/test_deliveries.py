@@ -199,3 +199,15 @@ def test_a_join_that_cannot_be_written_is_logged_not_raised(
     with caplog.at_level("ERROR"):
         store.join("r1", ["d1"])
     assert "could not record 1 deliveries joining run r1" in caplog.text
+
+
+def test_a_release_that_cannot_be_written_is_logged_not_raised(
+    store: DeliveryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A graceful stop goes on when the cut run cannot be cleared from a record; the log says which run."""
+    store.accept("d1", FP)
+    store.join("r1", ["d1"])
+    shutil.rmtree(store.directory)
+    with caplog.at_level("ERROR"):
+        store.release("d1")
+    assert "could not release delivery d1 from run r1" in caplog.text
