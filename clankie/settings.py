@@ -149,6 +149,7 @@ class Settings(BaseSettings):
     compaction_reserve_tokens: int = Field(default=16_384, ge=0)
     compaction_keep_tokens: int = Field(default=20_000, ge=0)
     captain_durable: bool = True
+    poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison
 
     # hosts
     browser_allow_private: bool = False

@@ -30,6 +30,7 @@ from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
 from service.captain.hosts import HostClient
+from service.captain.keys import CaptainPaths
 from service.captain.records import Evidence
 from service.captain.service import TurnService
 
@@ -62,12 +63,21 @@ class ServiceApp:
         rt = settings.runtime_dir
         self.browser = HostClient("browser", socket_path(rt, "browser"), self.clock)
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
+        paths = CaptainPaths.under(settings.state_dir)
+        ensure_private_dir(paths.root)
+        self.store = DeliveryStore(paths.deliveries, self.clock)
         self.captain = Captain(
-            CaptainDeps(settings=settings, clock=self.clock, provider=self.provider, browser=self.browser, tldraw=self.tldraw)
+            CaptainDeps(
+                settings=settings,
+                clock=self.clock,
+                provider=self.provider,
+                browser=self.browser,
+                tldraw=self.tldraw,
+                joins=self.store.join,
+            )
         )
-        ensure_private_dir(self.captain.paths.root)
-        self.store = DeliveryStore(self.captain.paths.deliveries, self.clock)
-        self.turns = TurnService(self.captain, self.store, Evidence(self.captain.paths.evidence, self.clock), self.clock)
+        evidence = Evidence(paths.evidence, self.clock)
+        self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs)
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
 

@@ -7,6 +7,10 @@ disconnected or broken by a mid-stream ``error`` event; a :class:`Failure`
 is an HTTP error with the API's JSON error body. Every request body is
 recorded in :attr:`FakeAnthropic.requests`.
 
+A test may instead choose each request's scenario from its body with
+:meth:`FakeAnthropic.respond_with` (e.g. hold one room's runs and answer
+another's, or act when a request carries a marker).
+
 Usage numbers respond to ``cache_control``: a prefix (tools → system →
 messages) that ends at a breakpoint is written to an in-memory cache, and a
 later request that repeats it is billed as a cache read.
@@ -24,7 +28,7 @@ import hashlib
 import itertools
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +82,7 @@ class Failure:
 
 
 Scenario = Reply | Failure
+Responder = Callable[[dict[str, Any]], Scenario | None]
 
 
 # -- scenario helpers ----------------------------------------------------------
@@ -232,6 +237,7 @@ class FakeAnthropic:
         self._script: collections.deque[Scenario] = collections.deque()
         self._echo = echo_by_default
         self.gate: asyncio.Event | None = None  # set to a cleared Event to hold every answer until it is set
+        self._responder: Responder | None = None
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -240,6 +246,10 @@ class FakeAnthropic:
     def script(self, *scenarios: Scenario) -> None:
         """Queue scenarios; each request consumes the next one."""
         self._script.extend(scenarios)
+
+    def respond_with(self, responder: Responder | None) -> None:
+        """Let ``responder(body)`` choose each request's scenario (recorded first); None defers to the script."""
+        self._responder = responder
 
     @property
     def pending(self) -> int:
@@ -281,7 +291,9 @@ class FakeAnthropic:
         self.requests.append(body)
         async with self._changed:
             self._changed.notify_all()
-        scenario = self._script.popleft() if self._script else self._default(body)
+        scenario = self._responder(body) if self._responder is not None else None
+        if scenario is None:
+            scenario = self._script.popleft() if self._script else self._default(body)
         if self.gate is not None:
             await self._pause(None, self.gate)
         if isinstance(scenario, Failure):

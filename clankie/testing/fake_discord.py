@@ -10,7 +10,8 @@ IDENTIFY with READY and one GUILD_CREATE per guild, ACKs heartbeats, RESUMEs
 (replaying missed dispatches) and dispatches MESSAGE_CREATE for messages a
 test injects with :meth:`FakeDiscord.message`. Faults are scripted per route
 (:meth:`FakeDiscord.fail`): 429 with ``retry_after`` (and ``Via: 1.1 google``),
-503, 500. Every REST call is recorded in :attr:`FakeDiscord.calls`, every
+503, 500; a route can also be held until the test releases it
+(:meth:`FakeDiscord.hold`). Every REST call is recorded in :attr:`FakeDiscord.calls`, every
 posted message in :attr:`FakeDiscord.posts` (content, reference, allowed
 mentions, nonce, file bytes). Responses say exactly ``Content-Type: application/json``.
 """
@@ -107,6 +108,7 @@ class FakeDiscord:
         self.post_answers.set()
         self.messages: dict[str, list[dict[str, Any]]] = {}
         self._faults: dict[str, deque[Fault]] = {}
+        self._holds: dict[str, asyncio.Event] = {}
         self._nonces: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._sockets: set[web.WebSocketResponse] = set()
         self._dispatched: list[dict[str, Any]] = []
@@ -140,6 +142,8 @@ class FakeDiscord:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def close(self) -> None:
+        for gate in self._holds.values():
+            gate.set()
         for ws in list(self._sockets):
             with contextlib.suppress(Exception):
                 await ws.close(code=1001)
@@ -173,6 +177,16 @@ class FakeDiscord:
     def forget_nonces(self) -> None:
         """Forget every nonce, as Discord does a few minutes after a post."""
         self._nonces.clear()
+
+    def hold(self, route: str) -> asyncio.Event:
+        """Hold every call to ``route`` (recorded at once, answered later) until the returned event is set.
+
+        Holding the history route keeps a cold lane's run accepted but not
+        streaming. Calling it again arms a new hold; closing the fake releases all.
+        """
+        gate = asyncio.Event()
+        self._holds[route] = gate
+        return gate
 
     def dm_channel(self, user_id: str) -> str:
         return f"7{user_id[-17:]}"
@@ -280,6 +294,10 @@ class FakeDiscord:
         """Record the call; answer with a scripted fault if one is queued for this route."""
         call = Call(request.method, route, request.path, json=body, at=time.monotonic())
         self.calls.append(call)
+        gate = self._holds.get(route)
+        if gate is not None and not gate.is_set():
+            await self._notify()
+            await gate.wait()
         queue = self._faults.get(route)
         if queue:
             fault = queue.popleft()

@@ -4,7 +4,10 @@
 ended. The lane lookup, the lane machine's decision and the run start happen
 with no ``await`` between them, so two messages can never both start a run in
 one room. Agent events drive the machine (``RunStart`` → streaming, ``RunEnd``
-→ results), the typing watcher and the stall report.
+→ results), the typing watcher and the stall report. Before a delivery is
+handed to a run (as its owner, or steered into it), ``CaptainDeps.joins`` is
+told which run it joins, so a crash during that run is counted against it
+and against nobody who was merely waiting (:mod:`service.captain.deliveries`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clankie.clock import Clock
@@ -66,7 +70,9 @@ from service.captain.live import (
     LanePlan,
     LiveLane,
     TurnSlot,
+    ended_within,
     failure_code,
+    joined_by,
     lane_message,
     send_typing,
 )
@@ -106,6 +112,7 @@ class CaptainDeps:
     provider: Provider | None
     browser: HostClient | None = None
     tldraw: HostClient | None = None
+    joins: Callable[[str, tuple[str, ...]], None] | None = None  # (run id, delivery ids) before they join that run
 
 
 class Captain:
@@ -118,6 +125,7 @@ class Captain:
         self._provider = deps.provider
         self._browser = deps.browser
         self._tldraw = deps.tldraw
+        self._joins = deps.joins
         self.paths = keys.CaptainPaths.under(deps.settings.state_dir)
         self.lanes: dict[str, LiveLane] = {}
         self._closing: dict[str, asyncio.Task[None]] = {}
@@ -233,6 +241,8 @@ class Captain:
                 assert new is not None
                 slot = TurnSlot(action.turn_id, *new)
                 lane.slots[action.turn_id] = slot
+            if self._joins is not None and (joined := joined_by(lane, action)) is not None:
+                self._joins(*joined)  # durable before the agent sees them: a crash now is charged to them
             if isinstance(action, StartRun):
                 lane.capture.owner = slot.delivery
                 lane.run_id = action.run_id
@@ -306,7 +316,7 @@ class Captain:
 
     async def _teardown(self, lane: LiveLane) -> None:
         task = lane.owner_task
-        if task is not None and task is not asyncio.current_task() and not await self._ended_within(task, TEARDOWN_GRACE):
+        if task is not None and task is not asyncio.current_task() and not await ended_within(self._clock, task, TEARDOWN_GRACE):
             # the run ignores its abort: never close (or share) a tree it may still write
             log.warning("lane %s: aborted run %s still running after %gs; next turn gets a fresh tree", lane.key, lane.run_id, TEARDOWN_GRACE)
             self.zombies[lane.run_id] = lane
@@ -323,16 +333,6 @@ class Captain:
         if lane.unsubscribe is not None:
             lane.unsubscribe()
         lane.agent.session.close()
-
-    async def _ended_within(self, task: asyncio.Task[None], seconds: float) -> bool:
-        """Wait (on the injected clock) up to ``seconds`` for ``task``; True if it is done."""
-        if not task.done():
-            timer = asyncio.ensure_future(self._clock.sleep(seconds))
-            try:
-                await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                timer.cancel()
-        return task.done()
 
     # ------------------------------------------------------------------ the owner's run
 
@@ -439,7 +439,7 @@ class Captain:
         if lane is None or not self.abort(key, run_id, reason):
             return False
         task = lane.owner_task
-        ended = task is None or await self._ended_within(task, wait)
+        ended = task is None or await ended_within(self._clock, task, wait)
         if not ended:
             log.warning("lane %s: run %s did not stop within %gs of its abort", key, lane.run_id, wait)
         return ended

@@ -122,6 +122,20 @@ class DropLane:
 Action = StartRun | HoldSteer | FlushSteers | Steer | AbortAgent | Finish | Fail | DropLane
 
 
+def joining(action: Action) -> tuple[str, ...]:
+    """The turns ``action`` makes part of the live run: its owner, or steers handed to the agent.
+
+    Only these are charged if the service dies during the run
+    (:mod:`service.captain.deliveries`). A :class:`HoldSteer` is not: a held
+    turn joins the run when it is flushed into it.
+    """
+    if isinstance(action, StartRun | Steer):
+        return (action.turn_id,)
+    if isinstance(action, FlushSteers):
+        return action.turn_ids
+    return ()
+
+
 # ------------------------------------------------------------------- the machine
 
 

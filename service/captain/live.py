@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import HistoryMessage, Room, Trigger, TurnResult, TypingSignal
 
@@ -20,7 +21,7 @@ from service.agent.content import UserMessage
 from service.agent.outcome import OutcomeKind, RunOutcome
 from service.captain import prompt
 from service.captain.inbound import NO_TURN_IMAGES, TurnImages
-from service.captain.lane import Lane
+from service.captain.lane import Action, Lane, joining
 from service.captain.records import LaneLog
 from service.captain.tools import DeliveryContext, TurnCapture
 
@@ -76,6 +77,25 @@ class LiveLane:
     last_outcome: RunOutcome | None = None
     unsubscribe: Callable[[], None] | None = None
     history_requests: int = 0
+
+
+def joined_by(lane: LiveLane, action: Action) -> tuple[str, tuple[str, ...]] | None:
+    """The lane's run id and the delivery ids ``action`` makes part of that run, or None if it adds none."""
+    turns = joining(action)
+    if not turns or lane.machine.run_id is None:
+        return None
+    return lane.machine.run_id, tuple(lane.slots[t].delivery.delivery_id for t in turns)
+
+
+async def ended_within(clock: Clock, task: asyncio.Task[None], seconds: float) -> bool:
+    """Wait (on ``clock``) up to ``seconds`` for ``task``; True if it is done."""
+    if not task.done():
+        timer = asyncio.ensure_future(clock.sleep(seconds))
+        try:
+            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+    return task.done()
 
 
 def failure_code(outcome: RunOutcome) -> str | None:

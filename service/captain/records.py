@@ -67,13 +67,20 @@ class Evidence:
         self._clock = clock
 
     def record(
-        self, delivery_id: str, event: str, *, lane: str, code: str | None = None, turn_id: str | None = None
+        self,
+        delivery_id: str,
+        event: str,
+        *,
+        lane: str,
+        code: str | None = None,
+        turn_id: str | None = None,
+        cause: str | None = None,
+        crashed_runs: int | None = None,
     ) -> None:
+        """Append one entry; ``cause`` (e.g. ``poison``) and ``crashed_runs`` (runs the service died in) when given."""
         entry: dict[str, Any] = {"at": self._clock.wall(), "delivery_id": delivery_id, "event": event, "lane": lane}
-        if code is not None:
-            entry["code"] = code
-        if turn_id is not None:
-            entry["turn_id"] = turn_id
+        optional = {"code": code, "turn_id": turn_id, "cause": cause, "crashed_runs": crashed_runs}
+        entry.update((key, value) for key, value in optional.items() if value is not None)
         try:
             append_line(self.path, entry)
         except OSError as exc:

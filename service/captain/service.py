@@ -6,6 +6,12 @@ answers on) or gets the retained result; a different body is refused with
 ``delivery_conflict``. Results are retained on disk for seven hours, so a
 restarted service answers a re-submitted delivery the same way. The turn
 itself runs in its own task: a bridge that goes away does not cancel it.
+
+A delivery the service died with is run again, unless it was part of
+``poison_runs`` runs that the service died in: then it is a poison message and
+fails ``captain_session_failed`` (evidence ``cause: poison``). Which crashes
+count is decided in :mod:`service.captain.deliveries`; a graceful stop counts
+for nobody.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clankie import ipc
 from clankie.clock import Clock
@@ -22,7 +28,7 @@ from clankie.protocol import Author, Record, SayRequest, Trigger, TurnResult, Tu
 
 from service.captain import keys
 from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
-from service.captain.deliveries import MAX_ATTEMPTS, DeliveryStore, fingerprint
+from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
 from service.captain.records import Evidence
 from service.captain.tools import DeliveryContext
 
@@ -43,11 +49,12 @@ class InFlight:
 class TurnService:
     """Accepts turns from the bridge (and the operator) and answers each exactly once per delivery."""
 
-    def __init__(self, captain: Captain, store: DeliveryStore, evidence: Evidence, clock: Clock) -> None:
+    def __init__(self, captain: Captain, store: DeliveryStore, evidence: Evidence, clock: Clock, *, poison_runs: int) -> None:
         self.captain = captain
         self.store = store
         self.evidence = evidence
         self._clock = clock
+        self.poison_runs = poison_runs
         self._inflight: dict[str, InFlight] = {}
         self.closing = False
 
@@ -83,32 +90,34 @@ class TurnService:
             live.attached += 1
             return _answer(await asyncio.shield(live.task))
         retained = self.store.load(did)
-        attempts = 1
-        if retained is not None:
-            if retained.fingerprint != fp:
-                raise RemoteError("delivery_conflict", "this delivery id was submitted with a different body")
-            if retained.result is not None:
-                log.info("delivery %s re-submitted; returning the retained result", did)
-                return retained.result
-            attempts = retained.attempts + 1
+        decision = reckon(retained, fp, self.poison_runs)
+        if isinstance(decision, Conflict):
+            raise RemoteError("delivery_conflict", "this delivery id was submitted with a different body")
+        if isinstance(decision, Answer):
+            log.info("delivery %s re-submitted; returning the retained result", did)
+            return decision.result
         lane = keys.room_lane_key(self.captain.character, submit.room)
-        if attempts > MAX_ATTEMPTS:
-            result = TurnResult(outcome="failed", code=SESSION_FAILED)
-            log.warning("delivery %s was interrupted %d times; failing it", did, attempts - 1)
-            self.store.settle(did, fp, attempts, retained.accepted_at if retained else self._clock.wall(), result)
-            self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED)
-            return result
-        self.store.accept(did, fp, attempts)
-        accepted_at = self._clock.wall()
-        self.evidence.record(did, "accepted", lane=lane)
+        crashed = len(decision.crashed_runs)
+        if isinstance(decision, Poison):
+            assert retained is not None
+            return self._poison(did, replace(retained, crashed_runs=decision.crashed_runs), lane)
+        if crashed:
+            log.info("delivery %s was part of %d runs the service died in; running it again", did, crashed)
+        self.store.accept(did, fp, decision.crashed_runs)
+        self.evidence.record(did, "accepted", lane=lane, crashed_runs=crashed or None)
         delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn)
-        task = asyncio.create_task(self._run(submit, delivery, fp, attempts, accepted_at, lane), name=f"turn-{did}")
+        task = asyncio.create_task(self._run(submit, delivery, lane), name=f"turn-{did}")
         self._inflight[did] = InFlight(fp, delivery, task)
         return _answer(await asyncio.shield(task))
 
-    async def _run(
-        self, submit: TurnSubmit, delivery: DeliveryContext, fp: str, attempts: int, accepted_at: float, lane: str
-    ) -> TurnResult:
+    def _poison(self, did: str, record: Retained, lane: str) -> TurnResult:
+        result = TurnResult(outcome="failed", code=SESSION_FAILED)
+        log.warning("delivery %s is a poison message: part of %d runs the service died in; failing it", did, len(record.crashed_runs))
+        self.store.settle(did, result, record)
+        self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED, cause="poison", crashed_runs=len(record.crashed_runs))
+        return result
+
+    async def _run(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str) -> TurnResult:
         did = submit.delivery_id
         try:
             try:
@@ -117,11 +126,12 @@ class TurnService:
                 log.exception("delivery %s: captain failed", did)
                 result = TurnResult(outcome="failed", code=SESSION_FAILED)
             if result.code == SHUTDOWN_CODE:
-                # not the turn's fault: no retained result, no final evidence; the record stays
-                # accepted, so the re-submission to the restarted service runs it again
+                # not the turn's fault and not a crash: no retained result, no final evidence, and the run it
+                # joined is forgotten, so the re-submission to the restarted service runs it again uncharged
+                self.store.release(did)
                 log.info("delivery %s interrupted by shutdown; left for the restarted service", did)
                 return result
-            self.store.settle(did, fp, attempts, accepted_at, result)
+            self.store.settle(did, result)
             self.evidence.record(did, EVIDENCE_EVENT[result.outcome], lane=lane, code=result.code, turn_id=result.turn_id)
             log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "")
             return result

@@ -81,6 +81,7 @@ def test_defaults_load_from_an_empty_environment() -> None:
     assert s.discord_guild_ids == ()
     assert s.stall_seconds == 300 and s.stall_tick_seconds == 5
     assert s.discord_token is None and s.anthropic_api_key is None
+    assert s.poison_runs == 3
 
 
 def test_comma_lists_are_split_and_trimmed() -> None:
@@ -97,6 +98,8 @@ def test_comma_lists_are_split_and_trimmed() -> None:
         ("CLANKIE_STALL_SECONDS", "soon"),
         ("CLANKIE_DISCORD_GUILD_IDS", "12,abc"),
         ("CLANKIE_BROWSER_ALLOW_PRIVATE", "perhaps"),
+        ("CLANKIE_POISON_RUNS", "0"),
+        ("CLANKIE_POISON_RUNS", "three"),
     ],
 )
 def test_bad_values_are_a_config_error_naming_the_setting(name: str, value: str) -> None:
@@ -128,3 +131,11 @@ def test_load_does_not_read_the_process_environment_when_given_a_mapping(monkeyp
     monkeypatch.setenv("CLANKIE_DISCORD_DM_POLICY", "deny")
     assert settings.load({"HOME": "/h"}).discord_dm_policy == "owner_only"
     assert os.environ["CLANKIE_DISCORD_DM_POLICY"] == "deny"
+
+
+def test_poison_runs_is_read_and_a_bad_one_is_one_line() -> None:
+    """CLANKIE_POISON_RUNS sets how many crashed runs make a poison message; 0 is refused in one line."""
+    assert settings.load({"CLANKIE_POISON_RUNS": "1", "HOME": "/h"}).poison_runs == 1
+    with pytest.raises(ConfigError) as info:
+        settings.load({"CLANKIE_POISON_RUNS": "0", "HOME": "/h"})
+    assert "\n" not in str(info.value) and str(info.value).startswith("invalid settings: CLANKIE_POISON_RUNS:")

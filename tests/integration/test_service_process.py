@@ -83,6 +83,8 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
         evidence = records.read_lines(state_dir / "captain" / "evidence.jsonl")
         m1 = [e["event"] for e in evidence if e["delivery_id"] == "m1"]
         assert m1 == ["accepted", "accepted", "settled"]  # one outcome, after one interrupted attempt
+        # the owner was part of the run the kill hit: its re-acceptance says so; m2 never crashed
+        assert [e.get("crashed_runs") for e in evidence if e["delivery_id"] in ("m1", "m2") and e["event"] == "accepted"] == [None, 1, None]
         said = [e for e in records.read_lines(next((state_dir / "captain" / "lanes").glob("*.jsonl"))) if e["kind"] == "said"]
         assert [e["text"] for e in said] == ["answer after restart", "warm now"]
 
@@ -90,9 +92,10 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
 
 
 @pytest.mark.slow
-def test_bad_configuration_exits_78(env: dict[str, str], state_dir: Path) -> None:
-    """An invalid setting stops the service at once with status 78 and a clear message, not a restart loop."""
-    bad = {**env, "CLANKIE_DISCORD_CONTEXT_MESSAGES": "500", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+@pytest.mark.parametrize(("name", "value"), [("CLANKIE_DISCORD_CONTEXT_MESSAGES", "500"), ("CLANKIE_POISON_RUNS", "0")])
+def test_bad_configuration_exits_78(env: dict[str, str], state_dir: Path, name: str, value: str) -> None:
+    """An invalid setting stops the service at once with status 78 and a one-line message, not a restart loop."""
+    bad = {**env, name: value, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     done = subprocess.run([sys.executable, "-m", "service"], cwd=REPO, env=bad, capture_output=True, timeout=30)
     assert done.returncode == 78
-    assert b"CLANKIE_DISCORD_CONTEXT_MESSAGES" in done.stderr
+    assert name.encode() in done.stderr and done.stderr.strip().count(b"\n") == 0

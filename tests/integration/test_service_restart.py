@@ -1,6 +1,11 @@
-"""A graceful restart costs no answer: turns cut by it run again on the restarted service."""
+"""A graceful restart costs no answer: turns cut by it run again on the restarted service, charged for nothing.
+
+Also what a crash would be charged to: the records name a run only for the turns that were part of it.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
@@ -10,7 +15,8 @@ from clankie.errors import RemoteError
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from tests.service.captain.harness import FakeBridge, msg, run, service, service_env
+from service.captain import records
+from tests.service.captain.harness import FakeBridge, msg, run, service, service_env, until
 
 
 def test_graceful_restart_mid_turn_runs_the_turn_again(env: dict[str, str]) -> None:
@@ -58,5 +64,75 @@ def test_submission_during_shutdown_is_refused_retryably(env: dict[str, str]) ->
             assert err.value.code == "shutting_down"
             assert app.store.load("m1") is None and app.turns.evidence.of("m1") == []
             assert fake.requests == []
+
+    run(body())
+
+
+ROOM = "discord:clankie:discord:1:2"
+
+
+def test_only_the_owner_and_turns_handed_to_the_agent_are_recorded_as_part_of_the_run(env: dict[str, str]) -> None:
+    """The owner names its run on disk at once; a turn held while the lane reads history names it only when flushed in."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake) as app:
+            gate = asyncio.Event()
+            fake.script(fa.text("hm", stall_after=3, stall_until=gate), fa.text("one answer"))
+            bridge = FakeBridge()
+            bridge.history_gate = asyncio.Event()  # the cold lane waits for history: the run is accepted, not streaming
+            await bridge.connect(app)
+            t1 = bridge.start(msg("m1", "first"))
+            await until(lambda: bridge.history_calls)
+            t2 = bridge.start(msg("m2", "second"))
+            await until(lambda: app.captain.lanes[ROOM].machine.held != [])
+            run_id = app.captain.lanes[ROOM].machine.run_id
+            assert run_id is not None
+            assert [app.store.load(d).run for d in ("m1", "m2")] == [run_id, None]  # type: ignore[union-attr]
+            bridge.history_gate.set()
+            await fake.wait_for_requests(1)
+            assert app.store.load("m2").run == run_id  # type: ignore[union-attr]  # flushed: now part of the run
+            t3 = bridge.start(msg("m3", "third"))
+            await until(lambda: app.store.load("m3") is not None and app.store.load("m3").run == run_id)  # type: ignore[union-attr]
+            gate.set()
+            assert [r.outcome for r in await asyncio.gather(t1, t2, t3)] == ["settled", "absorbed", "absorbed"]
+            for d in ("m1", "m2", "m3"):
+                rec = app.store.load(d)
+                assert rec is not None and rec.run is None and rec.crashed_runs == () and rec.result is not None
+
+    run(body())
+
+
+def test_graceful_stops_charge_nobody_however_many(env: dict[str, str]) -> None:
+    """With CLANKIE_POISON_RUNS=1, two graceful stops mid-run still leave the owner and a steered turn to be answered."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            senv = {**service_env(env, fake), "CLANKIE_POISON_RUNS": "1"}
+            for _ in range(2):
+                fake.script(fa.text("cut short", stall_after=2))
+                app = ServiceApp(settings_mod.load(senv))
+                await app.start()
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                cut = [bridge.start(msg("m1", "first"))]
+                await fake.wait_for_requests(len(fake.requests) + 1)
+                cut.append(bridge.start(msg("m2", "second")))
+                await until(lambda a=app: a.captain.lanes[ROOM].machine.steerers != [])  # type: ignore[misc]
+                await app.close()
+                for turn in cut:
+                    with pytest.raises(RemoteError):
+                        await turn
+                assert [app.store.load(d).run for d in ("m1", "m2")] == [None, None]  # type: ignore[union-attr]
+            fake.script(fa.text("answered at last"))
+            async with service(env, fake, poison_runs=1) as again:
+                bridge = FakeBridge()
+                await bridge.connect(again)
+                before = len(fake.requests)
+                # m2 arrives while the cold lane reads history, so it is held and flushed into m1's run
+                first, second = await asyncio.gather(bridge.submit(msg("m1", "first")), bridge.submit(msg("m2", "second")))
+                assert (first.outcome, first.text, second.outcome) == ("settled", "answered at last", "absorbed")
+                assert len(fake.requests) == before + 1
+                evidence = records.read_lines(again.captain.paths.evidence)
+                assert not any("crashed_runs" in e or "cause" in e for e in evidence)
 
     run(body())

@@ -11,13 +11,11 @@ lane cold from disk and is answered.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clankie.protocol import LaneInfo, LanesReply
 from clankie.testing import fake_anthropic as fa
 from tests.integration.tree import CHAN, Tree, real_tree, until
 
@@ -26,34 +24,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 STALL_SECONDS = 3
 
 
-def receipts(t: Tree) -> list[dict[str, Any]]:
-    path = t.state / "receipts" / "bridge.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def outcome_of(t: Tree, delivery_id: str) -> dict[str, Any] | None:
-    final = [r for r in receipts(t) if r["delivery_id"] == delivery_id and r["outcome"] != "accepted"]
-    return final[-1] if final else None
-
-
-async def lane(t: Tree) -> LaneInfo | None:
-    reply = await t.call("lanes")
-    assert isinstance(reply, LanesReply)
-    return next((info for info in reply.lanes if info.key.endswith(f":{CHAN}")), None)
+    return t.outcome_of(delivery_id)
 
 
 async def wait_lane_turns(t: Tree, turns: int) -> None:
     """Wait until the room's live run has ``turns`` turns attached (owner plus steered)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 20
-    while True:
-        info = await lane(t)
-        if info is not None and info.turns >= turns:
-            return
-        assert loop.time() < end, f"lane never carried {turns} turns: {info}"
-        await asyncio.sleep(0.05)
+    await t.wait_lane(lambda info: info.turns >= turns, CHAN, 20)
 
 
 def history_fetches(t: Tree) -> int:
@@ -99,7 +76,9 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
             for delivery in (second["id"], third["id"]):
                 got = await until(lambda d=delivery: outcome_of(t, d), 20, f"an outcome for {delivery}")
                 assert got["outcome"] == "absorbed"
-            assert outcome_of(t, first["id"])["outcome"] == "settled"  # type: ignore[index]
+            # the outcome receipt is written after the reply is posted: wait for it, as for the others
+            got = await until(lambda: outcome_of(t, first["id"]), 20, "the first message's outcome")
+            assert got["outcome"] == "settled"
             assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(CHAN)] == [first["id"]]  # type: ignore[index]
             assert len(t.anthropic.requests) == 2
             merged = user_texts(t.anthropic.requests[1])

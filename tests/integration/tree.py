@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -26,12 +27,13 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from clankie import ipc
-from clankie.errors import ChannelBroken
-from clankie.protocol import ChildStatus, DoctorReply, Empty, Record, StatusReply
+from clankie.errors import ChannelBroken, RemoteError
+from clankie.protocol import ChildStatus, DoctorReply, Empty, LaneInfo, LanesReply, Record, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
 from tests.polling import until
@@ -147,6 +149,48 @@ class Tree:
 
         return await until(found, timeout, f"a reply to {message_id}")
 
+    async def kill(self, name: str) -> ChildStatus:
+        """SIGKILL child ``name`` and wait until the supervisor has it running again; returns its new status."""
+        old = await self.child(name)
+        assert old.pid is not None, f"{name} is not running"
+        os.kill(old.pid, signal.SIGKILL)
+        return await self.wait_child(lambda c: c.state == "running" and c.pid not in (None, old.pid), name)
+
+    async def lanes(self) -> tuple[LaneInfo, ...]:
+        """The service's lanes (none while the service is down)."""
+        try:
+            reply = await self.call("lanes")
+        except RemoteError:
+            return ()
+        assert isinstance(reply, LanesReply)
+        return reply.lanes
+
+    async def lane(self, channel: str = CHAN) -> LaneInfo | None:
+        return next((info for info in await self.lanes() if info.key.endswith(f":{channel}")), None)
+
+    async def wait_lane(self, pred: Callable[[LaneInfo], bool], channel: str = CHAN, timeout: float = 30.0) -> LaneInfo:
+        """Poll ``lanes`` until the room's lane satisfies ``pred``."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            info = await self.lane(channel)
+            if info is not None and pred(info):
+                return info
+            assert loop.time() < end, f"the lane of {channel} never got there: {info}"
+            await asyncio.sleep(0.05)
+
+    def receipts(self) -> list[dict[str, Any]]:
+        """The bridge's receipts, oldest first."""
+        path = self.state / "receipts" / "bridge.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def outcome_of(self, delivery_id: str) -> dict[str, Any] | None:
+        """The delivery's last receipt after ``accepted`` (its outcome), or None while it has none."""
+        final = [r for r in self.receipts() if r["delivery_id"] == delivery_id and r["outcome"] != "accepted"]
+        return final[-1] if final else None
+
     def tool_results(self, request_index: int) -> str:
         """The text of every tool result the model was shown in request ``request_index``."""
         body = self.anthropic.requests[request_index]
@@ -226,10 +270,13 @@ def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeA
 
 @contextlib.asynccontextmanager
 async def real_tree(
-    tmp: Path, runtime: Path, env: dict[str, str] | None = None, ready_timeout: float = 60.0,
+    tmp: Path,
+    runtime: Path,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 60.0,
     channels: tuple[str, ...] = (CHAN,),
 ) -> AsyncIterator[Tree]:
-    """`clankie run` with all four children, connected to Discord and ready for turns."""
+    """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns."""
     discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
     site = Site()

@@ -77,3 +77,23 @@ def test_unscripted_requests_echo_and_non_stream_returns_json() -> None:
             assert fake.requests == [payload, payload]
 
     arun(body())
+
+
+def test_a_responder_chooses_by_body_and_defers_to_the_script_with_none() -> None:
+    """respond_with picks a scenario from the request body; a None answer falls back to the script, then the echo."""
+    import aiohttp
+
+    async def body() -> None:
+        async with fa.FakeAnthropic() as fake, aiohttp.ClientSession() as http:
+            fake.respond_with(lambda b: fa.text("chosen") if "marker" in str(b["messages"]) else None)
+            fake.script(fa.text("scripted"))
+
+            async def ask(text: str) -> Any:
+                payload = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": text}]}
+                async with http.post(fake.base_url + "/v1/messages", json=payload) as response:
+                    return (await response.json())["content"][0]["text"]
+
+            assert [await ask("a marker"), await ask("plain"), await ask("plain again")] == ["chosen", "scripted", "echo: plain again"]
+            assert len(fake.requests) == 3
+
+    arun(body())

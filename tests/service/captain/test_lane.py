@@ -24,6 +24,7 @@ from service.captain.lane import (
     StartRun,
     Steer,
     TurnArrived,
+    joining,
 )
 
 EVENTS = [
@@ -169,3 +170,16 @@ def test_dropped_lane_refuses_new_turns() -> None:
     lane = lane_in(LaneState.DROPPED)
     with pytest.raises(IllegalLaneEvent):
         lane.handle(TurnArrived("m9", "r9"), 9)
+
+
+def test_only_the_owner_and_steers_handed_to_the_agent_join_the_run() -> None:
+    """StartRun, Steer and FlushSteers make their turns part of the run; a held turn is not, until it is flushed."""
+    lane = Lane("k")
+    [start] = lane.handle(TurnArrived("d1", "r1"), 0)
+    [hold] = lane.handle(TurnArrived("d2", "r2"), 1)
+    [flush] = lane.handle(RunStreaming(), 2)
+    [steer] = lane.handle(TurnArrived("d3", "r3"), 3)
+    assert [joining(a) for a in (start, hold, flush, steer)] == [("turn-1-d1",), (), ("turn-2-d2",), ("turn-3-d3",)]
+    assert [joining(a) for a in lane.handle(RunEnded(None), 4)] == [()]
+    lane.handle(TurnArrived("d4", "r4"), 5)
+    assert all(joining(a) == () for a in lane.handle(AbortRequested("stalled"), 6))

@@ -1,0 +1,213 @@
+"""Delivery records and the crashed-run rule: only runs a delivery was part of count against it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clankie.protocol import TurnResult
+from clankie.testing.clock import FakeClock
+from service.captain.deliveries import (
+    RETENTION_SECONDS,
+    Answer,
+    Conflict,
+    DeliveryStore,
+    Poison,
+    Retained,
+    RunIt,
+    reckon,
+)
+
+FP = "f" * 64
+SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="hi")
+FAILED = TurnResult(outcome="failed", code="captain_session_failed")
+
+
+def record(*, run: str | None = None, crashed: tuple[str, ...] = (), result: TurnResult | None = None) -> Retained:
+    return Retained("d1", FP, 1_800_000_000.0, result, run, crashed)
+
+
+def restart(store: DeliveryStore, clock: FakeClock) -> DeliveryStore:
+    """What a new service process sees: the same directory, nothing in memory."""
+    return DeliveryStore(store.directory, clock)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> DeliveryStore:
+    return DeliveryStore(tmp_path / "deliveries", clock)
+
+
+# ------------------------------------------------------------------- the pure rule
+
+
+def test_a_new_delivery_runs_uncharged() -> None:
+    """A delivery the disk has never seen runs with no crashed runs."""
+    assert reckon(None, FP, 3) == RunIt(())
+
+
+def test_a_different_body_under_the_same_id_is_a_conflict() -> None:
+    """The same delivery id with another fingerprint is a conflict, whatever the record holds."""
+    assert reckon(record(run="r1"), "0" * 64, 3) == Conflict()
+
+
+def test_a_retained_result_is_the_answer_even_if_it_crashed_before() -> None:
+    """A delivery with a result is answered with it; crashed runs no longer matter."""
+    assert reckon(record(crashed=("r1", "r2", "r3"), result=SETTLED), FP, 3) == Answer(SETTLED)
+
+
+def test_a_delivery_that_never_joined_a_run_is_not_charged_for_the_crash() -> None:
+    """Accepted, queued or held when the service died: no run named, so it runs again with nothing counted."""
+    assert reckon(record(), FP, 1) == RunIt(())
+    assert reckon(record(crashed=("r1",)), FP, 3) == RunIt(("r1",))
+
+
+def test_the_run_a_record_still_names_counts_as_one_crashed_run() -> None:
+    """A record that still names the run it joined and has no result: that run died with the service."""
+    assert reckon(record(run="r2", crashed=("r1",)), FP, 3) == RunIt(("r1", "r2"))
+
+
+def test_poison_runs_distinct_crashed_runs_make_a_poison_message() -> None:
+    """The Nth distinct crashed run fails the delivery; one fewer runs it again."""
+    assert reckon(record(run="r3", crashed=("r1", "r2")), FP, 3) == Poison(("r1", "r2", "r3"))
+    assert reckon(record(run="r3", crashed=("r1", "r2")), FP, 4) == RunIt(("r1", "r2", "r3"))
+    assert reckon(record(run="r1"), FP, 1) == Poison(("r1",))
+
+
+def test_a_run_already_counted_is_not_counted_twice() -> None:
+    """Run ids are a set: a record naming a run it already counted does not count it again."""
+    assert reckon(record(run="r1", crashed=("r1",)), FP, 2) == RunIt(("r1",))
+
+
+# ------------------------------------------------------------------- the disk
+
+
+def test_accept_then_join_names_the_run_on_disk(store: DeliveryStore, clock: FakeClock) -> None:
+    """Accepting records no run; joining writes the run id, readable by a new process."""
+    store.accept("d1", FP)
+    assert restart(store, clock).load("d1") == Retained("d1", FP, clock.wall(), None, None, ())
+    store.join("r1", ["d1"])
+    loaded = restart(store, clock).load("d1")
+    assert loaded is not None and loaded.run == "r1" and loaded.crashed_so_far == ("r1",)
+
+
+def test_each_new_run_that_crashes_counts_again(store: DeliveryStore, clock: FakeClock) -> None:
+    """Joined r1, crash; re-accepted, joined r2, crash; re-accepted, joined r3, crash: three crashed runs, poison at 3."""
+    current = store
+    for run in ("r1", "r2", "r3"):
+        decision = reckon(current.load("d1"), FP, 3)
+        assert isinstance(decision, RunIt)
+        current.accept("d1", FP, decision.crashed_runs)
+        current.join(run, ["d1"])
+        current = restart(current, clock)  # SIGKILL: nothing but the disk survives
+    assert reckon(current.load("d1"), FP, 3) == Poison(("r1", "r2", "r3"))
+
+
+def test_restarts_while_only_accepted_never_add_up(store: DeliveryStore, clock: FakeClock) -> None:
+    """A delivery re-accepted after every crash but never part of a run stays uncharged, however many crashes."""
+    current = store
+    for _ in range(5):
+        decision = reckon(current.load("d1"), FP, 1)
+        assert decision == RunIt(())
+        current.accept("d1", FP, decision.crashed_runs)
+        current = restart(current, clock)
+    assert reckon(current.load("d1"), FP, 1) == RunIt(())
+
+
+def test_join_writes_only_deliveries_accepted_here_and_batches_them(store: DeliveryStore, clock: FakeClock) -> None:
+    """One join call names the run in every listed accepted delivery; unknown ids are ignored."""
+    store.accept("d1", FP)
+    store.accept("d2", FP)
+    store.join("r1", ["d1", "d2", "never-accepted"])
+    again = restart(store, clock)
+    assert [again.load(d).run for d in ("d1", "d2")] == ["r1", "r1"]  # type: ignore[union-attr]
+    assert again.load("never-accepted") is None
+
+
+def test_release_forgets_the_run_so_a_graceful_stop_charges_nobody(store: DeliveryStore, clock: FakeClock) -> None:
+    """A delivery released after a graceful stop keeps its earlier crashed runs but not the run that was cut."""
+    store.accept("d1", FP, ("r0",))
+    store.join("r1", ["d1"])
+    store.release("d1")
+    loaded = restart(store, clock).load("d1")
+    assert loaded is not None and loaded.run is None and loaded.result is None
+    assert reckon(loaded, FP, 3) == RunIt(("r0",))
+
+
+def test_settle_keeps_the_crashed_runs_and_clears_the_run(store: DeliveryStore, clock: FakeClock) -> None:
+    """A settled record holds its result and the runs it survived; it names no live run."""
+    store.accept("d1", FP, ("r0",))
+    store.join("r1", ["d1"])
+    store.settle("d1", SETTLED)
+    loaded = restart(store, clock).load("d1")
+    assert loaded == Retained("d1", FP, clock.wall(), SETTLED, None, ("r0",))
+
+
+def test_a_poison_delivery_is_settled_from_its_loaded_record(store: DeliveryStore, clock: FakeClock) -> None:
+    """A delivery failed as poison without running is retained with its failure and every crashed run."""
+    store.accept("d1", FP)
+    store.join("r1", ["d1"])
+    fresh = restart(store, clock)
+    loaded = fresh.load("d1")
+    decision = reckon(loaded, FP, 1)
+    assert isinstance(decision, Poison) and loaded is not None
+    fresh.settle("d1", FAILED, Retained("d1", FP, loaded.accepted_at, None, loaded.run, decision.crashed_runs))
+    assert reckon(restart(fresh, clock).load("d1"), FP, 1) == Answer(FAILED)
+    with pytest.raises(KeyError):
+        fresh.settle("unknown", FAILED)
+
+
+def test_a_record_from_before_run_counting_reads_as_never_joined(store: DeliveryStore, clock: FakeClock) -> None:
+    """An old record (``attempts``, no ``run``) keeps its fingerprint and result and counts no crashed run."""
+    path = store._path("d1")
+    path.write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "attempts": 2, "result": None}))
+    assert reckon(store.load("d1"), FP, 1) == RunIt(())
+    path.write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "attempts": 1,
+                                "result": SETTLED.to_wire()}))
+    assert reckon(store.load("d1"), FP, 1) == Answer(SETTLED)
+
+
+def test_a_malformed_run_field_is_an_unreadable_record(store: DeliveryStore, clock: FakeClock) -> None:
+    """A record whose run ids are not strings is treated as new, not trusted."""
+    store._path("d1").write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(),
+                                             "run": 7, "crashed_runs": [], "result": None}))
+    assert store.load("d1") is None
+
+
+def test_records_expire_after_the_retention(store: DeliveryStore, clock: FakeClock) -> None:
+    """Seven hours after acceptance a record is gone, crashed runs and all, and prune deletes it."""
+    store.accept("d1", FP)
+    store.join("r1", ["d1"])
+    clock.advance(RETENTION_SECONDS + 1)
+    assert store.load("d1") is None
+    assert store.prune() == 1 and not store._path("d1").exists()
+
+
+def test_a_join_that_cannot_be_written_is_logged_not_raised(
+    store: DeliveryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The turn goes on when its join cannot be recorded; the log names the run and a count, no content."""
+    store.accept("d1", FP)
+    shutil.rmtree(store.directory)
+    with caplog.at_level("ERROR"):
+        store.join("r1", ["d1"])
+    assert "could not record 1 deliveries joining run r1" in caplog.text
+
+
+def test_a_release_that_cannot_be_written_is_logged_not_raised(
+    store: DeliveryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A graceful stop goes on when the cut run cannot be cleared from a record; the log says which run."""
+    store.accept("d1", FP)
+    store.join("r1", ["d1"])
+    shutil.rmtree(store.directory)
+    with caplog.at_level("ERROR"):
+        store.release("d1")
+    assert "could not release delivery d1 from run r1" in caplog.text
