@@ -201,9 +201,9 @@ class Appender:
             _sync_dir(self.path.parent)
 
     def close(self) -> None:
+        """Close the file; its last lines reach the disk on the sync threads, not on the caller's."""
         if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                self._sync(self._fd)
+            sync_fd_later(self._fd)
             os.close(self._fd)
             self._fd = -1
 
@@ -234,3 +234,33 @@ def _sync_dir(directory: Path) -> None:
 def _log_failure(future: asyncio.Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.error("background sync failed: %s", future.exception())
+
+
+
+def sync_fd_later(fd: int) -> None:
+    """fsync what was written through ``fd`` soon, on the sync threads; the caller may close ``fd`` at once.
+
+    For files written whole on the event loop (a record replaced by rename, a
+    lane log line, a session tree at a turn boundary): a crash of this process
+    cannot lose what reached the kernel, and the disk catches up without the
+    loop ever waiting on it. Errors are logged, not raised.
+    """
+    sync_pool().submit(_sync_and_close, os.dup(fd))
+
+
+def sync_dir_later(directory: Path) -> None:
+    """Make renames and new names in ``directory`` durable soon (see :func:`sync_fd_later`)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        sync_fd_later(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        log.error("background sync failed: %s", exc.strerror)
+    finally:
+        os.close(fd)

@@ -265,7 +265,7 @@ class Agent:
             return self._settle(state, OutcomeKind.OK)
 
     def _deliver(self, state: _Run) -> None:
-        """Persist every queued message as one user turn (fsynced before the model call)."""
+        """Persist every queued message as one user turn (written before the model call; synced off the loop)."""
         if not self._queue:
             return
         queued, self._queue = self._queue, []

@@ -10,7 +10,9 @@ Line 1 is a header (``type: "session"``); every later line is an entry with
 
 Each line is written whole (``O_APPEND``; a short write is continued, a failed
 one raises ``OSError`` and the next line starts on a fresh line); :meth:`sync`
-fsyncs, and the agent calls it at turn boundaries. On load a torn last line
+hands the fsync to the sync threads (:mod:`clankie.appender`), and the agent
+calls it at turn boundaries: a crash of the process cannot lose a line that
+was written, and the event loop never waits on the disk. On load a torn last line
 (a crash mid-append) is cut off with a warning; every complete line is kept,
 except lines that are not entries (no ``id`` or ``type``), skipped with a warning.
 """
@@ -27,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from clankie.appender import sync_fd_later
 from clankie.clock import Clock
 from clankie.errors import ClankieError
 from clankie.jsonl import encode_line, write_all
@@ -75,7 +78,7 @@ class SessionTree:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             write_all(fd, encode_line(header))
-            os.fsync(fd)
+            sync_fd_later(fd)
         finally:
             os.close(fd)
         log.info("created session %s", path.name)
@@ -96,9 +99,9 @@ class SessionTree:
         return cls.open(latest, clock)
 
     def close(self) -> None:
-        """Fsync and close the file; the tree is read-only afterwards."""
+        """Close the file (its last fsync runs on the sync threads); the tree is read-only afterwards."""
         if self._fd >= 0:
-            os.fsync(self._fd)
+            sync_fd_later(self._fd)
             os.close(self._fd)
             self._fd = -1
 
@@ -184,9 +187,9 @@ class SessionTree:
         return self.append("custom", custom_type=custom_type, data=data)
 
     def sync(self) -> None:
-        """Make every appended line durable (called at turn boundaries)."""
+        """Make every appended line durable soon, off the event loop (called at turn boundaries)."""
         if self._fd >= 0:
-            os.fsync(self._fd)
+            sync_fd_later(self._fd)
 
     def _new_id(self) -> str:
         while True:

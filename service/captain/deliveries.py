@@ -11,7 +11,7 @@ run** that was live when the service died: the run's owner, or a message
 already steered into the agent. A turn that was only accepted, queued, held
 for a run that had not started streaming, or waiting for a closing lane was
 never in that run and is never charged. So when a delivery joins a run, its
-record names that run (written and fsynced before the agent sees it); a
+record names that run (written before the agent sees it); a
 re-submitted record that still names a run and has no result means that run
 died with the service, and its id is added to the record's ``crashed_runs``.
 A delivery in ``poison_runs`` distinct crashed runs is a poison message: it
@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from clankie.appender import sync_dir_later, sync_fd_later
 from clankie.clock import Clock
 from clankie.jsonl import write_all
 from clankie.protocol import TurnResult, TurnSubmit
@@ -119,7 +120,11 @@ def reckon(record: Retained | None, fp: str, poison_runs: int) -> Reckoning:
 
 
 class DeliveryStore:
-    """One small JSON file per delivery under ``<state>/captain/deliveries/``, written atomically and fsynced.
+    """One small JSON file per delivery under ``<state>/captain/deliveries/``, replaced atomically by rename.
+
+    A record reaches the kernel before the call returns (a crash of the
+    service cannot lose it); its fsync and the directory's run on the sync
+    threads (:mod:`clankie.appender`), so the turn never waits on the disk.
 
     Keeps the records of the deliveries this process accepted and has not
     finished, so :meth:`join`, :meth:`release` and :meth:`settle` rewrite them
@@ -170,7 +175,7 @@ class DeliveryStore:
         return rec
 
     def join(self, run_id: str, delivery_ids: Iterable[str]) -> None:
-        """Record that these accepted deliveries are now part of run ``run_id`` (one directory fsync for all).
+        """Record that these accepted deliveries are now part of run ``run_id`` (one directory sync for all).
 
         Called before the agent sees them. A failed write is logged, never
         raised: the turn goes on, and a crash during it would just not be
@@ -235,12 +240,8 @@ class DeliveryStore:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
                 write_all(fd, json.dumps(fields, separators=(",", ":")).encode("utf-8"))
-                os.fsync(fd)
+                sync_fd_later(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, path)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        sync_dir_later(self.directory)

@@ -1,7 +1,8 @@
 """The captain's small append-only files: the lane log and content-free delivery evidence.
 
-Each line is one ``write`` on an ``O_APPEND`` descriptor followed by an
-fsync, so a crash leaves at most a torn last line, which readers skip.
+Each line is one ``write`` on an ``O_APPEND`` descriptor; its fsync runs on
+the sync threads (:func:`clankie.appender.sync_fd_later`), never on the
+event loop. A crash leaves at most a torn last line, which readers skip.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from clankie.appender import sync_fd_later
 from clankie.clock import Clock
 from clankie.jsonl import encode_line, read_lines, write_all
 from clankie.protocol import Room
@@ -28,7 +30,7 @@ def append_line(path: Path, record: dict[str, Any]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         write_all(fd, encode_line(record))
-        os.fsync(fd)
+        sync_fd_later(fd)
     finally:
         os.close(fd)
 
