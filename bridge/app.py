@@ -91,7 +91,10 @@ class BridgeApp:
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._again = False
-        self._quiet_since: float | None = self.clock.wall()  # no gateway session yet: everything since start
+        # no gateway session yet: messages since start (or since a gap the last bridge never read back) may be missing
+        started = self.clock.wall()
+        earlier = self.journal.state.quiet_since()
+        self._quiet_since: float | None = min(started, earlier) if earlier is not None else started
         self.bridge = Bridge(
             ingress=self.ingress,
             port=self.port,
@@ -146,6 +149,8 @@ class BridgeApp:
         try:
             async with asyncio.TaskGroup() as tg:
                 recovery.resume_journal(self.bridge, self.limits, self.clock.wall())
+                if self._quiet_since is not None:
+                    self.journal.gap(self._quiet_since)
                 await self.journal.compact(self.clock.wall())
                 tg.create_task(self.bridge.link.run(), name="service-link")
                 if self.settings.discord_reply_policy == "addressed":
@@ -168,11 +173,16 @@ class BridgeApp:
         """The gateway session dropped: from now on, messages may be missed until a resume or a recovery."""
         if self._quiet_since is None:
             self._quiet_since = self.clock.wall()
+            self.journal.gap(self._quiet_since)
+
+    def _on_quiet_at(self, since: float) -> None:
+        self._quiet_since = since if self._quiet_since is None else min(since, self._quiet_since)
 
     def _on_resumed(self) -> None:
         """Discord replays what it sent during the gap: nothing to fetch."""
-        if self._recovering is None or self._recovering.done():
+        if self._quiet_since is not None and (self._recovering is None or self._recovering.done()):
             self._quiet_since = None
+            self.journal.caught_up(self.clock.wall())
 
     def _on_session(self) -> None:
         """A new gateway session: fetch what Discord will not replay (one recovery at a time)."""
@@ -184,12 +194,19 @@ class BridgeApp:
     async def _fetch_missed(self) -> recovery.Report:
         while True:
             self._again = False
-            quiet_since = self._quiet_since if self._quiet_since is not None else self.clock.wall()
+            started = self.clock.wall()
+            quiet_since = self._quiet_since if self._quiet_since is not None else started
             self._quiet_since = None
             try:
-                self.recovered = await recovery.fetch_missed(self.bridge, self.limits, self.clock.wall(), quiet_since)
+                self.recovered = await recovery.fetch_missed(self.bridge, self.limits, started, quiet_since)
             except Exception:  # a bug here must not take the bridge down; the next session tries again
                 log.exception("recovery after a new gateway session failed")
+                self._on_quiet_at(quiet_since)
+            else:
+                if self.recovered.failed_rooms:  # read those rooms again after the next session starts
+                    self._on_quiet_at(quiet_since)
+                else:
+                    self.journal.caught_up(started)
             if not self._again:
                 return self.recovered
 

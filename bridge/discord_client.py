@@ -246,6 +246,20 @@ class DiscordPort:
             raise Transient(0, type(exc).__name__.lower()) from None
         return out
 
+    def active_rooms(self) -> list[tuple[Room, int]]:
+        client = self.client
+        if client is None:
+            return []
+        out: list[tuple[Room, int]] = []
+        for guild in client.guilds:
+            for channel in guild.text_channels:
+                if channel.last_message_id:
+                    key = f"{guild.id}:{channel.id}"
+                    trusted = key in self.trusted_rooms or str(channel.id) in self.trusted_rooms
+                    room = Room(guild_id=str(guild.id), channel_id=str(channel.id), name=channel.name[:200], trusted=trusted)
+                    out.append((room, channel.last_message_id))
+        return out
+
     def upload_limit(self, guild_id: str | None) -> int:
         client = self.client
         if guild_id is not None and client is not None:

@@ -12,6 +12,10 @@ per event, appended through :class:`clankie.appender.Appender`:
 ``posting``  the result is settled and its reply is about to be posted
 ``close``    the outcome (``settled``, ``absorbed``, ``silent``, ``failed``, ``expired``) and
              the ids of the messages posted
+``gap``      from ``since`` on, the gateway may have sent messages nobody heard (the process
+             started, or a session dropped); ``caught_up`` with ``through`` closes every gap
+             that began by then, once history has been read back. A gap a bridge died
+             before closing is read back by the next one.
 
 Unlike receipts, the journal holds message text: it is what a turn is run
 again from. It is state, like the session trees, never a log.
@@ -57,6 +61,7 @@ class Entry:
     folded_into: str | None = None
     posting: bool = False
     outcome: str | None = None
+    replied: int = 0  # the newest message id posted for it (0: none)
 
     @property
     def open(self) -> bool:
@@ -76,6 +81,7 @@ class JournalState:
 
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
+        self.gaps: list[float] = []  # starts of the gaps not yet read back, oldest first
         self.skipped = 0
 
     def apply(self, line: dict[str, Any]) -> None:
@@ -86,7 +92,15 @@ class JournalState:
             self.skipped += 1
 
     def _apply(self, line: dict[str, Any]) -> None:
-        op, did = line["op"], str(line["id"])
+        op = line["op"]
+        if op == "gap":
+            self.gaps = sorted({*self.gaps, float(line["since"])})
+            return
+        if op == "caught_up":
+            through = float(line["through"])
+            self.gaps = [g for g in self.gaps if g > through]
+            return
+        did = str(line["id"])
         if op == "admit":
             submit = line["submit"]
             room = Room.model_validate(submit["room"])
@@ -108,14 +122,21 @@ class JournalState:
             outcome = str(line["outcome"])
             if outcome not in OUTCOMES:
                 raise ValueError(outcome)
-            self.entries[did].outcome = outcome
+            entry = self.entries[did]
+            entry.outcome = outcome
+            entry.replied = max((int(m) for m in line.get("mids", ()) if str(m).isdigit()), default=0)
         elif op == "closed":  # a compacted closed entry: enough for de-duplication and the room's last id
             room = Room.model_validate(line["room"])
-            self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room, outcome=str(line["outcome"]))
+            self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room, outcome=str(line["outcome"]),
+                                      replied=int(line.get("replied", 0)))
         else:
             raise ValueError(op)
 
     # ------------------------------------------------------------ queries
+
+    def quiet_since(self) -> float | None:
+        """When the oldest gap not yet read back began (None: nothing is known to be missing)."""
+        return self.gaps[0] if self.gaps else None
 
     def open_entries(self) -> list[Entry]:
         """Deliveries without an outcome that are not folded into another one, oldest first."""
@@ -124,7 +145,7 @@ class JournalState:
 
     def rooms_since(self, since: float, before: float) -> dict[str, tuple[Room, str | None]]:
         """Rooms with a delivery admitted at or after ``since``, each with the newest message it had
-        admitted by ``before`` (when the gateway went quiet; None if none): channel → (room, message id)."""
+        admitted (or posted) by ``before`` (when the gateway went quiet; None if none): channel → (room, id)."""
         rooms: dict[str, Room] = {}
         newest: dict[str, int] = {}
         for e in self.entries.values():
@@ -132,7 +153,7 @@ class JournalState:
             if e.at >= since:
                 rooms[cid] = e.room
             if e.at <= before and e.delivery_id.isdigit():
-                newest[cid] = max(newest.get(cid, 0), int(e.delivery_id))
+                newest[cid] = max(newest.get(cid, 0), int(e.delivery_id), e.replied)
         return {cid: (room, str(newest[cid]) if cid in newest else None) for cid, room in rooms.items()}
 
     def retained(self, since: float) -> list[Entry]:
@@ -142,7 +163,7 @@ class JournalState:
     def compacted(self, since: float) -> list[dict[str, Any]]:
         """The lines that rebuild :meth:`retained` exactly (folds after the entries they fold)."""
         keep = self.retained(since)
-        lines: list[dict[str, Any]] = []
+        lines: list[dict[str, Any]] = [{"v": 1, "op": "gap", "since": g} for g in self.gaps]
         for e in sorted(keep, key=lambda e: e.submit is not None):
             lines.extend(entry_lines(e))
         return lines
@@ -155,8 +176,11 @@ class JournalState:
 def entry_lines(e: Entry) -> list[dict[str, Any]]:
     """The shortest lines that rebuild one entry."""
     if not e.open:
-        return [{"v": 1, "op": "closed", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
-                 "room": e.room.to_wire(), "outcome": e.outcome}]
+        line: dict[str, Any] = {"v": 1, "op": "closed", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
+                                "room": e.room.to_wire(), "outcome": e.outcome}
+        if e.replied:
+            line["replied"] = e.replied
+        return [line]
     if e.submit is None:
         assert e.buffered is not None
         return [{"v": 1, "op": "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
@@ -242,6 +266,16 @@ class Journal:
             self._compacting = None
         log.info("journal compacted: %d deliveries kept", left)
         return left
+
+    def gap(self, since: float) -> None:
+        """Note that messages sent from ``since`` on may not have reached us."""
+        self._append({"v": 1, "op": "gap", "since": since})
+        self._appender.sync_soon()
+
+    def caught_up(self, through: float) -> None:
+        """History has been read back for every gap that began by ``through``."""
+        self._append({"v": 1, "op": "caught_up", "through": through})
+        self._appender.sync_soon()
 
     async def compact(self, now: float) -> int:
         """Drop closed deliveries older than the retention; returns how many entries remain."""

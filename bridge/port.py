@@ -67,5 +67,8 @@ class DiscordPort(Protocol):
     async def missed(self, room: Room, after: str, limit: int) -> list[tuple[Inbound, Room, Trigger]]:
         """Up to ``limit`` messages after ``after`` in ``room``, oldest first, as admission sees them."""
 
+    def active_rooms(self) -> list[tuple[Room, int]]:
+        """Every guild text room the gateway told us of, with the id of its newest message."""
+
     def upload_limit(self, guild_id: str | None) -> int:
         """The most bytes of files one message may carry in this room."""

@@ -12,7 +12,9 @@ Two steps, both bounded:
    for each room with a delivery admitted within the horizon, the channel
    history after the newest message the journal had seen there when the
    gateway went quiet, oldest first, through the normal admission path
-   (which de-duplicates by id).
+   (which de-duplicates by id). Admitted guild rooms the journal never heard
+   from are read from the horizon when the gateway says their newest message
+   is inside it; a room whose newest message was already seen is not read.
    Rooms, pages and messages per recovery are capped by settings.
 """
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from bridge.port import PostError
 from bridge.turns import Bridge
+from clankie.protocol import Room
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +92,19 @@ async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: 
     """
     report = Report()
     floor = snowflake_at(now - limits.horizon)
-    rooms = bridge.journal.state.rooms_since(now - limits.horizon, quiet_since)
-    # a room first heard from after the gap began is read from the horizon (its gap has no known start)
-    marks = [(room, max(floor, int(newest)) if newest is not None else floor) for room, newest in rooms.values()]
-    ordered = sorted(marks, key=lambda pair: pair[1], reverse=True)  # most recently active first
+    marks: dict[str, tuple[Room, int]] = {}
+    for cid, (room, newest) in bridge.journal.state.rooms_since(now - limits.horizon, quiet_since).items():
+        # a room first heard from after the gap began is read from the horizon (its gap has no known start)
+        marks[cid] = (room, max(floor, int(newest)) if newest is not None else floor)
+    # rooms the journal never heard from, whose newest message (as the gateway says) is inside the horizon
+    latest: dict[str, int] = {}
+    for room, last_id in bridge.port.active_rooms():
+        latest[room.channel_id] = last_id
+        if last_id > floor and room.channel_id not in marks and bridge.ingress.room_admitted(room.guild_id, room.channel_id):
+            marks[room.channel_id] = (room, floor)
+    # a room whose newest message is one we have already seen has nothing to read
+    wanted = [(room, mark) for cid, (room, mark) in marks.items() if latest.get(cid, mark + 1) > mark]
+    ordered = sorted(wanted, key=lambda pair: latest.get(pair[0].channel_id, pair[1]), reverse=True)  # newest first
     if len(ordered) > limits.max_rooms:
         report.capped += len(ordered) - limits.max_rooms
         ordered = ordered[: limits.max_rooms]

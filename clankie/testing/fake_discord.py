@@ -142,6 +142,8 @@ class FakeDiscord:
         self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def close(self) -> None:
+        self.gateway_open.set()  # release held handlers, or the server's cleanup would wait on them
+        self.post_answers.set()
         for gate in self._holds.values():
             gate.set()
         for ws in list(self._sockets):
@@ -429,8 +431,10 @@ class FakeDiscord:
         return self._json(self._guild_payload(gid))
 
     def _channel_payload(self, gid: str, cid: str, position: int) -> dict[str, Any]:
+        stored = self.messages.get(cid)
         return {"id": cid, "type": 0, "name": f"chan-{cid}", "position": position, "guild_id": gid,
-                "permission_overwrites": [], "nsfw": False, "parent_id": None, "topic": None}
+                "permission_overwrites": [], "nsfw": False, "parent_id": None, "topic": None,
+                "last_message_id": stored[-1]["id"] if stored else None}
 
     def _guild_payload(self, gid: str) -> dict[str, Any]:
         everyone = {"id": gid, "name": "@everyone", "permissions": "1024", "position": 0, "color": 0,

@@ -62,8 +62,7 @@ def test_messages_sent_while_down_are_admitted_oldest_first_and_once(env: dict[s
     ("overrides", "admitted"),
     [
         ({"CLANKIE_RECOVERY_MAX_ROOMS": "1"}, 2),  # only the most recently active room is read
-        # five messages read in all: CHAN2's reply and its two missed, then CHAN's reply and one missed
-        ({"CLANKIE_RECOVERY_MAX_MESSAGES": "5"}, 3),
+        ({"CLANKIE_RECOVERY_MAX_MESSAGES": "3"}, 3),  # CHAN2's two, then the oldest of CHAN's three
     ],
 )
 def test_recovery_stops_at_its_caps_and_says_so(env: dict[str, str], overrides: dict[str, str], admitted: int) -> None:
@@ -128,5 +127,42 @@ def test_an_open_delivery_inside_the_horizon_is_resubmitted_by_its_id(env: dict[
             assert h2.service.submits == [first]  # the exact record: the service's idempotency holds
             assert h2.outcomes(m["id"]) == ["accepted", "recovered", "settled"]
             assert len(discord.posts_in(CHAN)) == 1
+
+    asyncio.run(main())
+
+
+def test_a_room_never_heard_from_is_read_when_discord_says_it_has_news(env: dict[str, str]) -> None:
+    """A first message into an admitted room during an outage is found: the gateway names the room's newest id."""
+
+    async def main() -> None:
+        discord = fake()
+        async with running(env, fake=discord) as h:
+            m = await discord.message(CHAN, "hello", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+        first = await while_down(discord, {CHAN2: 1})
+        outside = await discord.message(OTHER_CHAN, "not admitted here", author_id=PERSON)
+        async with running(env, fake=discord) as h2:
+            await h2.until(lambda: "settled" in h2.outcomes(first[0]["id"]))
+            await h2.until(lambda: h2.app._recovering is not None and h2.app._recovering.done())
+            assert h2.app.recovered.rooms == 1  # CHAN had nothing new; CHAN2 had; the other guild is not ours
+            assert h2.outcomes(outside["id"]) == []
+
+    asyncio.run(main())
+
+
+def test_a_gap_the_last_bridge_never_read_back_is_read_by_the_next(env: dict[str, str]) -> None:
+    """A bridge that dies before its recovery ran leaves its gap open in the journal; its successor reads it."""
+
+    async def main() -> None:
+        discord = fake()
+        await one_answered_message_per_room(env, discord)
+        missed = await while_down(discord, {CHAN: 1})
+        discord.gateway_open.clear()  # this life never gets a session, so it never reads history back
+        async with running(env, fake=discord, wait_connected=False) as h:
+            await h.until(lambda: h.app.journal.state.quiet_since() is not None)
+        discord.gateway_open.set()
+        async with running(env, fake=discord) as h2:
+            await h2.until(lambda: "settled" in h2.outcomes(missed[0]["id"]))
+            await h2.until(lambda: h2.app.journal.state.quiet_since() is None)
 
     asyncio.run(main())
