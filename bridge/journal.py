@@ -62,6 +62,7 @@ class Entry:
     posting: bool = False
     outcome: str | None = None
     replied: int = 0  # the newest message id posted for it (0: none)
+    closed_at: float = 0.0
 
     @property
     def open(self) -> bool:
@@ -124,11 +125,12 @@ class JournalState:
                 raise ValueError(outcome)
             entry = self.entries[did]
             entry.outcome = outcome
+            entry.closed_at = float(line.get("at", 0.0))
             entry.replied = max((int(m) for m in line.get("mids", ()) if str(m).isdigit()), default=0)
         elif op == "closed":  # a compacted closed entry: enough for de-duplication and the room's last id
             room = Room.model_validate(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room, outcome=str(line["outcome"]),
-                                      replied=int(line.get("replied", 0)))
+                                      replied=int(line.get("replied", 0)), closed_at=float(line.get("closed_at", 0.0)))
         else:
             raise ValueError(op)
 
@@ -153,7 +155,8 @@ class JournalState:
             if e.at >= since:
                 rooms[cid] = e.room
             if e.at <= before and e.delivery_id.isdigit():
-                newest[cid] = max(newest.get(cid, 0), int(e.delivery_id), e.replied)
+                replied = e.replied if e.closed_at <= before else 0  # a reply posted after the gap began is no mark
+                newest[cid] = max(newest.get(cid, 0), int(e.delivery_id), replied)
         return {cid: (room, str(newest[cid]) if cid in newest else None) for cid, room in rooms.items()}
 
     def retained(self, since: float) -> list[Entry]:
@@ -179,7 +182,7 @@ def entry_lines(e: Entry) -> list[dict[str, Any]]:
         line: dict[str, Any] = {"v": 1, "op": "closed", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
                                 "room": e.room.to_wire(), "outcome": e.outcome}
         if e.replied:
-            line["replied"] = e.replied
+            line["replied"], line["closed_at"] = e.replied, e.closed_at
         return [line]
     if e.submit is None:
         assert e.buffered is not None

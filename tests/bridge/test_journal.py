@@ -80,6 +80,11 @@ def test_rooms_since_names_each_active_room_with_its_newest_message_before_the_g
     assert s.rooms_since(6.0, before=10.0) == {"102": (OTHER, "20")}
     # what the new session admitted (after the gap began at 4.0) is not a mark: the gap is read from "10"
     assert s.rooms_since(0.0, before=4.0) == {"101": (ROOM, "10"), "102": (OTHER, None)}
+    # our own reply is a mark only if it was posted before the gap began
+    s.apply({"v": 1, "op": "close", "id": "10", "at": 3.0, "outcome": "settled", "mids": ["60"]})
+    s.apply({"v": 1, "op": "close", "id": "5", "at": 7.0, "outcome": "settled", "mids": ["70"]})
+    assert s.rooms_since(0.0, before=4.0)["101"] == (ROOM, "60")
+    assert s.rooms_since(0.0, before=8.0)["101"] == (ROOM, "70")
 
 
 def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: Path) -> None:
