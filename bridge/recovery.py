@@ -23,9 +23,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from bridge.admission import Inbound
+from bridge.journal import Entry
 from bridge.port import PostError
 from bridge.turns import Bridge
-from clankie.protocol import Room
+from clankie.protocol import Room, Trigger
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +70,10 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
         bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
     for entry in state.open_entries():
         if now - entry.at > limits.horizon:
-            bridge.expire(entry)
+            expire(bridge, entry, now)
             report.expired += 1
         elif entry.submit is None:
-            bridge.restore_buffered(entry)
+            restore_buffered(bridge, entry)
             report.restored += 1
         else:
             bridge.resume(entry)
@@ -80,6 +82,29 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
         log.info("journal: %d deliveries resumed, %d expired, %d buffered restored",
                  report.resumed, report.expired, report.restored)
     return report
+
+
+def expire(bridge: Bridge, entry: Entry, now: float) -> None:
+    """Close a journaled delivery older than the horizon, unanswered, with an ``expired`` receipt."""
+    bridge.counters.expired += 1
+    for did in (entry.delivery_id, *entry.folds):
+        bridge.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id, guild_id=entry.room.guild_id)
+    bridge.journal.close(entry.delivery_id, "expired", now)
+
+
+def restore_buffered(bridge: Bridge, entry: Entry) -> None:
+    """Put a journaled buffered message back where the catch-up timer will find it."""
+    assert entry.buffered is not None
+    bridge.ingress.restore_buffered(Inbound.from_wire(entry.buffered["inbound"]))
+    bridge.keep_trigger(entry.delivery_id, entry.room, Trigger.model_validate(entry.buffered["trigger"]))
+
+
+def too_old(bridge: Bridge, inbound: Inbound, now: float, retention: float) -> None:
+    """A message found in history that is older than the horizon: noted once, not answered."""
+    bridge.counters.expired += 1
+    bridge.ingress.remember(inbound.message_id, inbound.fingerprint, now + retention)
+    bridge.receipts.record("expired", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
+                           guild_id=inbound.guild_id)
 
 
 async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: float) -> Report:
@@ -130,7 +155,7 @@ async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: 
                 continue
             if now - trigger.at > limits.horizon:
                 report.too_old += 1
-                bridge.too_old(inbound)
+                too_old(bridge, inbound, now, limits.retention)
                 continue
             if bridge.on_message(inbound, msg_room, trigger) is not None:
                 report.admitted += 1

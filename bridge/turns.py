@@ -145,9 +145,7 @@ class Bridge:
             self.counters.duplicates += 1
             self.receipts.record("deduplicated", **ids)
             return None
-        self._pending[inbound.message_id] = (room, trigger)
-        while len(self._pending) > MAX_PENDING_TRIGGERS:
-            self._pending.popitem(last=False)
+        self.keep_trigger(inbound.message_id, room, trigger)
         if isinstance(decision, Buffered):
             self.counters.buffered += 1
             try:
@@ -176,28 +174,11 @@ class Bridge:
         self.counters.recovered += 1
         self._spawn(Held(entry.turn(), entry.fingerprint, entry.catching_up, entry.folds, recovered=entry))
 
-    def restore_buffered(self, entry: Entry) -> None:
-        """Put a journaled buffered message back where the catch-up timer will find it."""
-        assert entry.buffered is not None
-        inbound = Inbound.from_wire(entry.buffered["inbound"])
-        self.ingress.restore_buffered(inbound)
-        self._pending[entry.delivery_id] = (entry.room, Trigger.model_validate(entry.buffered["trigger"]))
-
-    def expire(self, entry: Entry) -> None:
-        """Close a journaled delivery that is older than the recovery horizon, unanswered."""
-        self.counters.expired += 1
-        now = self.clock.wall()
-        for did in (entry.delivery_id, *entry.folds):
-            self.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id,
-                                 guild_id=entry.room.guild_id)
-        self.journal.close(entry.delivery_id, "expired", now)
-
-    def too_old(self, inbound: Inbound) -> None:
-        """A message found in history after a restart that is older than the horizon: noted, not answered."""
-        self.counters.expired += 1
-        self.ingress.remember(inbound.message_id, inbound.fingerprint, self.clock.wall() + self.ingress.policy.retention_s)
-        self.receipts.record("expired", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
-                             guild_id=inbound.guild_id)
+    def keep_trigger(self, delivery_id: str, room: Room, trigger: Trigger) -> None:
+        """Remember a buffered message's room and trigger until its catch-up turn is built."""
+        self._pending[delivery_id] = (room, trigger)
+        while len(self._pending) > MAX_PENDING_TRIGGERS:
+            self._pending.popitem(last=False)
 
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")

@@ -80,6 +80,7 @@ class Appender:
         self._written = 0  # sequence number of the last line handed to the kernel
         self._synced = 0  # every line up to this one is on the disk
         self._round: asyncio.Future[None] | None = None
+        self._again = False  # a sync_soon arrived while a round ran: sync again when it ends
         self.failures = 0
         self.last_error: str | None = None
         self._end_torn_line()
@@ -127,8 +128,15 @@ class Appender:
             await asyncio.shield(self._round)
 
     def sync_soon(self) -> None:
-        """Start a sync for what has been written without waiting for it (errors are logged, not raised)."""
-        if self._synced >= self._written or self._round is not None:
+        """Start a sync for what has been written without waiting for it (errors are logged, not raised).
+
+        A sync already under way covers only the lines written before it began;
+        the lines after it get a round of their own as soon as it ends.
+        """
+        if self._synced >= self._written:
+            return
+        if self._round is not None:
+            self._again = True
             return
         try:
             asyncio.get_running_loop()
@@ -150,6 +158,9 @@ class Appender:
         finally:
             self._round = None
         self._synced = max(self._synced, upto)
+        if self._again:
+            self._again = False
+            self.sync_soon()
 
     def _sync_now(self) -> None:
         try:

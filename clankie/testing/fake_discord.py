@@ -456,7 +456,15 @@ class FakeDiscord:
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
-        await self.gateway_open.wait()
+        if not self.gateway_open.is_set():  # an outage: no HELLO until it ends, or until the client gives up
+            opened = asyncio.ensure_future(self.gateway_open.wait())
+            incoming = asyncio.ensure_future(ws.receive())  # a client says nothing before HELLO but its close
+            await asyncio.wait({opened, incoming}, return_when=asyncio.FIRST_COMPLETED)
+            opened.cancel()
+            if incoming.done():
+                await ws.close()
+                return ws
+            incoming.cancel()
         await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}))
         self._sockets.add(ws)
         await self._notify()

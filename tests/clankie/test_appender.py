@@ -154,3 +154,33 @@ def test_a_symlink_in_place_of_the_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "j.jsonl").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OSError):
         Appender(tmp_path / "j.jsonl")
+
+
+def test_a_line_asked_to_sync_during_a_sync_gets_its_own_round(tmp_path: Path) -> None:
+    """sync_soon while a sync runs is not dropped: a second round follows for the later lines."""
+
+    async def main() -> None:
+        gate = threading.Event()
+        calls: list[int] = []
+
+        def held_sync(fd: int) -> None:
+            calls.append(fd)
+            gate.wait(10)
+            os.fdatasync(fd)
+
+        a = Appender(tmp_path / "j.jsonl", sync=held_sync)
+        a.append({"n": 1})
+        a.sync_soon()
+        await asyncio.sleep(0)
+        a.append({"n": 2})
+        first = a._round
+        a.sync_soon()  # the first round is still running
+        assert first is not None and a._round is first
+        gate.set()
+        await first
+        assert a._round is not None and a._round is not first  # the later line's round, started by itself
+        await a._round
+        assert len(calls) == 2
+        a.close()
+
+    asyncio.run(main())
