@@ -65,7 +65,7 @@ class ServiceApp:
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
         paths = CaptainPaths.under(settings.state_dir)
         ensure_private_dir(paths.root)
-        self.store = DeliveryStore(paths.deliveries, self.clock)
+        self.store = DeliveryStore(paths.deliveries, self.clock, max_retained=settings.delivery_max_retained)
         self.captain = Captain(
             CaptainDeps(
                 settings=settings,
@@ -94,6 +94,7 @@ class ServiceApp:
         self.turns.begin_shutdown()
         await self.captain.aclose()
         await self.turns.drain()
+        self.store.close()
         await asyncio.sleep(0)  # let the handlers send their shutting_down answers before the sockets close
         if self.server is not None:
             await self.server.close()
