@@ -94,7 +94,7 @@ class ServiceApp:
         self.turns.begin_shutdown()
         await self.captain.aclose()
         await self.turns.drain()
-        self.store.close()
+        await self.store.aclose()
         await asyncio.sleep(0)  # let the handlers send their shutting_down answers before the sockets close
         if self.server is not None:
             await self.server.close()

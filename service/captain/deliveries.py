@@ -229,9 +229,9 @@ class DeliveryStore:
         gone, self.log.expired_at_start = self.log.expired_at_start, 0
         return gone + self.log.expire(self._clock.wall())
 
-    def close(self) -> None:
-        """Close the current segment (a later write opens a new one)."""
-        self.log.close()
+    async def aclose(self) -> None:
+        """Close the log once its last lines are on the disk (a later write opens a new segment)."""
+        await self.log.aclose()
 
     def _write(self, rec: Retained) -> None:
         result = rec.result.to_wire() if rec.result is not None else None

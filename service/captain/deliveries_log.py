@@ -273,11 +273,13 @@ class DeliveryLog:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def close(self) -> None:
-        """Close the current segment; its last lines reach the disk on the sync threads."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+    async def aclose(self) -> None:
+        """Close every segment once its lines are on the disk (a graceful stop); a later write opens a new one."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._retire(writer)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     # ------------------------------------------------------------ reading back
 
@@ -352,6 +354,8 @@ class DeliveryLog:
 
 
 async def _close_when_synced(writer: Appender) -> None:
-    with contextlib.suppress(DiskError):
-        await writer.durable()
-    writer.close()
+    try:
+        with contextlib.suppress(DiskError):
+            await writer.durable()
+    finally:  # also when the loop ends first: close() hands the last lines to the sync threads
+        writer.close()

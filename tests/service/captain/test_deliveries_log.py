@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -155,6 +156,25 @@ def test_segments_rotate_at_their_size_and_are_read_in_order(directory: Path, cl
     assert all(p.stat().st_size < 2048 + longest for p in segments)
     again = store_on(directory, clock)
     assert all(again.load(f"d{n}") == Retained(f"d{n}", FP, clock.wall(), SETTLED, None, ()) for n in range(20))
+
+
+def test_segments_rotated_under_a_live_loop_close_once_synced(
+    directory: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In the service, a rotated segment is closed after its last sync, so no sync fails; aclose makes the rest durable."""
+
+    async def main() -> None:
+        store = store_on(directory, clock, segment_bytes=1024)
+        for n in range(30):
+            store.accept(f"d{n}", FP)
+            await asyncio.sleep(0)
+        await store.aclose()
+
+    with caplog.at_level("ERROR"):
+        asyncio.run(main())
+    assert caplog.text == ""
+    again = store_on(directory, clock)
+    assert len(again.log.segments()) > 3 and all(again.load(f"d{n}") is not None for n in range(30))
 
 
 def test_a_segment_goes_as_soon_as_no_record_needs_it(directory: Path, clock: FakeClock) -> None:
