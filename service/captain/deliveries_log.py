@@ -197,20 +197,25 @@ class DeliveryLog:
             return
         self._owner = True
         legacy = [(did, e) for did, e in self._index.items() if e.file.suffix == ".json"]
+        migrated = 0
         for did, entry in legacy:
             try:
                 result = self.read(entry).get("result") or None
                 self.put(did, fields(did, entry.fingerprint, entry.accepted_at, entry.run, entry.crashed_runs, result),
                          entry.accepted_at)
+                migrated += 1
             except _UNREADABLE as exc:
                 log.warning("unreadable delivery record %s (%s); treating it as new",
                             entry.file.name, type(exc).__name__)
                 self._forget(did)
-            except (OSError, DiskError) as exc:  # retried by the next start; lines still win over the file
-                log.error("could not migrate delivery records: %s", exc)
+            except DiskError as exc:  # retried by the next start; lines still win over the file
+                log.error("could not migrate delivery records (%s); the rest stay in the old format for now", exc.code)
                 break
-        if legacy:
-            log.info("migrated %d delivery records from the one-file-per-delivery format", len(legacy))
+            except OSError as exc:
+                log.error("could not migrate delivery records (%s); the rest stay in the old format for now", exc.strerror)
+                break
+        if migrated:
+            log.info("migrated %d delivery records from the one-file-per-delivery format", migrated)
         for path in self._found:
             if path not in self._live:
                 self._unlink(path)

@@ -15,6 +15,7 @@ from clankie.protocol import TurnResult
 from clankie.testing.clock import FakeClock
 from service.captain.deliveries import RETENTION_SECONDS, DeliveryStore, Retained, RunIt, reckon
 from service.captain.deliveries_log import Entry, legacy_name
+from tests.disk import writes_refused_past
 
 FP = "f" * 64
 SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="eight o'clock, same lobby")
@@ -316,6 +317,24 @@ def test_old_format_records_are_read_once_then_moved_into_the_log(directory: Pat
     assert {d: store_on(directory, clock).load(d) for d in expected} == expected
     store.accept("d2", FP, ("r1",))  # the migrated record goes on like any other
     assert store_on(directory, clock).load("d2") == Retained("d2", FP, clock.wall(), None, None, ("r1",))
+
+
+def test_a_migration_the_disk_refuses_keeps_the_old_files_for_the_next_start(
+    directory: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """If the migrated lines cannot be written, the old files stay and still answer; the next start moves them."""
+    directory.mkdir(mode=0o700)
+    (directory / legacy_name("d1")).write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(),
+                                                           "run": None, "crashed_runs": [], "result": SETTLED.to_wire()}))
+    expected = Retained("d1", FP, clock.wall(), SETTLED, None, ())
+    store = store_on(directory, clock)
+    with writes_refused_past(10), caplog.at_level("ERROR"):
+        assert store.prune() == 0
+    assert "could not migrate delivery records (disk_efbig)" in caplog.text
+    assert store.load("d1") == expected and (directory / legacy_name("d1")).exists()
+    restarted = store_on(directory, clock)
+    restarted.prune()
+    assert restarted.load("d1") == expected and not (directory / legacy_name("d1")).exists()
 
 
 def test_a_store_that_only_loads_changes_nothing_on_disk(directory: Path, clock: FakeClock) -> None:
