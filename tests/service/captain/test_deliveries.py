@@ -181,7 +181,8 @@ def test_a_malformed_run_field_is_an_unreadable_record(store: DeliveryStore, clo
     bad = {"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "run": 7, "crashed_runs": [], "result": None}
     (store.directory / "0.jsonl").write_text(json.dumps(bad) + "\n")
     assert restart(store, clock).load("d1") is None
-    (store.directory / legacy_name("d2")).write_text(json.dumps({**bad, "delivery_id": "d2", "run": None, "crashed_runs": [1]}))
+    old_format = {**bad, "delivery_id": "d2", "run": None, "crashed_runs": [1]}
+    (store.directory / legacy_name("d2")).write_text(json.dumps(old_format))
     assert restart(store, clock).load("d2") is None
 
 

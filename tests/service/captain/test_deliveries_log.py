@@ -288,7 +288,7 @@ def test_a_restart_with_a_lower_cap_keeps_the_newest_and_unlinks_the_rest(direct
 
 
 def test_old_format_records_are_read_once_then_moved_into_the_log(directory: Path, clock: FakeClock) -> None:
-    """One-file-per-delivery records load as before; the first prune appends the live ones as lines and removes every file."""
+    """Old one-file-per-delivery records load as before; the first prune appends the live ones and removes every file."""
     directory.mkdir(mode=0o700)
 
     def old(did: str, **record: object) -> Path:
@@ -324,8 +324,9 @@ def test_a_migration_the_disk_refuses_keeps_the_old_files_for_the_next_start(
 ) -> None:
     """If the migrated lines cannot be written, the old files stay and still answer; the next start moves them."""
     directory.mkdir(mode=0o700)
-    (directory / legacy_name("d1")).write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(),
-                                                           "run": None, "crashed_runs": [], "result": SETTLED.to_wire()}))
+    record = {"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "run": None, "crashed_runs": [],
+              "result": SETTLED.to_wire()}
+    (directory / legacy_name("d1")).write_text(json.dumps(record))
     expected = Retained("d1", FP, clock.wall(), SETTLED, None, ())
     store = store_on(directory, clock)
     with writes_refused_past(10), caplog.at_level("ERROR"):
