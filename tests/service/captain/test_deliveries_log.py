@@ -33,7 +33,7 @@ def directory(tmp_path: Path) -> Path:
 
 def store_on(directory: Path, clock: FakeClock, **kwargs: int) -> DeliveryStore:
     """A store as a new service process opens it: the directory, nothing in memory."""
-    return DeliveryStore(directory, clock, **kwargs)  # type: ignore[arg-type]
+    return DeliveryStore(directory, clock, **kwargs)
 
 
 def lines(path: Path) -> list[dict[str, object]]:
