@@ -43,13 +43,14 @@ RESULT = TurnResult(outcome="settled", turn_id="turn-1-x", text="word " * 280)
 def old_module(ref: str) -> ModuleType:
     source = subprocess.run(["git", "show", f"{ref}:service/captain/deliveries.py"], cwd=REPO, check=True,
                             capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp(prefix="bench-deliveries-")) / "old_deliveries.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("old_deliveries", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory(prefix="bench-deliveries-") as tmp:
+        path = Path(tmp) / "old_deliveries.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("old_deliveries", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
     return module
 
 
