@@ -150,6 +150,7 @@ class Settings(BaseSettings):
     compaction_keep_tokens: int = Field(default=20_000, ge=0)
     captain_durable: bool = True
     poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison
+    delivery_max_retained: int = Field(default=100_000, ge=100)  # delivery records kept; past it the oldest settled go
 
     # hosts
     browser_allow_private: bool = False

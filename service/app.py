@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 # a stalled abort is confirmed only once the run has ended, within this share of the supervisor's grace
 ABORT_CONFIRM_SHARE = 0.8
+STORE_CLOSE_SECONDS = 5.0
 
 
 def make_provider(settings: Settings) -> Provider | None:
@@ -65,7 +66,7 @@ class ServiceApp:
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
         paths = CaptainPaths.under(settings.state_dir)
         ensure_private_dir(paths.root)
-        self.store = DeliveryStore(paths.deliveries, self.clock)
+        self.store = DeliveryStore(paths.deliveries, self.clock, max_retained=settings.delivery_max_retained)
         self.captain = Captain(
             CaptainDeps(
                 settings=settings,
@@ -94,6 +95,11 @@ class ServiceApp:
         self.turns.begin_shutdown()
         await self.captain.aclose()
         await self.turns.drain()
+        try:  # the lines are in the kernel already; a hung disk must not hold the stop until SIGKILL
+            async with asyncio.timeout(STORE_CLOSE_SECONDS):
+                await self.store.aclose()
+        except TimeoutError:
+            log.warning("delivery records not synced within %.0fs of stopping; left to the kernel", STORE_CLOSE_SECONDS)
         await asyncio.sleep(0)  # let the handlers send their shutting_down answers before the sockets close
         if self.server is not None:
             await self.server.close()

@@ -2,8 +2,9 @@
 
 The same delivery id with the same body gets the same result: while the turn
 runs (a reconnected bridge attaches to it), after it ended, and after a
-service restart (results are kept on disk for seven hours). The same id with
-a different body is a conflict.
+service restart (results are kept on disk for seven hours, at most
+``CLANKIE_DELIVERY_MAX_RETAINED`` of them). The same id with a different body
+is a conflict.
 
 A delivery accepted but never finished (the service died) is run again when
 it is re-submitted. A crash counts against it only if it was **part of the
@@ -17,7 +18,8 @@ died with the service, and its id is added to the record's ``crashed_runs``.
 A delivery in ``poison_runs`` distinct crashed runs is a poison message: it
 fails instead of taking the service down again. A graceful stop clears the
 run from the record (:meth:`DeliveryStore.release`), so it never charges
-anyone. :func:`reckon` is the pure rule; :class:`DeliveryStore` is the disk.
+anyone. :func:`reckon` is the pure rule; :class:`DeliveryStore` keeps the
+records, one appended line per change (:mod:`service.captain.deliveries_log`).
 """
 
 from __future__ import annotations
@@ -25,16 +27,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from clankie.appender import sync_dir_later, sync_fd_later
+from clankie.appender import DiskError
 from clankie.clock import Clock
-from clankie.jsonl import write_all
 from clankie.protocol import TurnResult, TurnSubmit
+
+from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog, fields
 
 log = logging.getLogger(__name__)
 
@@ -120,80 +121,83 @@ def reckon(record: Retained | None, fp: str, poison_runs: int) -> Reckoning:
 
 
 class DeliveryStore:
-    """One small JSON file per delivery under ``<state>/captain/deliveries/``, replaced atomically by rename.
+    """Delivery records in an append-only, segmented log under ``<state>/captain/deliveries/`` (:mod:`.deliveries_log`).
 
-    A record reaches the kernel before the call returns (a crash of the
-    service cannot lose it); its fsync and the directory's run on the sync
-    threads (:mod:`clankie.appender`), so the turn never waits on the disk.
+    Every change appends the delivery's whole record as one line: it reaches
+    the kernel before the call returns (a crash of the service cannot lose
+    it) and the disk on the sync threads, so a turn never waits on the disk.
+    A write the disk refuses raises :class:`~clankie.appender.DiskError` from
+    :meth:`accept` and :meth:`settle` and changes nothing; :meth:`join` and
+    :meth:`release` log it.
 
-    Keeps the records of the deliveries this process accepted and has not
-    finished, so :meth:`join`, :meth:`release` and :meth:`settle` rewrite them
-    without reading the disk.
+    Records are retained ``retention`` seconds after acceptance and at most
+    ``max_retained`` of them (past that the oldest settled ones are forgotten
+    first: re-submitted, such a delivery runs again as new). Keeps the records
+    of the deliveries this process accepted and has not finished, so
+    :meth:`join`, :meth:`release` and :meth:`settle` never read the disk; a
+    settled result's text is read back only by :meth:`load`.
     """
 
-    def __init__(self, directory: Path, clock: Clock, retention: float = RETENTION_SECONDS) -> None:
+    def __init__(self, directory: Path, clock: Clock, retention: float = RETENTION_SECONDS, *,
+                 max_retained: int = MAX_RETAINED, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = directory
         self._clock = clock
         self.retention = retention
         self._open: dict[str, Retained] = {}
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-
-    def _path(self, delivery_id: str) -> Path:
-        return self.directory / (hashlib.sha256(delivery_id.encode("utf-8")).hexdigest()[:40] + ".json")
+        self.log = DeliveryLog(directory, now=clock.wall(), retention=retention, max_retained=max_retained,
+                               segment_bytes=segment_bytes)
 
     def load(self, delivery_id: str) -> Retained | None:
-        """The retained record, or None if never seen, expired or unreadable.
+        """The retained record, or None if never seen, expired, forgotten or unreadable.
 
         Records written before runs were counted (an ``attempts`` field, no
         ``run``) read as never having joined a run.
         """
-        path = self._path(delivery_id)
-        try:
-            data = json.loads(path.read_bytes())
-            result = TurnResult.model_validate(data["result"]) if data.get("result") else None
-            run = data.get("run")
-            crashed = data.get("crashed_runs", [])
-            if not (run is None or isinstance(run, str)) or not all(isinstance(r, str) for r in crashed):
-                raise TypeError("run ids must be strings")
-            rec = Retained(
-                data["delivery_id"], data["fingerprint"], float(data["accepted_at"]), result, run, tuple(crashed)
-            )
-        except FileNotFoundError:
+        entry = self.log.get(delivery_id)
+        if entry is None or self._clock.wall() - entry.accepted_at > self.retention:
             return None
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("unreadable delivery record %s (%s); treating it as new", path.name, type(exc).__name__)
-            return None
-        if rec.delivery_id != delivery_id or self._clock.wall() - rec.accepted_at > self.retention:
-            return None
-        return rec
+        result = None
+        if entry.settled:
+            try:
+                data = self.log.read(entry)
+                if data.get("delivery_id") != delivery_id:
+                    raise ValueError("the line is another delivery's")
+                result = TurnResult.model_validate(data["result"])
+            except OSError as exc:
+                log.warning("cannot read back delivery %s (%s); treating it as new", delivery_id, exc.strerror)
+                return None
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.warning("unreadable delivery record %s (%s); treating it as new", delivery_id, type(exc).__name__)
+                return None
+        return Retained(delivery_id, entry.fingerprint, entry.accepted_at, result, entry.run, entry.crashed_runs)
 
     def accept(self, delivery_id: str, fp: str, crashed_runs: tuple[str, ...] = ()) -> Retained:
-        """Record a delivery this process is about to run (in no run yet)."""
-        rec = Retained(delivery_id, fp, self._clock.wall(), None, None, crashed_runs)
-        self._write_all([rec])
+        """Record a delivery this process is about to run (in no run yet); raises DiskError if it cannot be written."""
+        now = self._clock.wall()
+        self.log.expire(now)
+        rec = Retained(delivery_id, fp, now, None, None, crashed_runs)
+        self._write(rec)
         self._open[delivery_id] = rec
+        self.log.bound(keep=self._open)
         return rec
 
     def join(self, run_id: str, delivery_ids: Iterable[str]) -> None:
-        """Record that these accepted deliveries are now part of run ``run_id`` (one directory sync for all).
+        """Record that these accepted deliveries are now part of run ``run_id`` (one line each).
 
         Called before the agent sees them. A failed write is logged, never
         raised: the turn goes on, and a crash during it would just not be
-        counted against it.
+        counted against the deliveries it could not record.
         """
-        joined = []
-        for did in delivery_ids:
-            rec = self._open.get(did)
-            if rec is not None and rec.run != run_id:
-                joined.append(replace(rec, run=run_id))
-        if not joined:
-            return
-        try:
-            self._write_all(joined)
-        except OSError as exc:
-            log.error("could not record %d deliveries joining run %s: %s", len(joined), run_id, exc.strerror)
-            return
-        self._open.update((rec.delivery_id, rec) for rec in joined)
+        joined = [replace(rec, run=run_id) for did in delivery_ids
+                  if (rec := self._open.get(did)) is not None and rec.run != run_id]
+        for n, rec in enumerate(joined):
+            try:
+                self._write(rec)
+            except DiskError as exc:
+                log.error("could not record %d deliveries joining run %s: %s", len(joined) - n, run_id, exc.code)
+                return
+            self._open[rec.delivery_id] = rec
 
     def release(self, delivery_id: str) -> None:
         """Forget the run an accepted delivery joined (a graceful stop cut it): it stays to be run again, uncharged."""
@@ -201,47 +205,35 @@ class DeliveryStore:
         if rec is None or rec.run is None:
             return
         try:
-            self._write_all([replace(rec, run=None)])
-        except OSError as exc:  # the stop goes on; the restarted service will count this run against it
-            log.error("could not release delivery %s from run %s: %s", delivery_id, rec.run, exc.strerror)
+            self._write(replace(rec, run=None))
+        except DiskError as exc:  # the stop goes on; the restarted service will count this run against it
+            log.error("could not release delivery %s from run %s: %s", delivery_id, rec.run, exc.code)
 
     def settle(self, delivery_id: str, result: TurnResult, record: Retained | None = None) -> None:
-        """Retain the delivery's result: the record this process accepted, else ``record`` (loaded from disk)."""
+        """Retain the delivery's result: the record this process accepted, else ``record`` (loaded from disk).
+
+        Raises DiskError if the disk refuses it (the record stays as it was).
+        """
         rec = self._open.pop(delivery_id, None) or record
         if rec is None:
             raise KeyError(f"delivery {delivery_id} was not accepted here")
-        self._write_all([replace(rec, result=result, run=None)])
+        self._write(replace(rec, result=result, run=None))
 
     def prune(self) -> int:
-        """Delete records older than the retention; returns how many went."""
-        now, gone = self._clock.wall(), 0
-        for path in self.directory.glob("*.json"):
-            try:
-                accepted = float(json.loads(path.read_bytes()).get("accepted_at", 0))
-            except (OSError, ValueError, AttributeError):
-                accepted = 0.0
-            if now - accepted > self.retention:
-                path.unlink(missing_ok=True)
-                gone += 1
-        return gone
+        """Forget records older than the retention, and tidy the directory once; returns how many records went.
 
-    def _write_all(self, records: list[Retained]) -> None:
-        for rec in records:
-            fields: dict[str, Any] = {
-                "delivery_id": rec.delivery_id,
-                "fingerprint": rec.fingerprint,
-                "accepted_at": rec.accepted_at,
-                "run": rec.run,
-                "crashed_runs": list(rec.crashed_runs),
-                "result": rec.result.to_wire() if rec.result is not None else None,
-            }
-            path = self._path(rec.delivery_id)
-            tmp = path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                write_all(fd, json.dumps(fields, separators=(",", ":")).encode("utf-8"))
-                sync_fd_later(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        sync_dir_later(self.directory)
+        The first call (the service's start-up) also migrates records of the
+        old one-file-per-delivery format and unlinks segments no record needs.
+        """
+        self.log.take_ownership()
+        gone, self.log.expired_at_start = self.log.expired_at_start, 0
+        return gone + self.log.expire(self._clock.wall())
+
+    async def aclose(self) -> None:
+        """Close the log once its last lines are on the disk (a later write opens a new segment)."""
+        await self.log.aclose()
+
+    def _write(self, rec: Retained) -> None:
+        result = rec.result.to_wire() if rec.result is not None else None
+        line = fields(rec.delivery_id, rec.fingerprint, rec.accepted_at, rec.run, rec.crashed_runs, result)
+        self.log.put(rec.delivery_id, line, self._clock.wall())

@@ -12,16 +12,23 @@ A delivery the service died with is run again, unless it was part of
 fails ``captain_session_failed`` (evidence ``cause: poison``). Which crashes
 count is decided in :mod:`service.captain.deliveries`; a graceful stop counts
 for nobody.
+
+A delivery whose record the disk refuses is not run: the submission fails
+``service_disk_full`` (no space, quota or file size limit) or
+``service_disk_error`` (anything else), so no turn runs that a restart could
+not recognise. A result that cannot be retained is still answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import uuid
 from dataclasses import dataclass, replace
 
 from clankie import ipc
+from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import Author, Record, SayRequest, Trigger, TurnResult, TurnSubmit
@@ -34,6 +41,9 @@ from service.captain.tools import DeliveryContext
 
 log = logging.getLogger(__name__)
 
+# the disk refused a delivery's record: the turn is not run, since what it did could not be remembered
+DISK_FULL_CODE, DISK_ERROR_CODE = "service_disk_full", "service_disk_error"
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 EVIDENCE_EVENT = {"settled": "settled", "absorbed": "absorbed", "silent": "declined", "failed": "failed"}
 OPERATOR = Author(id="operator", name="operator")
 
@@ -103,7 +113,12 @@ class TurnService:
             return self._poison(did, replace(retained, crashed_runs=decision.crashed_runs), lane)
         if crashed:
             log.info("delivery %s was part of %d runs the service died in; running it again", did, crashed)
-        self.store.accept(did, fp, decision.crashed_runs)
+        try:
+            self.store.accept(did, fp, decision.crashed_runs)
+        except DiskError as exc:
+            log.error("delivery %s refused: its record cannot be written (%s)", did, exc.code)
+            code = DISK_FULL_CODE if exc.errno in _NO_ROOM else DISK_ERROR_CODE
+            raise RemoteError(code, f"the service cannot record this delivery ({exc.code}); nothing was run") from None
         self.evidence.record(did, "accepted", lane=lane, crashed_runs=crashed or None)
         delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn)
         task = asyncio.create_task(self._run(submit, delivery, lane), name=f"turn-{did}")
@@ -113,7 +128,7 @@ class TurnService:
     def _poison(self, did: str, record: Retained, lane: str) -> TurnResult:
         result = TurnResult(outcome="failed", code=SESSION_FAILED)
         log.warning("delivery %s is a poison message: part of %d runs the service died in; failing it", did, len(record.crashed_runs))
-        self.store.settle(did, result, record)
+        self._retain(did, result, record)
         self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED, cause="poison", crashed_runs=len(record.crashed_runs))
         return result
 
@@ -131,12 +146,19 @@ class TurnService:
                 self.store.release(did)
                 log.info("delivery %s interrupted by shutdown; left for the restarted service", did)
                 return result
-            self.store.settle(did, result)
+            self._retain(did, result)
             self.evidence.record(did, EVIDENCE_EVENT[result.outcome], lane=lane, code=result.code, turn_id=result.turn_id)
             log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "")
             return result
         finally:
             self._inflight.pop(did, None)
+
+    def _retain(self, did: str, result: TurnResult, record: Retained | None = None) -> None:
+        """Settle the delivery's record; a disk that refuses it costs the retained result, not the answer."""
+        try:
+            self.store.settle(did, result, record)
+        except DiskError as exc:
+            log.error("delivery %s: result not retained (%s); a re-submission would run it again", did, exc.code)
 
     def attached(self, delivery_id: str) -> int:
         """How many re-submissions have attached to this delivery's running turn (0 if none is running)."""

@@ -100,6 +100,7 @@ def test_comma_lists_are_split_and_trimmed() -> None:
         ("CLANKIE_BROWSER_ALLOW_PRIVATE", "perhaps"),
         ("CLANKIE_POISON_RUNS", "0"),
         ("CLANKIE_POISON_RUNS", "three"),
+        ("CLANKIE_DELIVERY_MAX_RETAINED", "99"),
     ],
 )
 def test_bad_values_are_a_config_error_naming_the_setting(name: str, value: str) -> None:
@@ -139,3 +140,12 @@ def test_poison_runs_is_read_and_a_bad_one_is_one_line() -> None:
     with pytest.raises(ConfigError) as info:
         settings.load({"CLANKIE_POISON_RUNS": "0", "HOME": "/h"})
     assert "\n" not in str(info.value) and str(info.value).startswith("invalid settings: CLANKIE_POISON_RUNS:")
+
+
+def test_delivery_max_retained_is_read_and_a_bad_one_is_one_line() -> None:
+    """CLANKIE_DELIVERY_MAX_RETAINED caps the retained delivery records (default 100000); under 100 is one line."""
+    assert settings.load({"HOME": "/h"}).delivery_max_retained == 100_000
+    assert settings.load({"CLANKIE_DELIVERY_MAX_RETAINED": "100", "HOME": "/h"}).delivery_max_retained == 100
+    with pytest.raises(ConfigError) as info:
+        settings.load({"CLANKIE_DELIVERY_MAX_RETAINED": "99", "HOME": "/h"})
+    assert "\n" not in str(info.value) and str(info.value).startswith("invalid settings: CLANKIE_DELIVERY_MAX_RETAINED:")

@@ -92,7 +92,10 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "value"), [("CLANKIE_DISCORD_CONTEXT_MESSAGES", "500"), ("CLANKIE_POISON_RUNS", "0")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("CLANKIE_DISCORD_CONTEXT_MESSAGES", "500"), ("CLANKIE_POISON_RUNS", "0"), ("CLANKIE_DELIVERY_MAX_RETAINED", "99")],
+)
 def test_bad_configuration_exits_78(env: dict[str, str], state_dir: Path, name: str, value: str) -> None:
     """An invalid setting stops the service at once with status 78 and a one-line message, not a restart loop."""
     bad = {**env, name: value, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}

@@ -12,6 +12,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import keys, records
+from tests.disk import writes_refused_past
 from tests.service.captain.harness import FakeBridge, msg, run, service, until
 
 
@@ -202,5 +203,27 @@ def test_retained_results_expire_after_seven_hours(env: dict[str, str]) -> None:
             clock.advance(7 * 3600 + 1)
             assert app.store.load("m1") is None
             assert app.store.prune() == 1
+
+    run(body())
+
+
+def test_a_delivery_the_disk_cannot_record_is_refused_and_never_run(env: dict[str, str]) -> None:
+    """An accept the disk refuses fails the submission service_disk_full: nothing runs, no torn line; later it runs."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake) as app:
+            fake.script(fa.text("first answer"), fa.text("second answer"))
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            await bridge.submit(msg("m1", "hello"))
+            segment = app.store.log.segments()[-1]
+            size = segment.stat().st_size
+            with writes_refused_past(size + 10), pytest.raises(RemoteError) as refused:
+                await bridge.submit(msg("m2", "are you there"))
+            assert refused.value.code == "service_disk_full"
+            assert segment.stat().st_size == size and len(fake.requests) == 1
+            assert app.store.load("m2") is None and app.turns.evidence.of("m2") == []
+            result = await bridge.submit(msg("m2", "are you there"))  # room again: it runs
+            assert (result.outcome, result.text) == ("settled", "second answer")
 
     run(body())

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from clankie.appender import DiskError
 from clankie.protocol import TurnResult
 from clankie.testing.clock import FakeClock
 from service.captain.deliveries import (
@@ -20,6 +20,8 @@ from service.captain.deliveries import (
     RunIt,
     reckon,
 )
+from service.captain.deliveries_log import legacy_name
+from tests.disk import writes_refused_past
 
 FP = "f" * 64
 SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="hi")
@@ -166,28 +168,32 @@ def test_a_poison_delivery_is_settled_from_its_loaded_record(store: DeliveryStor
 
 def test_a_record_from_before_run_counting_reads_as_never_joined(store: DeliveryStore, clock: FakeClock) -> None:
     """An old record (``attempts``, no ``run``) keeps its fingerprint and result and counts no crashed run."""
-    path = store._path("d1")
+    path = store.directory / legacy_name("d1")
     path.write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "attempts": 2, "result": None}))
-    assert reckon(store.load("d1"), FP, 1) == RunIt(())
+    assert reckon(restart(store, clock).load("d1"), FP, 1) == RunIt(())
     path.write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "attempts": 1,
                                 "result": SETTLED.to_wire()}))
-    assert reckon(store.load("d1"), FP, 1) == Answer(SETTLED)
+    assert reckon(restart(store, clock).load("d1"), FP, 1) == Answer(SETTLED)
 
 
 def test_a_malformed_run_field_is_an_unreadable_record(store: DeliveryStore, clock: FakeClock) -> None:
-    """A record whose run ids are not strings is treated as new, not trusted."""
-    store._path("d1").write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(),
-                                             "run": 7, "crashed_runs": [], "result": None}))
-    assert store.load("d1") is None
+    """A record whose run ids are not strings is treated as new, not trusted, in a segment or an old-format file."""
+    bad = {"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "run": 7, "crashed_runs": [], "result": None}
+    (store.directory / "0.jsonl").write_text(json.dumps(bad) + "\n")
+    assert restart(store, clock).load("d1") is None
+    old_format = {**bad, "delivery_id": "d2", "run": None, "crashed_runs": [1]}
+    (store.directory / legacy_name("d2")).write_text(json.dumps(old_format))
+    assert restart(store, clock).load("d2") is None
 
 
 def test_records_expire_after_the_retention(store: DeliveryStore, clock: FakeClock) -> None:
-    """Seven hours after acceptance a record is gone, crashed runs and all, and prune deletes it."""
+    """Seven hours after acceptance a record is gone, crashed runs and all, and prune forgets it."""
     store.accept("d1", FP)
     store.join("r1", ["d1"])
     clock.advance(RETENTION_SECONDS + 1)
     assert store.load("d1") is None
-    assert store.prune() == 1 and not store._path("d1").exists()
+    assert store.prune() == 1 and store.log.get("d1") is None
+    assert restart(store, clock).load("d1") is None and restart(store, clock).prune() == 1  # what a restart sees
 
 
 def test_a_join_that_cannot_be_written_is_logged_not_raised(
@@ -195,10 +201,10 @@ def test_a_join_that_cannot_be_written_is_logged_not_raised(
 ) -> None:
     """The turn goes on when its join cannot be recorded; the log names the run and a count, no content."""
     store.accept("d1", FP)
-    shutil.rmtree(store.directory)
-    with caplog.at_level("ERROR"):
+    with writes_refused_past(_segment_size(store) + 10), caplog.at_level("ERROR"):
         store.join("r1", ["d1"])
-    assert "could not record 1 deliveries joining run r1" in caplog.text
+    assert "could not record 1 deliveries joining run r1: disk_efbig" in caplog.text
+    assert restart(store, clock).load("d1") == Retained("d1", FP, clock.wall(), None, None, ())
 
 
 def test_a_release_that_cannot_be_written_is_logged_not_raised(
@@ -207,7 +213,23 @@ def test_a_release_that_cannot_be_written_is_logged_not_raised(
     """A graceful stop goes on when the cut run cannot be cleared from a record; the log says which run."""
     store.accept("d1", FP)
     store.join("r1", ["d1"])
-    shutil.rmtree(store.directory)
-    with caplog.at_level("ERROR"):
+    with writes_refused_past(_segment_size(store) + 10), caplog.at_level("ERROR"):
         store.release("d1")
-    assert "could not release delivery d1 from run r1" in caplog.text
+    assert "could not release delivery d1 from run r1: disk_efbig" in caplog.text
+    assert restart(store, clock).load("d1").run == "r1"  # type: ignore[union-attr]  # counted if the stop never ends
+
+
+def test_a_refused_accept_raises_and_leaves_no_torn_line(store: DeliveryStore, clock: FakeClock) -> None:
+    """An accept the disk refuses raises DiskError, leaves the segment as it was, and writes resume once room returns."""
+    store.accept("d1", FP)
+    size = _segment_size(store)
+    with writes_refused_past(size + 10), pytest.raises(DiskError) as refused:
+        store.accept("d2", FP)
+    assert refused.value.code == "disk_efbig" and _segment_size(store) == size
+    assert store.load("d2") is None and restart(store, clock).load("d2") is None
+    store.accept("d2", FP)
+    assert [restart(store, clock).load(d) is not None for d in ("d1", "d2")] == [True, True]
+
+
+def _segment_size(store: DeliveryStore) -> int:
+    return store.log.segments()[-1].stat().st_size
