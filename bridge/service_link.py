@@ -21,13 +21,15 @@ from bridge.receipts import code as reason_code
 from clankie import ipc
 from clankie.backoff import Backoff
 from clankie.clock import Clock
-from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError
+from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
 from clankie.protocol import TurnResult, TurnSubmit
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_REMOTE = frozenset({"cancelled", "shutting_down", "service_unavailable"})
 MAX_REMOTE_RETRIES = 5
+HELLO_WAIT = 30.0
+"""How long a dial may wait in the supervisor's backlog for the next service to answer its hello."""
 MIN_HEALTHY = 0.5
 """A connection up this long earns an immediate re-dial when it drops; a shorter one backs off."""
 
@@ -51,8 +53,8 @@ class ServiceLink:
         """Keep a connection up until cancelled."""
         while True:
             try:
-                conn = await ipc.connect(self.path, "bridge", self._handler)
-            except (ChannelBroken, ConfigError, OSError) as exc:
+                conn = await ipc.connect(self.path, "bridge", self._handler, timeout=HELLO_WAIT)
+            except (ChannelBroken, ConfigError, OSError, RequestTimeout) as exc:
                 delay = self._backoff.delay(self._clock.monotonic())
                 log.debug("service not reachable (%s); retrying in %.2fs", type(exc).__name__, delay)
                 await self._clock.sleep(delay)

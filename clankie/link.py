@@ -128,7 +128,7 @@ class Link:
         """A spare says ``parked`` and waits for ``activate``; False if told to stop first. Cold: True at once."""
         if not self.spare:
             return True
-        self.report = _spare_report
+        own, self.report = self.report, _spare_report
         await self._notify("parked", Empty())
         stop = asyncio.ensure_future(self.shutdown.wait())
         go = asyncio.ensure_future(self.activated.wait())
@@ -137,7 +137,7 @@ class Link:
         finally:
             stop.cancel()
             go.cancel()
-        self.report = _default_report
+        self.report = own
         return self.activated.is_set() and not self.shutdown.is_set()
 
     @property

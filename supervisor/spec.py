@@ -51,6 +51,10 @@ DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
 DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw": ("tldraw",), "service": ("service",)}
 """The listening sockets each default child serves (the bridge serves none)."""
 
+DEFAULT_SPARES = frozenset({"browser", "tldraw", "service"})
+"""Default children that keep a warm spare. Not the bridge: its ``main`` opens its receipts and
+dials Discord before its link, so it cannot park (docs/supervision.md)."""
+
 
 def has_main(module: str) -> bool:
     """True if ``python -m module`` would find a ``__main__`` (without importing the package)."""
@@ -79,7 +83,7 @@ def default_specs() -> tuple[list[ChildSpec], list[str]]:
                 watch_stalls=name == "service",
                 proxy=name == "service",
                 sockets=DEFAULT_SOCKETS.get(name, ()),
-                spare=True,
+                spare=name in DEFAULT_SPARES,
             )
         )
     return specs, missing
