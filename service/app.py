@@ -41,6 +41,14 @@ from service.captain.service import TurnService
 
 log = logging.getLogger(__name__)
 
+FIRST_TURN_IMPORTS = (
+    "anyio._backends._asyncio",  # httpx's transport picks its backend on the first request
+    "opentelemetry.propagate",  # the SDK's tracing loads its propagators on the first request
+    "concurrent.futures.thread",  # the loop's default executor (getaddrinfo) starts on the first request
+    "queue",
+)
+"""What the first turn would import lazily (tests/service/test_warm.py keeps this list honest)."""
+
 # a stalled abort is confirmed only once the run has ended, within this share of the supervisor's grace
 ABORT_CONFIRM_SHARE = 0.8
 
@@ -135,7 +143,15 @@ def warm() -> None:
     Runs before any event loop, in a cold start and in a warm spare alike;
     it reads no settings and opens no state.
     """
+    import importlib
+
     import service.agent.provider  # noqa: F401  (anthropic, httpx: most of the cold start)
+
+    for name in FIRST_TURN_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another SDK version: it may not need it, and a turn will say if it does
+            log.debug("warm: %s is not importable", name)
 
 
 async def _amain(environ: Mapping[str, str]) -> int:
