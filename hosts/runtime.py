@@ -2,10 +2,11 @@
 
 A host is an object that satisfies :class:`Host` (its methods and their
 deadlines, a request handler, a health report). :func:`main` gives it a
-process: arm parent-death, connect the link (a warm spare parks there,
-its host module already imported by ``__main__``, until the supervisor
-activates it), load settings (a bad value exits 78), configure logging,
-start the host, serve its socket (the one the supervisor handed down, or
+process: arm parent-death, connect the link, load settings (a bad value
+exits 78), configure logging, start the host (launch Chromium), then, in a
+warm spare, park until the supervisor activates it: a host keeps no state
+of its own between requests, so its spare prepares everything but the
+socket. Then serve its socket (the one the supervisor handed down, or
 ``<runtime>/<name>.sock`` bound here with the hand-over off) with
 the hello handshake, tell the supervisor ``ready`` over the inherited link
 (:func:`clankie.link.supervisor_link`) whose heartbeats carry the host's
@@ -160,6 +161,8 @@ class HostRuntime:
         """Start, serve, say ready, and wait for ``shutdown``/SIGTERM; always close what was opened."""
         try:
             await asyncio.wait_for(self.host.start(), 60)
+            if not await link.activation():  # a spare parks here, its host started, until it is the child
+                return
             await self.serve()
             await link.ready()
             await link.shutdown.wait()
@@ -189,10 +192,8 @@ async def _amain(factory: HostFactory, name: str, environ: Mapping[str, str]) ->
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
-        if not await link.activation():  # a spare parks here; a cold start goes straight on
-            return 0
         try:
-            settings = settings_mod.load(environ)  # read once, for this life
+            settings = settings_mod.load(environ)  # read once, for this life (a spare's life starts at spawn)
             logs.configure(name, settings.log_level)
             clock = SystemClock()
             runtime = HostRuntime(factory(settings, clock), settings, clock, environ)

@@ -145,13 +145,17 @@ def warm() -> None:
     """
     import importlib
 
-    import service.agent.provider  # noqa: F401  (anthropic, httpx: most of the cold start)
+    from service.agent.provider import rehearse  # anthropic, httpx: most of the cold start
 
     for name in FIRST_TURN_IMPORTS:
         try:
             importlib.import_module(name)
         except ImportError:  # another SDK version: it may not need it, and a turn will say if it does
             log.debug("warm: %s is not importable", name)
+    try:
+        asyncio.run(rehearse())  # its own short-lived loop, closed before the process's real one starts
+    except Exception:  # a rehearsal that fails costs the first turn its warm-up, never the process
+        log.warning("warm: the SDK rehearsal failed", exc_info=True)
 
 
 async def _amain(environ: Mapping[str, str]) -> int:
