@@ -6,8 +6,10 @@ control socket, the fixture's event file, /proc) with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import stat
 from pathlib import Path
 
 import psutil
@@ -96,3 +98,51 @@ def test_an_invalid_handover_setting_stops_the_supervisor_with_one_line(tmp_path
     assert done.returncode == 78
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "CLANKIE_HANDOVER" in lines[0], done.stderr
+
+
+def _socket_inode(pid: int, fd: int) -> int:
+    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    assert target.startswith("socket:["), target
+    return int(target[8:-1])
+
+
+def _all_socket_inodes(pid: int) -> set[int]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                out.add(int(target[8:-1]))
+    return out
+
+
+def test_a_child_inherits_exactly_its_own_listener_and_the_file_stays_the_supervisors(tmp_path: Path, runtime_dir: Path) -> None:
+    """A child with a socket in its spec starts with stdio, its link and that listener only; a sibling holds none of it."""
+    import subprocess
+    import sys
+
+    listing = "import os; print(' '.join(map(str, sorted(int(f) for f in os.listdir('/proc/self/fd')))))"
+    baseline = {int(f) for f in subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True).stdout.split()}
+    kids = [
+        fixture("a", "--fds", str(tmp_path / "fds-a"), sockets=["tldraw"], spare=True),
+        fixture("b", "--fds", str(tmp_path / "fds-b")),
+    ]
+    with supervisor(tmp_path, runtime_dir, kids) as sup:
+        path = runtime_dir / "tldraw.sock"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        a, b = sup.child("a").pid, sup.child("b").pid
+        env = psutil.Process(a).environ()
+        link_fd = int(env["CLANKIE_SUPERVISOR_FD"])
+        name, _, listen_fd = env["CLANKIE_LISTEN_FDS"].partition(":")
+        assert name == "tldraw"
+        started_with = {int(f) for f in (tmp_path / "fds-a").read_text().split()}
+        assert started_with == baseline | {link_fd, int(listen_fd)}
+        listener = _socket_inode(a, int(listen_fd))
+        assert listener in _all_socket_inodes(sup.proc.pid)  # the supervisor holds the same socket
+        assert listener not in _all_socket_inodes(b)
+        assert "CLANKIE_LISTEN_FDS" not in psutil.Process(b).environ()
+        spare = wait_for(lambda: _spare_pid(sup, "a"), 20, "a's spare")
+        assert listener in _all_socket_inodes(spare)  # its spare has it too, ready to serve it
+        os.kill(a, signal.SIGKILL)
+        wait_for(lambda: sup.child("a").pid == spare and sup.child("a").state == "running", 20, "the spare took over")
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and listener in _all_socket_inodes(sup.proc.pid)
