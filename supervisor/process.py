@@ -33,7 +33,7 @@ from clankie.protocol import Empty, Heartbeat, Record, Stopping
 from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.output import RotatingLog
 from supervisor.spare import Spare
-from supervisor.spawn import Proc, spawn
+from supervisor.spawn import LinkHandler, Proc, spawn
 from supervisor.spec import ChildSpec
 from supervisor.watchdog import Liveness, StallWatchdog
 
@@ -127,7 +127,7 @@ class Child:
             env["CLANKIE_SPARE"] = "1"
         return env
 
-    def spawn_proc(self, on_link: Callable[..., object], *, spare: bool = False) -> Proc:
+    def spawn_proc(self, on_link: LinkHandler, *, spare: bool = False) -> Proc:
         """A new process of this child (cold, or a spare); raises ``OSError`` when the exec fails."""
         return spawn(
             self.spec.argv,
@@ -136,7 +136,7 @@ class Child:
             log_file=self.log,
             forward=self.tree.stderr,
             listeners=self.tree.listeners_for(self.spec),
-            on_link=on_link,  # type: ignore[arg-type]
+            on_link=on_link,
             reap=self.tree.reap,
             hello_timeout=self.liveness.timeout,
         )
