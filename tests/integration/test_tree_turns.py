@@ -99,7 +99,8 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
             for delivery in (second["id"], third["id"]):
                 got = await until(lambda d=delivery: outcome_of(t, d), 20, f"an outcome for {delivery}")
                 assert got["outcome"] == "absorbed"
-            assert outcome_of(t, first["id"])["outcome"] == "settled"  # type: ignore[index]
+            settled = await until(lambda: outcome_of(t, first["id"]), 20, "the first's outcome")  # written after the post
+            assert settled["outcome"] == "settled"
             assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(CHAN)] == [first["id"]]  # type: ignore[index]
             assert len(t.anthropic.requests) == 2
             merged = user_texts(t.anthropic.requests[1])
