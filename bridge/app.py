@@ -30,6 +30,11 @@ from clankie.settings import Settings
 
 log = logging.getLogger(__name__)
 
+GUILD_READY_TIMEOUT = 0.1
+"""discord.py waits this long after the last GUILD_CREATE before ``on_ready`` (which says "connected").
+Its 2 s default had the status say "connecting" for 2 s while replies already flowed; Discord sends a
+small bot's GUILD_CREATEs right after READY, and messages are handled from READY on regardless."""
+
 TOKEN_REJECTED = "Discord rejected the bot token (401/4004); check DISCORD_TOKEN or the discord_token credential"
 INTENT_MISSING = (
     "Discord closed the gateway with 4014: the Message Content intent is not enabled for this bot "
@@ -70,7 +75,7 @@ class BridgeApp:
         *,
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
-        guild_ready_timeout: float = 2.0,
+        guild_ready_timeout: float = GUILD_READY_TIMEOUT,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()

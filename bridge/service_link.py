@@ -1,6 +1,9 @@
 """The bridge's connection to the captain's ``service.sock``.
 
-One connection at a time, re-dialled with jittered backoff whenever it drops.
+One connection at a time. When it drops, the first re-dial is immediate: the
+supervisor holds ``service.sock`` across a service restart, so the connect
+waits in its backlog and the next service answers it. Only dials that fail
+(no service at all, the hand-over off) back off, with jitter.
 :meth:`ServiceLink.submit` holds a turn open as long as the service takes (no
 client timeout); if the connection breaks first, it waits for the next
 connection and submits the same delivery again. The service de-duplicates by
@@ -18,13 +21,17 @@ from bridge.receipts import code as reason_code
 from clankie import ipc
 from clankie.backoff import Backoff
 from clankie.clock import Clock
-from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError
+from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
 from clankie.protocol import TurnResult, TurnSubmit
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_REMOTE = frozenset({"cancelled", "shutting_down", "service_unavailable"})
 MAX_REMOTE_RETRIES = 5
+HELLO_WAIT = 30.0
+"""How long a dial may wait in the supervisor's backlog for the next service to answer its hello."""
+MIN_HEALTHY = 0.5
+"""A connection up this long earns an immediate re-dial when it drops; a shorter one backs off."""
 
 
 class ServiceLink:
@@ -46,13 +53,14 @@ class ServiceLink:
         """Keep a connection up until cancelled."""
         while True:
             try:
-                conn = await ipc.connect(self.path, "bridge", self._handler)
-            except (ChannelBroken, ConfigError, OSError) as exc:
+                conn = await ipc.connect(self.path, "bridge", self._handler, timeout=HELLO_WAIT)
+            except (ChannelBroken, ConfigError, OSError, RequestTimeout) as exc:
                 delay = self._backoff.delay(self._clock.monotonic())
                 log.debug("service not reachable (%s); retrying in %.2fs", type(exc).__name__, delay)
                 await self._clock.sleep(delay)
                 continue
             self.connects += 1
+            up_since = self._clock.monotonic()
             log.info("connected to the service (connection %d)", self.connects)
             await self._set(conn)
             try:
@@ -61,8 +69,13 @@ class ServiceLink:
                 await self._set(None)
                 if not conn.closed:
                     await conn.aclose()
-            log.warning("service connection lost: %s", conn.close_reason)
-            await self._clock.sleep(self._backoff.delay(self._clock.monotonic()))
+            if self._clock.monotonic() - up_since >= MIN_HEALTHY:
+                self._backoff.reset()
+                log.warning("service connection lost: %s; re-dialling now", conn.close_reason)
+            else:  # it dropped as soon as it was up: do not spin
+                delay = self._backoff.delay(self._clock.monotonic())
+                log.warning("service connection lost at once: %s; re-dialling in %.2fs", conn.close_reason, delay)
+                await self._clock.sleep(delay)
 
     async def _set(self, conn: ipc.Connection | None) -> None:
         async with self._changed:

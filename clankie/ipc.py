@@ -6,7 +6,10 @@ protocol version mismatch.
 
 :func:`serve` binds a listening socket (0600, in a 0700 directory, with a
 stale file from a dead server removed and a live server refused) and checks
-each peer's uid with ``SO_PEERCRED``. :func:`connect` dials one.
+each peer's uid with ``SO_PEERCRED``; given an already-bound listening
+socket (one the supervisor made with :func:`bind_listener` and handed down),
+it serves that instead and leaves the file alone when it closes.
+:func:`connect` dials one.
 :func:`from_socket` wraps an already-connected socket, as the supervisor
 link uses.
 """
@@ -28,7 +31,10 @@ from clankie import framing
 from clankie.connection import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT, HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
 
-__all__ = ["Connection", "Handler", "Server", "connect", "from_socket", "peer_allowed", "peer_credentials", "peer_uid", "serve"]
+__all__ = [
+    "Connection", "Handler", "Server", "bind_listener", "connect", "from_socket", "peer_allowed", "peer_credentials",
+    "peer_uid", "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +71,10 @@ class Server:
         max_output: int = DEFAULT_MAX_OUTPUT,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
         max_connections: int = 128,
+        sock: socket.socket | None = None,
     ) -> None:
         self.path = path
+        self._sock = sock  # inherited: bound and owned by someone else (the supervisor)
         self.role = role
         self.max_connections = max_connections
         self._handler = handler
@@ -80,18 +88,7 @@ class Server:
         self.refused = 0
 
     async def start(self) -> None:
-        await _clear_stale_socket(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # no window in which the file is connectable by others
-        try:
-            sock.bind(os.fspath(self.path))
-        except BaseException:
-            sock.close()
-            raise
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
-        sock.listen(128)
+        sock = self._sock if self._sock is not None else await bind_listener(self.path)
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(self._make_connection, sock=sock)
@@ -143,8 +140,9 @@ class Server:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        if self._sock is None:  # an inherited socket's file belongs to whoever bound it
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
 
     async def __aenter__(self) -> Server:
         await self.start()
@@ -170,6 +168,23 @@ class _Accepted(Connection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._server_ref._accepted(self, transport)
+
+
+async def bind_listener(path: Path, backlog: int = 128) -> socket.socket:
+    """A listening socket at ``path``: 0600 from the first moment, a stale file replaced, a live server refused."""
+    await _clear_stale_socket(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # no window in which the file is connectable by others
+    try:
+        sock.bind(os.fspath(path))
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(backlog)
+    return sock
 
 
 async def _clear_stale_socket(path: Path) -> None:

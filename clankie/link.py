@@ -20,6 +20,17 @@ serves none of them (they are answered ``method_not_found``). ``report``
 returns the :class:`~clankie.protocol.Heartbeat` to send (``seq`` is filled in
 by the link); it is called every ``interval`` seconds from the child's loop,
 so a wedged loop stops the heartbeats and the supervisor notices.
+
+A warm spare (:mod:`clankie.handover`) enters the link before it has
+settings, calls ``await link.activation()`` (it says ``parked`` and waits
+for the supervisor's ``activate``; a cold start returns at once) and then
+:meth:`Link.attach` es its handler, heartbeat report and interval::
+
+    async with supervisor_link("service", env=env) as link:
+        if not await link.activation():
+            return 0                      # stopped while parked
+        settings = load(env)              # read once, for this life
+        link.attach(handler, report, settings.heartbeat_seconds)
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
+from clankie.handover import is_spare
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.protocol import Empty, Heartbeat, Record, Stopping
 from clankie.settings import discord_attachment_root
@@ -51,15 +63,82 @@ def link_fd(env: Mapping[str, str] | None = None) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
+def heartbeat_interval(env: Mapping[str, str] | None = None) -> float:
+    """The interval the supervisor asked for (``CLANKIE_HEARTBEAT_SECONDS``), for beats before settings exist."""
+    raw = (os.environ if env is None else env).get("CLANKIE_HEARTBEAT_SECONDS", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return 2.0
+    return value if value > 0 else 2.0
+
+
+def _default_report() -> Heartbeat:
+    return Heartbeat()
+
+
+def _spare_report() -> Heartbeat:
+    return Heartbeat(detail="spare: parked")
+
+
 class Link:
     """A live (or absent) link to the supervisor."""
 
-    def __init__(self, name: str, conn: ipc.Connection | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        conn: ipc.Connection | None,
+        *,
+        handler: ipc.Handler | None = None,
+        report: HeartbeatReport | None = None,
+        interval: float = 2.0,
+        spare: bool = False,
+    ) -> None:
         self.name = name
         self.conn = conn
+        self.handler = handler
+        self.report: HeartbeatReport = report or _default_report
+        self.interval = interval
+        self.spare = spare and conn is not None
         self.shutdown = asyncio.Event()
         self.shutdown_reason = ""
+        self.activated = asyncio.Event()
         self.seq = 0
+        self._beat_now = asyncio.Event()
+
+    async def _pause(self, clock: Clock) -> None:
+        """Sleep one interval on ``clock``; :meth:`attach` cuts it short so the new interval applies now."""
+        self._beat_now.clear()
+        nap = asyncio.ensure_future(clock.sleep(self.interval))
+        woken = asyncio.ensure_future(self._beat_now.wait())
+        try:
+            await asyncio.wait({nap, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            nap.cancel()
+            woken.cancel()
+
+    def attach(self, handler: ipc.Handler | None, report: HeartbeatReport | None, interval: float) -> None:
+        """This life's request handler, heartbeat report and interval (after :meth:`activation`)."""
+        self.handler = handler
+        self.report = report or _default_report
+        self.interval = interval
+        self._beat_now.set()
+
+    async def activation(self) -> bool:
+        """A spare says ``parked`` and waits for ``activate``; False if told to stop first. Cold: True at once."""
+        if not self.spare:
+            return True
+        own, self.report = self.report, _spare_report
+        await self._notify("parked", Empty())
+        stop = asyncio.ensure_future(self.shutdown.wait())
+        go = asyncio.ensure_future(self.activated.wait())
+        try:
+            await asyncio.wait({stop, go}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            go.cancel()
+        self.report = own
+        return self.activated.is_set() and not self.shutdown.is_set()
 
     @property
     def connected(self) -> bool:
@@ -91,10 +170,6 @@ class Link:
             await self.conn.notify(method, record)
 
 
-def _default_report() -> Heartbeat:
-    return Heartbeat()
-
-
 @contextlib.asynccontextmanager
 async def supervisor_link(
     name: str,
@@ -102,40 +177,44 @@ async def supervisor_link(
     report: HeartbeatReport | None = None,
     *,
     clock: Clock | None = None,
-    interval: float = 2.0,
+    interval: float | None = None,
     env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Link]:
     """Connect to the supervisor (if any), heartbeat while inside, say ``stopping`` on exit."""
     fd = link_fd(env)
+    every = interval if interval is not None else heartbeat_interval(env)
     if fd is None:
-        yield Link(name, None)
+        yield Link(name, None, handler=handler, report=report, interval=every)
         return
     clock = clock or SystemClock()
-    report = report or _default_report
     link_box: list[Link] = []
 
     async def on_request(conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        link = link_box[0]
         if method == "shutdown":
             assert isinstance(params, Stopping)
-            link_box[0].request_shutdown(params.reason or "supervisor asked")
+            link.request_shutdown(params.reason or "supervisor asked")
             return None
-        if handler is None:
+        if method == "activate":
+            link.activated.set()
+            return None
+        if link.handler is None:
             raise RemoteError("method_not_found", f"{name} serves no {method}")
-        return await handler(conn, method, params)
+        return await link.handler(conn, method, params)
 
     sock = socket.socket(fileno=fd)
     root = str(discord_attachment_root(env))  # the child's own reading, reported in its hello
     conn = await ipc.from_socket(sock, LINK_ROLE, on_request, initiate=True, attachment_root=root)
-    link = Link(name, conn)
+    link = Link(name, conn, handler=handler, report=report, interval=every, spare=is_spare(env))
     link_box.append(link)
 
     async def beat_loop() -> None:
         while not conn.closed:
             try:
-                await link.beat(report())
+                await link.beat(link.report())
             except Exception:
                 log.exception("heartbeat report failed")
-            await clock.sleep(interval)
+            await link._pause(clock)
 
     async def watch_link() -> None:
         await conn.wait_closed()

@@ -277,6 +277,9 @@ class ChildStatus(Record):
     ready: bool = False
     last_heartbeat_age_s: float | None = None
     attachment_root: str | None = None  # what the live process said in its link hello
+    spare: str = ""  # the warm spare: off / warming / parked pid N / backoff (why)
+    spare_pid: int | None = None
+    waiting: str = ""  # in backoff: why it waits (crashes in a row) or that it did not
 
 
 class SupervisorInfo(Record):
@@ -377,6 +380,7 @@ METHODS: dict[str, dict[str, Method]] = {
         "ready": Method(Empty, None),
         "heartbeat": Method(Heartbeat, None),
         "stopping": Method(Stopping, None),
+        "parked": Method(Empty, None),  # a warm spare: imported, waiting for `activate`
     },
     "supervisor-control": {  # clankiectl -> supervisor over control.sock
         "status": Method(Empty, StatusReply),
@@ -395,6 +399,7 @@ METHODS: dict[str, dict[str, Method]] = {
         "shutdown": Method(Stopping, None),
         "lanes": Method(Empty, LanesReply),
         "say": Method(SayRequest, TurnResult),
+        "activate": Method(Empty, None),  # a parked spare: become the child now
         "probe_artifact": Method(Empty, Artifact),  # hosts: write the probe picture
         "resolve_artifact": Method(ResolveRequest, ResolveReply),  # bridge: resolve it like a reply
     },

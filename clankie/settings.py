@@ -164,6 +164,7 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(default=2.0, gt=0)
     heartbeat_timeout_seconds: float = Field(default=20.0, gt=0)
     max_frame_bytes: int = Field(default=1024 * 1024, ge=4096, le=64 * 1024 * 1024)
+    handover: bool = True  # the supervisor holds the listening sockets and keeps warm spares (docs/supervision.md)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator(

@@ -2,8 +2,12 @@
 
 A host is an object that satisfies :class:`Host` (its methods and their
 deadlines, a request handler, a health report). :func:`main` gives it a
-process: arm parent-death, load settings (a bad value exits 78), configure
-logging, start the host, serve its socket (``<runtime>/<name>.sock``) with
+process: arm parent-death, connect the link, load settings (a bad value
+exits 78), configure logging, start the host (launch Chromium), then, in a
+warm spare, park until the supervisor activates it: a host keeps no state
+of its own between requests, so its spare prepares everything but the
+socket. Then serve its socket (the one the supervisor handed down, or
+``<runtime>/<name>.sock`` bound here with the hand-over off) with
 the hello handshake, tell the supervisor ``ready`` over the inherited link
 (:func:`clankie.link.supervisor_link`) whose heartbeats carry the host's
 health, then run until ``shutdown`` or SIGTERM/SIGINT and close cleanly.
@@ -38,6 +42,7 @@ from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
+from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
 from clankie.protocol import Artifact, Heartbeat, Record
 from hosts.probe import probe_png
@@ -86,10 +91,13 @@ class Counters:
 class HostRuntime:
     """Serves one :class:`Host` on its socket; see the module docstring."""
 
-    def __init__(self, host: Host, settings: settings_mod.Settings, clock: Clock) -> None:
+    def __init__(
+        self, host: Host, settings: settings_mod.Settings, clock: Clock, environ: Mapping[str, str] | None = None
+    ) -> None:
         self.host = host
         self.settings = settings
         self.clock = clock
+        self.environ = environ if environ is not None else {}
         self.counters = Counters()
         self.server: ipc.Server | None = None
 
@@ -143,13 +151,18 @@ class HostRuntime:
     async def serve(self) -> None:
         path = paths.socket_path(self.settings.runtime_dir, self.host.name)
         paths.ensure_private_dir(self.settings.runtime_dir)
-        self.server = await ipc.serve(path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes)
+        listener = inherited_listener(self.host.name, self.environ)
+        self.server = await ipc.serve(
+            path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes, sock=listener
+        )
         log.info("serving on %s", path)
 
     async def run(self, link: Link) -> None:
         """Start, serve, say ready, and wait for ``shutdown``/SIGTERM; always close what was opened."""
         try:
             await asyncio.wait_for(self.host.start(), 60)
+            if not await link.activation():  # a spare parks here, its host started, until it is the child
+                return
             await self.serve()
             await link.ready()
             await link.shutdown.wait()
@@ -174,15 +187,17 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
 
 
-async def _amain(runtime: HostRuntime, environ: Mapping[str, str]) -> int:
-    name = runtime.host.name
-    async with supervisor_link(
-        name, runtime.link_handler, runtime.heartbeat, clock=runtime.clock, interval=runtime.settings.heartbeat_seconds, env=environ
-    ) as link:
+async def _amain(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
+    async with supervisor_link(name, env=environ) as link:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
         try:
+            settings = settings_mod.load(environ)  # read once, for this life (a spare's life starts at spawn)
+            logs.configure(name, settings.log_level)
+            clock = SystemClock()
+            runtime = HostRuntime(factory(settings, clock), settings, clock, environ)
+            link.attach(runtime.link_handler, runtime.heartbeat, settings.heartbeat_seconds)
             await runtime.run(link)
         except ConfigError as exc:
             print(f"{name}: {exc}", file=sys.stderr, flush=True)
@@ -191,13 +206,6 @@ async def _amain(runtime: HostRuntime, environ: Mapping[str, str]) -> int:
 
 
 def main(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
-    """The whole life of a host process; returns its exit status."""
+    """The whole life of a host process; returns its exit status (the host's module is imported already)."""
     arm_parent_death(environ)
-    try:
-        settings = settings_mod.load(environ)
-        logs.configure(name, settings.log_level)
-        host = factory(settings, SystemClock())
-    except ConfigError as exc:
-        print(f"{name}: {exc}", file=sys.stderr, flush=True)
-        return EX_CONFIG
-    return asyncio.run(_amain(HostRuntime(host, settings, SystemClock()), environ))
+    return asyncio.run(_amain(factory, name, environ))

@@ -2,8 +2,12 @@
 
 Composition root: settings in, one Anthropic provider (or none: every turn
 then fails ``captain_provider_unconfigured`` without touching the network),
-lazy host clients, the captain, the turn service, the link. The supervisor
-gets ``ready`` once the socket is bound and a heartbeat every
+lazy host clients, the captain, the turn service, the link. Everything a
+turn needs is imported before any of that (:func:`warm`), so a warm spare
+parks with it loaded and no first turn pays an import. The socket is the
+one the supervisor handed down (:func:`clankie.handover.inherited_listener`)
+or, started by hand or with the hand-over off, one bound here. The supervisor
+gets ``ready`` once the socket is served and a heartbeat every
 ``heartbeat_seconds`` listing every live run with the CLOCK_BOOTTIME age of
 its last agent event; it may answer with ``abort_run``, ``lanes`` or ``say``.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Mapping
 
@@ -21,7 +26,8 @@ from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
-from clankie.link import supervisor_link
+from clankie.handover import inherited_listener
+from clankie.link import Link, supervisor_link
 from clankie.paths import ensure_private_dir, socket_path
 from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
 from clankie.settings import Settings
@@ -35,6 +41,14 @@ from service.captain.records import Evidence
 from service.captain.service import TurnService
 
 log = logging.getLogger(__name__)
+
+FIRST_TURN_IMPORTS = (
+    "anyio._backends._asyncio",  # httpx's transport picks its backend on the first request
+    "opentelemetry.propagate",  # the SDK's tracing loads its propagators on the first request
+    "concurrent.futures.thread",  # the loop's default executor (getaddrinfo) starts on the first request
+    "queue",
+)
+"""What the first turn would import lazily (tests/service/test_warm.py keeps this list honest)."""
 
 # a stalled abort is confirmed only once the run has ended, within this share of the supervisor's grace
 ABORT_CONFIRM_SHARE = 0.8
@@ -82,12 +96,15 @@ class ServiceApp:
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
 
-    async def start(self) -> None:
+    async def start(self, listener: socket.socket | None = None) -> None:
+        """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""
         pruned = self.store.prune()
         if pruned:
             log.info("pruned %d expired delivery records", pruned)
         ensure_private_dir(self.settings.runtime_dir)
-        self.server = await ipc.serve(self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes)
+        self.server = await ipc.serve(
+            self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes, sock=listener
+        )
         log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
 
     async def close(self) -> None:
@@ -136,24 +153,60 @@ class ServiceApp:
         return Heartbeat(detail=detail, runs=runs, report=report)
 
 
-async def _amain(settings: Settings, environ: Mapping[str, str]) -> int:
-    app = ServiceApp(settings)
-    async with supervisor_link(
-        "service", app.link_handler, app.heartbeat, clock=app.clock, interval=settings.heartbeat_seconds, env=environ
-    ) as link:
+def warm() -> None:
+    """Import what a turn needs (the Anthropic SDK above all) before the process says ready.
+
+    Runs before any event loop, in a cold start and in a warm spare alike;
+    it reads no settings and opens no state.
+    """
+    import importlib
+
+    from service.agent.provider import rehearse  # anthropic, httpx: most of the cold start
+
+    for name in FIRST_TURN_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # another SDK version: it may not need it, and a turn will say if it does
+            log.debug("warm: %s is not importable", name)
+    try:
+        asyncio.run(rehearse())  # its own short-lived loop, closed before the process's real one starts
+    except Exception:  # a rehearsal that fails costs the first turn its warm-up, never the process
+        log.warning("warm: the SDK rehearsal failed", exc_info=True)
+
+
+async def _amain(environ: Mapping[str, str]) -> int:
+    async with supervisor_link("service", env=environ) as link:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
+        if not await link.activation():  # a spare parks here; a cold start goes straight on
+            return 0
         try:
-            await app.start()
-            await link.ready()
-            await link.shutdown.wait()
-            log.info("stopping (%s)", link.shutdown_reason or "asked")
+            settings = settings_mod.load(environ)  # read once, for this life
         except ConfigError as exc:
             print(f"service: {exc}", file=sys.stderr, flush=True)
             return EX_CONFIG
-        finally:
-            await app.close()
+        logs.configure("service", settings.log_level)
+        return await _serve(settings, environ, link)
+
+
+async def _serve(settings: Settings, environ: Mapping[str, str], link: Link) -> int:
+    try:
+        app = ServiceApp(settings)
+    except ConfigError as exc:
+        print(f"service: {exc}", file=sys.stderr, flush=True)
+        return EX_CONFIG
+    link.attach(app.link_handler, app.heartbeat, settings.heartbeat_seconds)
+    try:
+        await app.start(inherited_listener("service", environ))
+        await link.ready()
+        await link.shutdown.wait()
+        log.info("stopping (%s)", link.shutdown_reason or "asked")
+    except ConfigError as exc:
+        print(f"service: {exc}", file=sys.stderr, flush=True)
+        return EX_CONFIG
+    finally:
+        await app.close()
     return 0
 
 
@@ -163,10 +216,5 @@ def main(environ: Mapping[str, str] | None = None) -> int:
 
     env = dict(os.environ if environ is None else environ)
     arm_parent_death(env)
-    try:
-        settings = settings_mod.load(env)
-    except ConfigError as exc:
-        print(f"service: {exc}", file=sys.stderr, flush=True)
-        return EX_CONFIG
-    logs.configure("service", settings.log_level)
-    return asyncio.run(_amain(settings, env))
+    warm()
+    return asyncio.run(_amain(env))

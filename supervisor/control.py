@@ -67,6 +67,9 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
     stats = child.stats()
     beat = child.liveness.last_beat
     detail = child.detail if life.state is State.RUNNING else (life.reason or child.detail)
+    if life.state is State.BACKOFF and life.waiting:
+        detail = f"{detail}; {life.waiting}"
+    spare, spare_pid = child.spare.status()
     return ChildStatus(
         name=child.name,
         state=life.state.value,
@@ -85,6 +88,9 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         ready=life.state is State.RUNNING,
         last_heartbeat_age_s=(mono - beat) if beat is not None and child.alive else None,
         attachment_root=child.attachment_root,
+        spare=spare[:200],
+        waiting=life.waiting if life.state is State.BACKOFF else "",
+        spare_pid=spare_pid,
     )
 
 

@@ -185,10 +185,14 @@ def format_status(reply: StatusReply, now: float) -> str:
         detail = c.detail
         if c.state in ("backoff", "fatal") and c.next_start_at is not None:
             detail = f"{c.reason}; next start in {_age(max(0.0, c.next_start_at - now))}"
+            if c.waiting:
+                detail += f" ({c.waiting})"
         elif c.state == "fatal":
             detail = c.reason
         if c.last_exit is not None and c.state != "running":
             detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
+        if c.spare and c.spare != "off":
+            detail = f"{detail} [spare: {c.spare}]"
         lines.append(
             f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {_age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
             f"{_mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"

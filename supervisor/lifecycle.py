@@ -6,10 +6,11 @@ state: spawn in STARTING, signal in STOPPING, schedule a start at
 ``next_start_at`` in BACKOFF or FATAL.
 
 Restart policy, applied to **every** unrequested exit (before or after
-RUNNING): a full-jitter backoff (:class:`clankie.backoff.Backoff`) whose
-sequence resets after ``reset_after`` seconds of stable uptime (that first
-crash after a stable run restarts at once, with no delay), and a
-restart intensity: more than ``intensity`` unrequested exits within
+RUNNING): a child that had been ready for ``stable_after`` seconds (or up
+for ``reset_after``) when it died is restarted at once and its backoff
+starts over; only crashes in a row (lives that never got that far) wait a
+full-jitter backoff (:class:`clankie.backoff.Backoff`). ``reason`` says
+which, and how many crashes in a row it is. A restart intensity: more than ``intensity`` unrequested exits within
 ``window`` seconds makes the child FATAL, with ``next_start_at`` one
 ``fatal_cooldown`` later and the reason kept. Exit status 78 (EX_CONFIG)
 makes it FATAL with no automatic restart: the operator fixes the
@@ -83,7 +84,8 @@ class Policy:
 
     backoff_base: float = 0.5
     backoff_cap: float = 30.0
-    reset_after: float = 60.0
+    reset_after: float = 60.0  # up this long (ready or not): the next crash restarts at once
+    stable_after: float = 10.0  # ready this long: the next crash restarts at once
     intensity: int = 10
     window: float = 60.0
     fatal_cooldown: float = 300.0
@@ -120,6 +122,8 @@ class Lifecycle:
     reason: str = ""  # why it is in this state (backoff cause, fatal cause, kill cause)
     ended: str = ""  # how the last process ended: "exited 0", "killed by SIGKILL", "killed after grace"
     delays: list[float] = field(default_factory=list)  # every backoff delay given, for status and tests
+    streak: int = 0  # crashes in a row: lives that ended before they were stable
+    waiting: str = ""  # why the restart waits (or does not): shown with the reason in status
     restart_now: bool = False  # set when an operator restart's exit landed: the shell starts it again
     _restart_after_exit: bool = False
     _kill_reason: str = ""
@@ -149,6 +153,7 @@ class Lifecycle:
         self.started_at = now
         self.ready_at = None
         self.next_start_at = None
+        self.waiting = ""
         self._restart_after_exit = False
         self._kill_reason = ""
         self.restart_now = False
@@ -214,9 +219,11 @@ class Lifecycle:
         self._deaths.append(now)
         while self._deaths and now - self._deaths[0] > self.policy.window:
             self._deaths.popleft()
-        stable = self.started_at is not None and now - self.started_at >= self.policy.reset_after
+        stable = self.stable(now)
         if stable:
             self._backoff.reset()  # stable uptime wipes the slate
+            self.streak = 0
+        self.streak += 1
         self._go(Event.REPOLICY)
         if len(self._deaths) > self.policy.intensity:
             self.state = State.FATAL
@@ -229,7 +236,18 @@ class Lifecycle:
         self.delays.append(delay)
         self.next_start_at = now + delay
         self.reason = cause
+        if stable:
+            self.waiting = "it had been stable: restarted at once"
+        else:
+            self.waiting = f"{self.streak} crashes in a row: backoff {delay:.1f}s"
         return self.state
+
+    def stable(self, now: float) -> bool:
+        """Ready for ``stable_after`` or up for ``reset_after``: a crash now is not one of a row."""
+        p = self.policy
+        ready_long = self.ready_at is not None and now - self.ready_at >= p.stable_after
+        up_long = self.started_at is not None and now - self.started_at >= p.reset_after
+        return ready_long or up_long
 
     # ------------------------------------------------------------ queries
 
@@ -257,3 +275,120 @@ def describe(ex: Exit) -> str:
             return "killed after grace"
         return how
     return f"exited {ex.code}"
+
+
+# ---------------------------------------------------------------- the warm spare
+
+
+class SpareState(enum.Enum):
+    OFF = "off"  # none wanted: handover off, the child not running, or stopping
+    WARMING = "warming"  # spawned, importing its modules
+    PARKED = "parked"  # imported and waiting on its link: the next start takes it
+    BACKOFF = "backoff"  # the last spare died before it was taken; another at next_start_at
+
+
+class SpareEvent(enum.Enum):
+    WANT = "want"  # the child is running: prepare the next spare
+    PARKED = "parked"  # the spare said `parked` on its link
+    TAKE = "take"  # it becomes the child
+    EXIT = "exit"  # it died (or was killed) before it was taken
+    DUE = "due"  # its backoff ran out
+    DROP = "drop"  # no spare wanted any more (stop, shutdown)
+
+
+_S = SpareState
+SPARE_TRANSITIONS: dict[tuple[SpareState, SpareEvent], SpareState] = {
+    (_S.OFF, SpareEvent.WANT): _S.WARMING,
+    (_S.WARMING, SpareEvent.WANT): _S.WARMING,
+    (_S.PARKED, SpareEvent.WANT): _S.PARKED,
+    (_S.BACKOFF, SpareEvent.WANT): _S.BACKOFF,  # it comes when the backoff ends
+    (_S.WARMING, SpareEvent.PARKED): _S.PARKED,
+    (_S.PARKED, SpareEvent.TAKE): _S.OFF,
+    (_S.WARMING, SpareEvent.EXIT): _S.BACKOFF,
+    (_S.PARKED, SpareEvent.EXIT): _S.BACKOFF,
+    (_S.BACKOFF, SpareEvent.DUE): _S.WARMING,
+    (_S.OFF, SpareEvent.DROP): _S.OFF,
+    (_S.WARMING, SpareEvent.DROP): _S.OFF,
+    (_S.PARKED, SpareEvent.DROP): _S.OFF,
+    (_S.BACKOFF, SpareEvent.DROP): _S.OFF,
+}
+"""Every legal (state, event) pair of a child's spare slot; anything else is a bug."""
+
+
+@dataclass
+class SpareLife:
+    """One child's spare slot: whether a spare exists, and when the next one is due after a death.
+
+    A spare that dies before it is taken (an import error, a kill for missing
+    heartbeats) is replaced after a full-jitter backoff, capped at a minute,
+    that starts over once a spare parks; the child itself never waits for a
+    spare: without one, its next start is cold.
+    """
+
+    base: float = 0.5
+    cap: float = 60.0
+    rand: Callable[[], float] | None = None
+    state: SpareState = SpareState.OFF
+    next_start_at: float | None = None
+    reason: str = ""
+    spawned: int = 0  # spares started
+    taken: int = 0  # spares that became the child
+    _backoff: Backoff = field(init=False)
+
+    def __post_init__(self) -> None:
+        kw = {"rand": self.rand} if self.rand is not None else {}
+        self._backoff = Backoff(self.base, self.cap, reset_after=float("inf"), **kw)
+
+    def _go(self, event: SpareEvent) -> SpareState:
+        target = SPARE_TRANSITIONS.get((self.state, event))
+        if target is None:
+            raise LifecycleError(f"spare {event.value} is not valid in state {self.state.value}")
+        self.state = target
+        return target
+
+    def want(self) -> bool:
+        """The child is running; True when the shell should spawn a spare now."""
+        before = self.state
+        self._go(SpareEvent.WANT)
+        if before is SpareState.OFF:
+            self.spawned += 1
+            self.reason = ""
+            return True
+        return False
+
+    def parked(self) -> SpareState:
+        if self.state is not SpareState.WARMING:
+            return self.state  # a late word from a spare already dropped changes nothing
+        self._backoff.reset()
+        return self._go(SpareEvent.PARKED)
+
+    def take(self) -> bool:
+        """True when a parked spare is there to become the child (and is now taken)."""
+        if self.state is not SpareState.PARKED:
+            return False
+        self._go(SpareEvent.TAKE)
+        self.taken += 1
+        return True
+
+    def exit(self, now: float, how: str) -> SpareState:
+        """The spare died untaken: back off before the next one."""
+        if self.state not in (SpareState.WARMING, SpareState.PARKED):
+            return self.state  # dropped already: nothing more to do
+        self._go(SpareEvent.EXIT)
+        delay = self._backoff.delay(now)
+        self.next_start_at = now + delay
+        self.reason = f"spare {how}; next spare in {delay:.1f}s"
+        return self.state
+
+    def due(self, now: float) -> bool:
+        """True (and WARMING) when a backoff ran out: the shell spawns a spare now."""
+        if self.state is not SpareState.BACKOFF or self.next_start_at is None or now < self.next_start_at:
+            return False
+        self._go(SpareEvent.DUE)
+        self.next_start_at = None
+        self.spawned += 1
+        return True
+
+    def drop(self) -> SpareState:
+        self.next_start_at = None
+        return self._go(SpareEvent.DROP)

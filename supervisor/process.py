@@ -1,11 +1,12 @@
-"""One supervised child: spawn, link, exit, stop, kill. The I/O shell around :mod:`lifecycle`.
+"""One supervised child: start, link, exit, stop, kill. The I/O shell around :mod:`lifecycle`.
 
-Spawning uses ``os.posix_spawnp`` (PATH lookup for a bare argv[0]) with ``setsid`` (each child leads its own
-session and process group) and no ``preexec_fn``. The child inherits exactly
-stdin (``/dev/null``), stdout and stderr (pipes) and its end of the link
-socketpair. Exit is detected through a pidfd watched by the loop; the
-status is collected by the tree's single reaper (:meth:`Tree.reap`), which
-calls :meth:`Child.exited`. Signals go to the whole process group, so
+A start takes the child's parked warm spare when there is one
+(:mod:`supervisor.spare`: it is sent ``activate`` and becomes the child,
+pid and all) and otherwise spawns cold (:func:`supervisor.spawn.spawn`:
+``posix_spawnp`` with ``setsid``, exactly stdio, the link and its listening
+sockets inherited). Exit is detected through a pidfd watched by the loop;
+the status is collected by the tree's single reaper (:meth:`Tree.reap`),
+which calls :meth:`Child.exited`. Signals go to the whole process group, so
 grandchildren go with their parent; after the leader dies the group is
 swept with SIGKILL.
 """
@@ -18,7 +19,6 @@ import errno as errno_mod
 import logging
 import os
 import signal
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING
 import psutil
 
 from clankie import ipc
-from clankie.child import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
+from clankie.child import SUPERVISOR_PID_ENV
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
-from clankie.protocol import Heartbeat, Record, Stopping
+from clankie.protocol import Empty, Heartbeat, Record, Stopping
 from supervisor.lifecycle import Exit, Lifecycle, State
-from supervisor.output import Capture, Forwarder, RotatingLog
+from supervisor.output import RotatingLog
+from supervisor.spare import Spare
+from supervisor.spawn import LinkHandler, Proc, spawn
 from supervisor.spec import ChildSpec
 from supervisor.watchdog import Liveness, StallWatchdog
 
@@ -55,20 +57,16 @@ class Child:
         self.stall = (
             StallWatchdog(settings.stall_seconds, settings.stall_abort_grace_seconds) if spec.watch_stalls else None
         )
-        self.pid: int | None = None
-        self.pidfd: int | None = None
-        self.link: ipc.Connection | None = None
-        self.attachment_root: str | None = None  # as the live process derived it (its link hello)
-        self.captures: list[Capture] = []
-        self.stderr_capture: Capture | None = None
+        self.proc: Proc | None = None
+        self.link: ipc.Connection | None = None  # the live process's link, once it said hello
         self.detail = ""
         self.last_heartbeat: Heartbeat | None = None
         self.exited_event = asyncio.Event()
         self.exited_event.set()
         self._timer: asyncio.Task[None] | None = None
         self._grace: asyncio.Task[None] | None = None
-        self._link_task: asyncio.Task[None] | None = None
         self._ps: psutil.Process | None = None
+        self.spare = Spare(self, rand=rand)
         logs = tree.log_dir
         self.log = RotatingLog(logs / f"{self.name}.log", tree.log_max_bytes, tree.log_backups)
 
@@ -79,6 +77,19 @@ class Child:
     @property
     def alive(self) -> bool:
         return self.pid is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def pidfd(self) -> int | None:
+        return self.proc.pidfd if self.proc is not None else None
+
+    @property
+    def attachment_root(self) -> str | None:
+        """What the live process derived (its link hello)."""
+        return self.proc.attachment_root if self.proc is not None and self.link is not None else None
 
     # ------------------------------------------------------------ start
 
@@ -103,70 +114,57 @@ class Child:
             self.stall.reset()
         self.tree.changed()
 
-    def _env(self, fd: int) -> dict[str, str]:
+    def env(self, *, spare: bool = False) -> dict[str, str]:
+        """The environment of one of this child's processes (a spare's says so)."""
         env = dict(self.tree.child_env)
         env.update(self.spec.env)
-        env[SUPERVISOR_FD_ENV] = str(fd)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         env["CLANKIE_CHILD_NAME"] = self.name
         env["PYTHONUNBUFFERED"] = "1"
         if self.spec.heartbeat_seconds is not None:
             env["CLANKIE_HEARTBEAT_SECONDS"] = str(self.spec.heartbeat_seconds)
+        if spare:
+            env["CLANKIE_SPARE"] = "1"
         return env
 
+    def spawn_proc(self, on_link: LinkHandler, *, spare: bool = False) -> Proc:
+        """A new process of this child (cold, or a spare); raises ``OSError`` when the exec fails."""
+        return spawn(
+            self.spec.argv,
+            self.env(spare=spare),
+            name=self.name,
+            log_file=self.log,
+            forward=self.tree.stderr,
+            listeners=self.tree.listeners_for(self.spec),
+            on_link=on_link,
+            reap=self.tree.reap,
+            hello_timeout=self.liveness.timeout,
+        )
+
     def _spawn(self) -> None:
-        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            os.set_inheritable(child_end.fileno(), True)
-            actions = [
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, out_w, 1),
-                (os.POSIX_SPAWN_DUP2, err_w, 2),
-            ]
-            pid = os.posix_spawnp(
-                self.spec.argv[0], list(self.spec.argv), self._env(child_end.fileno()), file_actions=actions, setsid=True
-            )
-        except BaseException:
-            for fd in (out_r, err_r):
-                os.close(fd)
-            parent_end.close()
-            raise
-        finally:
-            child_end.close()
-            os.close(out_w)
-            os.close(err_w)
-        self.pid = pid
+        proc = self.spare.take()
+        how = "from its warm spare"
+        if proc is None:
+            proc = self.spawn_proc(self._on_link)
+            how = "cold"
+        self.proc = proc
+        self.link = None
         self.exited_event.clear()
         self._ps = None
-        try:
-            self.pidfd = os.pidfd_open(pid)
-            asyncio.get_running_loop().add_reader(self.pidfd, self.tree.reap)
-        except OSError:  # already reaped by a racing SIGCHLD: the reaper handles it
-            self.pidfd = None
-        fwd = self.tree.stderr
-        self.captures = [
-            Capture(out_r, self.log, Forwarder(self.name, fwd) if fwd is not None else None),
-            Capture(err_r, self.log, Forwarder(self.name, fwd) if fwd is not None else None),
-        ]
-        self.stderr_capture = self.captures[1]
-        self._link_task = asyncio.get_running_loop().create_task(self._open_link(parent_end), name=f"link-{self.name}")
-        log.info("started %s pid=%d", self.name, pid)
+        proc.hand_to(self._on_link, self._linked)
+        if how != "cold":
+            self.tree.spawn(self._activate(proc), name=f"activate-{self.name}")
+        log.info("started %s pid=%d (%s)", self.name, proc.pid, how)
 
-    async def _open_link(self, sock: socket.socket) -> None:
-        pid = self.pid
-        try:
-            conn = await ipc.from_socket(sock, "supervisor", self._on_link, initiate=False, timeout=self.liveness.timeout)
-        except Exception as exc:  # the child never said hello: liveness will notice
-            log.info("no link from %s: %s", self.name, type(exc).__name__)
-            sock.close()
-            return
-        if self.pid != pid:
-            await conn.aclose()
-            return
-        self.link = conn
-        self.attachment_root = conn.peer.attachment_root if conn.peer is not None else None
+    def _linked(self, conn: ipc.Connection) -> None:
+        if self.proc is not None and self.proc.link is conn:
+            self.link = conn
+
+    async def _activate(self, proc: Proc) -> None:
+        if proc.link is None or proc.link.closed:
+            return  # it died on the way: the reaper handles it
+        with contextlib.suppress(ChannelBroken, ChannelClosed):
+            await proc.link.notify("activate", Empty())
 
     async def _on_link(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         if conn is not self.link and self.link is not None:
@@ -177,6 +175,7 @@ class Child:
             self.liveness.beat(now)
             log.info("%s is ready", self.name)
             self.tree.changed()
+            self.tree.want_spare(self)
         elif method == "heartbeat":
             assert isinstance(params, Heartbeat)
             self.liveness.beat(now)
@@ -193,30 +192,14 @@ class Child:
 
     def exited(self, status: Exit) -> None:
         """Called once by the tree's reaper with this process's exit status."""
-        pid = self.pid
-        self.pid = None
-        if self.pidfd is not None:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self.pidfd)
-            os.close(self.pidfd)
-            self.pidfd = None
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)  # grandchildren left in its group
-        for cap in self.captures:
-            cap.drain_and_close()
-        message = self.stderr_capture.last_line.decode("utf-8", "replace").strip() if self.stderr_capture else ""
-        self.captures = []
+        proc, self.proc = self.proc, None
+        pid = proc.pid if proc is not None else None
+        self.link = None
+        message = proc.release(self.tree.spawn, self.name) if proc is not None else ""
         self.liveness.disarm()
         if self._grace is not None:
             self._grace.cancel()
             self._grace = None
-        if self._link_task is not None:
-            self._link_task.cancel()
-        self.attachment_root = None
-        if self.link is not None:
-            link, self.link = self.link, None
-            self.tree.spawn(link.aclose(), name=f"link-close-{self.name}")
         ex = Exit(
             code=status.code,
             signal=status.signal,
@@ -227,6 +210,8 @@ class Child:
         )
         state = self.life.exit(ex, self.clock.monotonic())
         log.info("%s pid=%s %s; now %s", self.name, pid, self.life.ended, state.value)
+        if state in (State.FATAL, State.STOPPED):
+            self.spare.drop()  # a spare would only fail the same way, or is not wanted
         self.exited_event.set()
         if self.life.restart_now and not self.tree.stopping:  # an operator restart
             self.start()
@@ -257,13 +242,8 @@ class Child:
     # ------------------------------------------------------------ stop / kill
 
     def signal_group(self, sig: int) -> None:
-        if self.pid is None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-        if sig == signal.SIGKILL and self.pidfd is not None:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                signal.pidfd_send_signal(self.pidfd, sig)
+        if self.proc is not None:
+            self.proc.signal_group(sig)
 
     def _terminate(self, grace: float) -> None:
         if self.link is not None and not self.link.closed:
@@ -288,6 +268,7 @@ class Child:
         """Stop for good (operator ``stop`` or shutdown) and wait until it is gone."""
         self._cancel_timer()
         self.life.stop()
+        self.spare.drop()
         if self.pid is not None:
             self._terminate(self.spec.stop_timeout if grace is None else grace)
             await self.exited_event.wait()

@@ -31,6 +31,8 @@ class ChildSpec:
     heartbeat_seconds: float | None = None  # None: the heartbeat_seconds setting
     watch_stalls: bool = False  # the service: enforce the stall watchdog on its runs
     proxy: bool = False  # the service: lanes/abort/say go to it
+    sockets: tuple[str, ...] = ()  # listening sockets (clankie.paths names) the supervisor binds and hands down
+    spare: bool = False  # keep a warm spare parked for it (with the hand-over on)
     policy: Policy = field(default_factory=Policy)
 
 
@@ -45,6 +47,13 @@ DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
     ("bridge", "bridge"),
 )
 """(name, module) in start order; stop order is the reverse."""
+
+DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw": ("tldraw",), "service": ("service",)}
+"""The listening sockets each default child serves (the bridge serves none)."""
+
+DEFAULT_SPARES = frozenset({"browser", "tldraw", "service"})
+"""Default children that keep a warm spare. Not the bridge: its ``main`` opens its receipts and
+dials Discord before its link, so it cannot park (docs/supervision.md)."""
 
 
 def has_main(module: str) -> bool:
@@ -73,6 +82,8 @@ def default_specs() -> tuple[list[ChildSpec], list[str]]:
                 argv=module_argv(module),
                 watch_stalls=name == "service",
                 proxy=name == "service",
+                sockets=DEFAULT_SOCKETS.get(name, ()),
+                spare=name in DEFAULT_SPARES,
             )
         )
     return specs, missing
@@ -97,6 +108,8 @@ def specs_from_json(data: Any) -> list[ChildSpec]:
         argv = tuple(sys.executable if a == "{python}" else str(a) for a in item["argv"])
         spec = ChildSpec(name=str(item["name"]), argv=argv)
         extra = {k: v for k, v in item.items() if k not in ("name", "argv", "policy")}
+        if "sockets" in extra:
+            extra["sockets"] = tuple(str(name) for name in extra["sockets"])
         out.append(replace(spec, policy=policy, **extra))
     names = [s.name for s in out]
     if len(set(names)) != len(names):

@@ -10,6 +10,10 @@
 * ``WATCHDOG=1`` is sent from this same loop every half ``WATCHDOG_USEC``.
 * Stop: reverse start order, SIGTERM (+SIGCONT) → grace → SIGKILL, within
   an overall stop budget; a second SIGTERM/SIGINT SIGKILLs everything left.
+* With the hand-over on (``CLANKIE_HANDOVER``, the default) the tree binds
+  every listening socket its children serve before any child starts, hands
+  each child its own, and removes them last; children with ``spare`` in
+  their spec keep a warm spare (:mod:`supervisor.spare`).
 """
 
 from __future__ import annotations
@@ -19,17 +23,23 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from clankie import ipc
+
 from clankie.child import become_subreaper
 from clankie.clock import Clock
-from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
+from clankie.paths import socket_path
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings, child_environment
 from supervisor.forward import StderrQueue
 from supervisor.lifecycle import State
+from supervisor.lifecycle import Exit
 from supervisor.process import Child, exit_from_waitid
+from supervisor.spawn import Proc
 from supervisor.spec import ChildSpec
 from supervisor.systemd import Notifier, scrub
 from supervisor.watchdog import Abort, KillService
@@ -38,6 +48,9 @@ log = logging.getLogger(__name__)
 
 STOP_BUDGET = 25.0
 """Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""
+
+SPARE_DELAY = 0.5
+"""Seconds after a child is ready before its next spare is spawned (its imports then miss the first turns)."""
 
 
 class Tree:
@@ -58,8 +71,12 @@ class Tree:
         rand: Callable[[], float] | None = None,
         log_max_bytes: int = 10 * 1024 * 1024,
         log_backups: int = 5,
+        spare_delay: float = SPARE_DELAY,
     ) -> None:
         self.settings = settings
+        self.handover = settings.handover
+        self.spare_delay = spare_delay
+        self.listeners: dict[str, socket.socket] = {}
         self.clock = clock
         self.notifier = notifier or Notifier({})
         self.subreaper = subreaper
@@ -94,6 +111,7 @@ class Tree:
     async def run(self, until: asyncio.Event | None = None) -> None:
         """Start every child, supervise until asked to stop, then stop in reverse order."""
         loop = asyncio.get_running_loop()
+        await self.bind_listeners()
         if self.subreaper:
             become_subreaper()
             loop.add_signal_handler(signal.SIGCHLD, self.reap)
@@ -114,6 +132,37 @@ class Tree:
         for w in waiters:
             w.cancel()
         await self.shutdown()
+
+    async def bind_listeners(self) -> None:
+        """Bind every socket the children serve (hand-over on): once, for the life of the tree."""
+        if not self.handover:
+            return
+        for name in self.order:
+            for sock_name in self.children[name].spec.sockets:
+                if sock_name in self.listeners:
+                    raise ConfigError(f"socket {sock_name!r} is served by two children")
+                try:
+                    path = socket_path(self.settings.runtime_dir, sock_name)
+                except ValueError as exc:
+                    raise ConfigError(f"child {name!r}: {exc}") from None
+                self.listeners[sock_name] = await ipc.bind_listener(path)
+                log.info("holding %s for %s", path.name, name)
+
+    def listeners_for(self, spec: ChildSpec) -> dict[str, socket.socket]:
+        """The listening sockets handed to a process of ``spec`` (none with the hand-over off)."""
+        return {n: self.listeners[n] for n in spec.sockets if n in self.listeners}
+
+    def _close_listeners(self) -> None:
+        for sock_name, sock in self.listeners.items():
+            sock.close()
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                socket_path(self.settings.runtime_dir, sock_name).unlink()
+        self.listeners.clear()
+
+    def want_spare(self, child: Child) -> None:
+        """``child`` is ready: prepare its next spare, once the whole tree has been ready."""
+        if self.ready_sent:
+            child.spare.want(self.spare_delay)
 
     def request_stop(self) -> None:
         """First SIGTERM/SIGINT: ordered stop. Second: SIGKILL whatever is left."""
@@ -136,6 +185,8 @@ class Tree:
         self.state = "stopping"
         self.notifier.stopping("stopping")
         deadline = self.clock.monotonic() + self.stop_budget
+        for child in self.children.values():
+            child.spare.drop()
         for name in reversed(self.order):
             child = self.children[name]
             remaining = max(0.1, deadline - self.clock.monotonic())
@@ -143,6 +194,8 @@ class Tree:
             if self._forced:
                 child.force()
             await child.stop(grace)
+        for child in self.children.values():
+            await child.spare.wait_gone(max(0.1, deadline - self.clock.monotonic()))
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -153,6 +206,7 @@ class Tree:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
             self.reap()
+        self._close_listeners()
         if self.stderr is not None:
             if self._own_stderr:
                 self.stderr.close(timeout=1.0)
@@ -176,18 +230,27 @@ class Tree:
 
     # ------------------------------------------------------------ reaping
 
+    def _procs(self) -> list[tuple[Proc, Callable[[Exit], None]]]:
+        out: list[tuple[Proc, Callable[[Exit], None]]] = []
+        for child in self.children.values():
+            if child.proc is not None:
+                out.append((child.proc, child.exited))
+            out.extend(child.spare.procs())
+        return out
+
     def reap(self) -> None:
-        """The one reaper: collect every exited child (known or adopted) and dispatch by pid."""
-        by_pid = {c.pid: c for c in self.children.values() if c.pid is not None}
-        for child in list(by_pid.values()):
-            if child.pidfd is None:
+        """The one reaper: collect every exited process (children, spares, adopted) and dispatch by pid."""
+        procs = self._procs()
+        by_pid = {proc.pid: (proc, done) for proc, done in procs if proc.pid is not None}
+        for proc, done in procs:
+            if proc.pidfd is None or proc.pid is None:
                 continue
             try:
-                res = os.waitid(os.P_PIDFD, child.pidfd, os.WEXITED | os.WNOHANG)
+                res = os.waitid(os.P_PIDFD, proc.pidfd, os.WEXITED | os.WNOHANG)
             except ChildProcessError:
                 res = None
             if res is not None and res.si_pid:
-                child.exited(exit_from_waitid(res))
+                done(exit_from_waitid(res))
         if not self.subreaper:
             return
         while True:
@@ -197,9 +260,9 @@ class Tree:
                 return
             if res is None or not res.si_pid:
                 return
-            child = by_pid.get(res.si_pid)
-            if child is not None and child.pid == res.si_pid:
-                child.exited(exit_from_waitid(res))
+            found = by_pid.get(res.si_pid)
+            if found is not None and found[0].pid == res.si_pid:
+                found[1](exit_from_waitid(res))
             else:
                 self.adopted_reaped += 1
                 log.debug("reaped adopted pid %d", res.si_pid)
@@ -216,6 +279,7 @@ class Tree:
         """One supervising pass: heartbeat liveness and the stall watchdog."""
         now = self.clock.monotonic()
         for child in self.children.values():
+            child.spare.tick(now)
             if child.alive and child.life.state in (State.STARTING, State.RUNNING) and child.liveness.expired(now):
                 child.kill("heartbeat")
                 continue
@@ -261,6 +325,8 @@ class Tree:
             self.ready_sent = True
             self.notifier.ready(line)
             self._status_line = line
+            for child in self.children.values():  # now the spares: their imports did not slow the boot
+                child.spare.want(self.spare_delay)
         elif line != self._status_line:
             self._status_line = line
             self.notifier.status(line)
@@ -281,6 +347,8 @@ class Tree:
             text = f"{child.name} {st.value}"
             if st in (State.FATAL, State.BACKOFF) and child.life.reason:
                 text += f" ({child.life.reason[:80]})"
+            if st is State.BACKOFF and child.life.waiting:
+                text += f" [{child.life.waiting}]"
             parts.append(text)
         return "; ".join(parts)
 

@@ -12,7 +12,10 @@ Prompt caching: the system prompt and the last tool carry a
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +42,17 @@ class ProviderUnconfigured(ClankieError):
     """
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every client of this process uses: the one the SDK would build, built once.
+
+    Parsing the CA bundle costs about 100 ms; a warm start pays it before it
+    says ready (:func:`rehearse`), not in each new client. One process is one
+    life, so nothing carries over between lives.
+    """
+    return httpx2.create_ssl_context()
+
+
 class AnthropicProvider:
     """A :class:`~service.agent.model.Provider` over ``anthropic.AsyncAnthropic``."""
 
@@ -61,6 +75,7 @@ class AnthropicProvider:
         base_url: str | None = None,
         read_timeout: float = 600.0,
         cache: bool = True,
+        http_client: httpx2.AsyncClient | None = None,
     ) -> None:
         self._model = model
         self._cache = cache
@@ -69,6 +84,7 @@ class AnthropicProvider:
             base_url=base_url,
             max_retries=0,
             timeout=anthropic.Timeout(read_timeout, connect=5.0),
+            http_client=http_client or anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         )
 
     @property
@@ -194,3 +210,62 @@ def _retry_after(headers: httpx2.Headers) -> float | None:
         except ValueError:
             continue
     return None
+
+
+# ---------------------------------------------------------------- rehearsal
+
+
+def _sse(blocks: list[dict[str, Any]], stop_reason: str) -> bytes:
+    """A minimal streamed answer, as the Messages API sends one."""
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_rehearsal", "type": "message", "role": "assistant", "model": "rehearsal", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 0}}}),
+    ]
+    for i, block in enumerate(blocks):
+        if block["type"] == "text":
+            start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        else:
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [
+            ("content_block_start", {"type": "content_block_start", "index": i, "content_block": start}),
+            ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": i}),
+        ]
+    events += [
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                           "usage": {"output_tokens": 1}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+async def rehearse() -> None:
+    """One streamed text answer and one tool call through the real SDK, on an in-memory transport.
+
+    A warm start runs this before it says ready, so the SDK's lazy imports,
+    its default transport and the validators it builds on first use are all
+    in place before the first real turn. No network, no settings, no state.
+    """
+    AnthropicProvider(api_key="rehearsal", model="rehearsal")  # the default transport (never used, never opened)
+    answers = [
+        _sse([{"type": "text", "text": "ok"}], "end_turn"),
+        _sse([{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "toolu_0", "name": "t", "input": {"a": 1}}],
+             "tool_use"),
+    ]
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=answers.pop(0))
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+    provider = AnthropicProvider(api_key="rehearsal", model="rehearsal", http_client=client)
+    tool = {"name": "t", "description": "rehearsal", "input_schema": {"type": "object"}}
+    try:
+        for _ in range(2):
+            await provider.complete(
+                ModelRequest(system="s", messages=[{"role": "user", "content": "hi"}], tools=[tool], max_tokens=8),
+                lambda signal: None,
+            )
+    finally:
+        await provider.aclose()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie import ipc
+from clankie.errors import ChannelBroken
 from clankie.protocol import Empty, Record, StatusReply
 
 FIXTURE = Path(__file__).parent / "fixtures" / "child.py"
@@ -98,6 +99,17 @@ class Running:
         return self.stderr_path.read_text(errors="replace")
 
 
+def _answers(run: Running) -> bool:
+    """The control socket exists and answers (between its bind and its listen it refuses)."""
+    if not run.sock.exists():
+        return False
+    try:
+        run.status()
+    except ChannelBroken:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def supervisor(
     tmp: Path,
@@ -140,7 +152,7 @@ def supervisor(
         )
     run = Running(proc, runtime, state, err)
     try:
-        wait_for(lambda: run.sock.exists() or proc.poll() is not None, 10, "control socket")
+        wait_for(lambda: _answers(run) or proc.poll() is not None, 10, "control socket")
         if proc.poll() is not None:
             raise AssertionError(f"supervisor exited {proc.returncode}: {run.stderr()}")
         if wait_ready:

@@ -131,3 +131,52 @@ def test_spawn_failure_backs_off_like_a_crash() -> None:
     life.start(0.0)
     assert life.spawn_failed(0.0, "ENOENT") is State.BACKOFF
     assert life.reason == "spawn_error ENOENT" and life.next_start_at == 0.5
+
+
+def test_a_child_ready_for_stable_after_is_restarted_at_once_and_crashes_in_a_row_back_off() -> None:
+    """Ready 10 s: the crash restarts at once and says so; short lives in a row wait, counted, in `waiting`."""
+    life = Lifecycle(policy=Policy(backoff_base=0.5, stable_after=10.0, reset_after=1e9, intensity=100), rand=lambda: 1.0)
+    life.start(0.0)
+    life.ready(0.5)
+    crash(life, 11.0)  # ready for 10.5 s
+    assert life.delays == [0.0] and life.next_start_at == 11.0
+    assert life.waiting == "it had been stable: restarted at once" and life.streak == 1
+    now = 11.0
+    for n in range(2, 5):
+        life.start(now)
+        life.ready(now + 0.5)
+        crash(life, now + 3.0)  # ready 2.5 s each time: a row
+        assert life.streak == n  # one count per short life
+        now = life.next_start_at or now
+    assert life.delays == [0.0, 0.5, 1.0, 2.0]
+    assert life.waiting == "4 crashes in a row: backoff 2.0s"
+    life.start(now)
+    assert life.waiting == ""  # starting again: nothing to wait for
+    life.ready(now + 0.1)
+    crash(life, now + 20.0)
+    assert life.delays[-1] == 0.0 and life.streak == 1  # a stable life wipes the row
+
+
+def test_the_spare_slot_follows_its_table() -> None:
+    """off → warming → parked → taken (off); a death backs off and comes due; illegal events raise."""
+    from supervisor.lifecycle import SPARE_TRANSITIONS, SpareEvent, SpareLife, SpareState
+
+    spare = SpareLife(base=0.5, cap=4.0, rand=lambda: 1.0)
+    assert spare.take() is False  # nothing parked: the child starts cold
+    assert spare.want() is True and spare.state is SpareState.WARMING
+    assert spare.want() is False  # one at a time
+    assert spare.parked() is SpareState.PARKED
+    assert spare.take() is True and spare.state is SpareState.OFF and spare.taken == 1
+    assert spare.want() is True
+    assert spare.exit(10.0, "killed by SIGKILL") is SpareState.BACKOFF
+    assert spare.next_start_at == 10.5 and "killed by SIGKILL" in spare.reason
+    assert not spare.due(10.4) and spare.due(10.5) and spare.state is SpareState.WARMING
+    assert spare.exit(11.0, "exited 1") is SpareState.BACKOFF and spare.next_start_at == 12.0  # the next waits longer
+    assert spare.want() is False and spare.state is SpareState.BACKOFF  # it comes when its backoff ends
+    assert spare.drop() is SpareState.OFF and spare.next_start_at is None
+    assert spare.exit(13.0, "exited 0") is SpareState.OFF  # a dropped spare's death changes nothing
+    assert spare.parked() is SpareState.OFF  # nor does a late `parked`
+    assert (SpareState.OFF, SpareEvent.TAKE) not in SPARE_TRANSITIONS
+    with pytest.raises(LifecycleError):
+        spare._go(SpareEvent.PARKED)
+    assert spare.spawned == 3

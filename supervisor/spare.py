@@ -1,0 +1,201 @@
+"""A child's warm spare: a process that has imported its modules and waits, parked, to become the child.
+
+Mechanism (``docs/supervision.md`` says why this and not a fork server):
+the spare is spawned by the same :func:`supervisor.spawn.spawn` as a cold
+start, with ``CLANKIE_SPARE=1``. It arms parent death, imports what its
+role needs, connects its link, says ``parked`` and waits. When the child's
+next start comes (a crash, a kill, an operator restart) the slot hands its
+:class:`~supervisor.spawn.Proc` to the child, which sends ``activate``: the
+spare reads its settings, opens its state and serves the socket it
+inherited, then says ``ready`` like any cold start. From the moment it is
+taken it *is* the child: same pidfd, process group, output captures and
+link, so reaping, PDEATHSIG, heartbeats, the stall watchdog and
+``clankiectl status`` see nothing special.
+
+A new spare is prepared in the background ``delay`` seconds after the child
+is ready again (so its imports do not compete with the first turns), and
+only once the whole tree has been ready. The decisions are the pure
+:class:`supervisor.lifecycle.SpareLife`; this is its shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno as errno_mod
+import logging
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from clankie import ipc
+from clankie.protocol import Record
+from supervisor.lifecycle import Exit, SpareLife, SpareState, State, describe
+from supervisor.spawn import Proc
+from supervisor.watchdog import Liveness
+
+if TYPE_CHECKING:
+    from supervisor.process import Child
+
+log = logging.getLogger(__name__)
+
+DROP_GRACE = 2.0
+"""Seconds a dropped spare gets after SIGTERM before SIGKILL (it holds nothing yet)."""
+
+
+class Spare:
+    """The spare slot of one child (at most one spare, plus any dropped ones still dying)."""
+
+    def __init__(self, child: Child, *, rand: Callable[[], float] | None = None) -> None:
+        self.child = child
+        self.life = SpareLife(rand=rand)
+        self.proc: Proc | None = None
+        self.dying: set[Proc] = set()
+        self._none_dying = asyncio.Event()
+        self._none_dying.set()
+        self.liveness = Liveness(child.liveness.timeout)
+        self._timer: asyncio.Task[None] | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.child.spec.spare and self.child.tree.handover
+
+    def procs(self) -> list[tuple[Proc, Callable[[Exit], None]]]:
+        """Every live process of this slot with the callback its exit goes to (for the reaper)."""
+        out: list[tuple[Proc, Callable[[Exit], None]]] = []
+        if self.proc is not None:
+            out.append((self.proc, self.exited))
+        for proc in self.dying:
+            out.append((proc, lambda status, p=proc: self._reaped_dying(p)))
+        return out
+
+    # ------------------------------------------------------------ preparing
+
+    def want(self, delay: float) -> None:
+        """The child is running: have a spare parked ``delay`` seconds from now (no-op if one is there)."""
+        if not self.enabled or self.child.tree.stopping or self._timer is not None:
+            return
+        if self.life.state is SpareState.OFF:
+            self._timer = self.child.tree.spawn(self._after(delay, due=False), name=f"spare-{self.child.name}")
+        elif self.life.state is SpareState.BACKOFF:
+            self._schedule_due(self.child.clock.monotonic())
+
+    async def _after(self, delay: float, *, due: bool) -> None:
+        await self.child.clock.sleep(delay)
+        self._timer = None
+        tree = self.child.tree
+        if tree.stopping or not self.enabled or self.child.life.state is not State.RUNNING:
+            return
+        now = self.child.clock.monotonic()
+        if (self.life.due(now) if due else self.life.want()):
+            self._spawn(now)
+
+    def _spawn(self, now: float) -> None:
+        try:
+            self.proc = self.child.spawn_proc(self._on_link, spare=True)
+        except OSError as exc:
+            name = errno_mod.errorcode.get(exc.errno or 0, str(exc.errno))
+            log.warning("cannot spawn a spare for %s: %s", self.child.name, name)
+            self.life.exit(now, f"spawn_error {name}")
+            self._schedule_due(now)
+            return
+        self.liveness.arm(now)
+        log.info("warming a spare for %s: pid=%d", self.child.name, self.proc.pid)
+        self.child.tree.changed()
+
+    async def _on_link(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+        if self.proc is None or conn is not self.proc.link:
+            return None
+        now = self.child.clock.monotonic()
+        if method in ("parked", "heartbeat"):
+            self.liveness.beat(now)
+        if method == "parked" and self.life.parked() is SpareState.PARKED:
+            log.info("%s spare pid=%d is parked", self.child.name, self.proc.pid)
+            self.child.tree.changed()
+        return None
+
+    # ------------------------------------------------------------ taking
+
+    def take(self) -> Proc | None:
+        """The parked spare's process, now the child's; None when there is none (start cold)."""
+        if self.proc is None or self.proc.link is None or self.proc.link.closed or not self.life.take():
+            return None
+        proc, self.proc = self.proc, None
+        self.liveness.disarm()
+        return proc
+
+    # ------------------------------------------------------------ dying
+
+    def exited(self, status: Exit) -> None:
+        """The reaper's word that the (untaken) spare died: release it and back off before the next."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.release(self.child.tree.spawn, f"{self.child.name}-spare")
+        self.liveness.disarm()
+        now = self.child.clock.monotonic()
+        state = self.life.exit(now, describe(status))
+        log.warning("%s spare pid=%s died: %s", self.child.name, proc.pid if proc else None, describe(status))
+        if state is SpareState.BACKOFF:
+            self._schedule_due(now)
+        self.child.tree.changed()
+
+    def _schedule_due(self, now: float) -> None:
+        if self._timer is not None or self.life.next_start_at is None:
+            return
+        delay = max(0.0, self.life.next_start_at - now)
+        self._timer = self.child.tree.spawn(self._after(delay, due=True), name=f"spare-{self.child.name}")
+
+    def _reaped_dying(self, proc: Proc) -> None:
+        self.dying.discard(proc)
+        if not self.dying:
+            self._none_dying.set()
+        proc.release(self.child.tree.spawn, f"{self.child.name}-spare")
+
+    def tick(self, now: float) -> None:
+        """A parked or warming spare that stopped heartbeating is killed (and replaced after its backoff)."""
+        if self.proc is not None and self.liveness.expired(now):
+            log.warning("%s spare pid=%d stopped heartbeating; killing it", self.child.name, self.proc.pid)
+            self.liveness.disarm()
+            self.proc.signal_group(signal.SIGKILL)
+
+    def drop(self) -> None:
+        """No spare wanted any more (the child stops, goes fatal, or the tree shuts down)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.life.drop()
+        self.liveness.disarm()
+        if self.proc is not None:
+            proc, self.proc = self.proc, None
+            self.dying.add(proc)
+            self._none_dying.clear()
+            proc.signal_group(signal.SIGTERM)
+            proc.signal_group(signal.SIGCONT)
+            self.child.tree.spawn(self._kill_after(proc), name=f"spare-drop-{self.child.name}")
+
+    async def _kill_after(self, proc: Proc) -> None:
+        await asyncio.sleep(DROP_GRACE)  # real time: the process has to die in it
+        if proc.pid is not None:
+            proc.signal_group(signal.SIGKILL)
+
+    async def wait_gone(self, timeout: float) -> None:
+        """Until every dropped spare has been reaped (bounded)."""
+        try:
+            await asyncio.wait_for(self._none_dying.wait(), timeout)
+        except TimeoutError:
+            log.warning("%s: %d dropped spares did not exit in %.1fs", self.child.name, len(self.dying), timeout)
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> tuple[str, int | None]:
+        """(one phrase for ``clankiectl status``, the spare's pid)."""
+        if not self.enabled:
+            return "off", None
+        st = self.life.state
+        pid = self.proc.pid if self.proc is not None else None
+        if st is SpareState.PARKED:
+            return f"parked pid {pid}", pid
+        if st is SpareState.WARMING:
+            return f"warming pid {pid}", pid
+        if st is SpareState.BACKOFF:
+            return f"backoff ({self.life.reason})", None
+        return ("none yet" if self.life.spawned == 0 else "taken; next once the child is ready"), None

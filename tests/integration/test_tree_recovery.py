@@ -1,0 +1,189 @@
+"""Recovery on the real tree: the supervisor's sockets outlive every child, and nobody is refused or loses an answer.
+
+Real processes and real signals against the loopback fakes; every wait polls
+real state (status on the control socket, /proc, the fakes' records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clankie import ipc
+from clankie.protocol import (
+    Artifact,
+    Author,
+    DiagramRequest,
+    HistoryReply,
+    Record,
+    Room,
+    ScreenshotRequest,
+    Trigger,
+    TurnResult,
+    TurnSubmit,
+)
+from clankie.testing import fake_anthropic as fa
+from hosts.tldraw.examples import er_example
+from tests.integration.tree import CHAN, GUILD, PERSON, Tree, real_tree  # the probe uses its own room, 102
+from tests.polling import until
+from tests.supervisor.harness import pid_alive
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+SOCKETS = ("service", "browser", "tldraw")
+COLD_MARK = "Channel conversation (untrusted):"
+
+
+def listening_inode(path: Path) -> int:
+    """The inode of the listening socket bound at ``path`` (flag __SO_ACCEPTCON in /proc/net/unix)."""
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 8 and parts[7] == str(path) and parts[3] == "00010000":
+            return int(parts[6])
+    raise AssertionError(f"nothing listens at {path}")
+
+
+def held_sockets(pid: int) -> set[int]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(int(target[8:-1]))
+    return out
+
+
+def socket_facts(t: Tree) -> dict[str, tuple[int, int, int]]:
+    """Per socket: (file inode, file mode, listening inode), each listener held by the supervisor itself."""
+    facts = {}
+    held = held_sockets(t.proc.pid)
+    for name in SOCKETS:
+        path = t.runtime / f"{name}.sock"
+        st = path.stat()
+        inode = listening_inode(path)
+        assert inode in held, f"the supervisor does not hold {name}.sock"
+        facts[name] = (st.st_ino, stat.S_IMODE(st.st_mode), inode)
+    return facts
+
+
+async def no_history(conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    """A bridge-shaped client: an empty backlog for a cold lane, typing ignored."""
+    return HistoryReply() if method == "history" else None
+
+
+async def probe(t: Tree, name: str, n: int) -> Any:
+    """Connect to ``name``'s socket right now and make one real request of it."""
+    path = t.runtime / f"{name}.sock"
+    if name == "service":
+        conn = await ipc.connect(path, "bridge", no_history, timeout=30)
+        trigger = Trigger(message_id=f"99000000000000000{n}", author=Author(id=PERSON, name="p"), text="ping")
+        submit = TurnSubmit(delivery_id=f"probe-{n}", room=Room(guild_id=GUILD, channel_id="102"), trigger=trigger)
+        request: tuple[str, Record] = ("turn.submit", submit)
+    else:
+        conn = await ipc.connect(path, "service", timeout=30)
+        if name == "browser":
+            request = ("screenshot", ScreenshotRequest(url=t.site.url("/")))
+        else:
+            request = ("draw_er_diagram", DiagramRequest(spec=er_example(2)))
+    try:
+        return await conn.request(*request, timeout=60)
+    finally:
+        await conn.aclose()
+
+
+async def kill_and_wait_dead(t: Tree, name: str) -> int:
+    old = (await t.child(name)).pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    await until(lambda: not pid_alive(old), 10, f"{name} pid {old} gone")
+    return old
+
+
+async def back_up(t: Tree, name: str, old: int) -> Any:
+    return await t.wait_child(lambda c: c.state == "running" and c.pid not in (None, old), name, 60)
+
+
+def test_sockets_outlive_every_child_and_clients_during_a_restart_get_their_answer(tmp_path: Path, runtime_dir: Path) -> None:
+    """SIGKILL of each child: the socket files, modes and listeners stay; a turn in flight and a client that
+    connects while the child is dead are both answered by the next one; nothing is refused."""
+
+    async def main() -> None:
+        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}) as t:
+            before = socket_facts(t)
+            assert all(mode == 0o600 for _ino, mode, _l in before.values())
+            assert (await t.child("service")).spare  # status says what its spare is doing
+
+            # the bridge is connected with a turn in flight when the service dies
+            hold = asyncio.Event()
+            t.anthropic.script(fa.text("never sent", stall_after=2, stall_until=hold))
+            asked = await t.discord.message(CHAN, "clankie, a turn that outlives its service", author_id=PERSON)
+            await until(lambda: len(t.anthropic.requests) >= 1, 30, "the turn at the model")
+            for n, name in enumerate(("service", "browser", "tldraw", "bridge")):
+                if name in SOCKETS:  # the spare path (the cold one is the same but slower: see the test below)
+                    await t.wait_child(lambda c: c.spare.startswith("parked"), name, 60)
+                old = await kill_and_wait_dead(t, name)
+                if name in SOCKETS:  # a client dials while nothing serves: it waits in the backlog, no refusal
+                    answer = await probe(t, name, n)
+                    if name == "service":
+                        assert isinstance(answer, TurnResult) and answer.outcome == "settled", answer
+                    else:
+                        assert isinstance(answer, Artifact) and answer.ref.startswith("sha256:")
+                await back_up(t, name, old)
+                assert socket_facts(t) == before, f"a socket changed across the {name} restart"
+                if name == "service":
+                    post = await t.reply_to(asked["id"], 60)  # re-submitted by the bridge to the next service
+                    assert post.content
+            hold.set()
+            # the new bridge says connected once its gateway session is up (messages before that are not its)
+            await t.wait_child(lambda c: "discord: connected; service: connected" in c.detail, "bridge", 60)
+            post = await t.ask("clankie, still there?", 60)
+            assert post.content
+
+    asyncio.run(main())
+
+
+def _cold(body: dict[str, Any]) -> bool:
+    return COLD_MARK in json.dumps(body["messages"][-1])
+
+
+@pytest.mark.parametrize("handover", ["true", "false"])
+def test_spare_and_cold_restarts_behave_the_same_lanes_come_back_cold(
+    tmp_path: Path, runtime_dir: Path, handover: str
+) -> None:
+    """Warm, warm, SIGKILL the service, then cold once and warm again: the same with the spare and without."""
+
+    async def main() -> None:
+        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_HANDOVER": handover}) as t:
+            seen = []
+            # something said before the first turn, so a cold lane has a backlog to read (a bot: never answered)
+            await t.discord.message(CHAN, "earlier chatter", author_id="700000000000000001", bot=True)
+            for text in ("clankie, one", "clankie, two"):
+                await t.ask(text)
+                seen.append(_cold(t.anthropic.requests[-1]))
+            service = await t.child("service")
+            if handover == "true":
+                status = await t.wait_child(lambda c: c.spare.startswith("parked"), "service", 60)
+                spare = status.spare_pid
+            else:
+                assert service.spare == "off"
+            old = await kill_and_wait_dead(t, "service")
+            new = await back_up(t, "service", old)
+            if handover == "true":
+                assert new.pid == spare  # the spare became the service
+            for text in ("clankie, three", "clankie, four"):
+                await t.ask(text, 60)
+                seen.append(_cold(t.anthropic.requests[-1]))
+            assert seen == [True, False, True, False]  # a restarted service's lanes are cold once, spare or not
+            lanes = await t.call("lanes")
+            assert [lane.warm for lane in lanes.lanes] == [True]  # type: ignore[attr-defined]
+
+    asyncio.run(main())
