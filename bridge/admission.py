@@ -73,6 +73,7 @@ class Inbound:
     mentions_bot: bool = False
     attachment_ids: tuple[str, ...] = ()
     readable_attachments: int = 0
+    refers_to: str | None = None  # the message this one replies to (recovery reads our own replies by it)
 
     @property
     def fingerprint(self) -> str:

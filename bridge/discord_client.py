@@ -109,6 +109,7 @@ def convert(
         mentions_bot=mentions_bot,
         attachment_ids=tuple(str(a.id) for a in message.attachments),
         readable_attachments=len(images),
+        refers_to=str(message.reference.message_id) if message.reference and message.reference.message_id else None,
     )
     key = f"{guild_id or 'dm'}:{channel_id}"
     room = Room(

@@ -7,9 +7,8 @@ per event, appended through :class:`clankie.appender.Appender`:
 
 ``admit``    a delivery submitted as a turn: the exact ``TurnSubmit`` (so a re-submission
              has the same fingerprint at the service), whether it is a catch-up, and the
-             buffered messages it folds in; synced to disk before the submission goes out
+             buffered messages it folds in; written before the submission goes out
 ``buffer``   a message held for a catch-up turn (reply policy ``addressed``)
-``posting``  the result is settled and its reply is about to be posted
 ``close``    the outcome (``settled``, ``absorbed``, ``silent``, ``failed``, ``expired``) and
              the ids of the messages posted
 ``gap``      from ``since`` on, the gateway may have sent messages nobody heard (the process
@@ -59,7 +58,6 @@ class Entry:
     catching_up: bool = False
     folds: tuple[str, ...] = ()
     folded_into: str | None = None
-    posting: bool = False
     outcome: str | None = None
     replied: int = 0  # the newest message id posted for it (0: none)
     closed_at: float = 0.0
@@ -117,8 +115,6 @@ class JournalState:
             room = Room.model_validate(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
                                       buffered={"inbound": line["inbound"], "trigger": line["trigger"]})
-        elif op == "posting":
-            self.entries[did].posting = True
         elif op == "close":
             outcome = str(line["outcome"])
             if outcome not in OUTCOMES:
@@ -188,10 +184,7 @@ def entry_lines(e: Entry) -> list[dict[str, Any]]:
         assert e.buffered is not None
         return [{"v": 1, "op": "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
                  "room": e.room.to_wire(), **e.buffered}]
-    lines: list[dict[str, Any]] = [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds)]
-    if e.posting:
-        lines.append({"v": 1, "op": "posting", "id": e.delivery_id})
-    return lines
+    return [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds)]
 
 
 def admit_line(did: str, at: float, fp: str, submit: dict[str, Any], catching_up: bool,
@@ -230,21 +223,21 @@ class Journal:
         self._lines += len(lines)
         return self._appender.append(*lines)
 
-    async def admit(self, submit: TurnSubmit, fp: str, at: float, *, catching_up: bool,
-                    folds: tuple[str, ...] = ()) -> None:
-        """Record a delivery about to be submitted, and wait until it is on the disk."""
-        seq = self._append(admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
-        await self._appender.durable(seq)
+    def admit(self, submit: TurnSubmit, fp: str, at: float, *, catching_up: bool, folds: tuple[str, ...] = ()) -> None:
+        """Record a delivery about to be submitted: in the kernel before this returns, on the disk soon after.
+
+        The submission does not wait for the disk. A crash of any process
+        cannot lose the line; a power cut can lose the newest lines before
+        their sync, and the history read-back after the reboot finds those
+        messages again (they are newer than anything the journal kept).
+        """
+        self._append(admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
+        self._appender.sync_soon()
 
     def buffer(self, did: str, at: float, fp: str, room: Room, inbound: dict[str, Any], trigger: dict[str, Any]) -> None:
         self._append({"v": 1, "op": "buffer", "id": did, "at": at, "fp": fp, "room": room.to_wire(),
                       "inbound": inbound, "trigger": trigger})
         self._appender.sync_soon()
-
-    async def posting(self, did: str) -> None:
-        """Record that a reply is about to go out (recovery then looks for it before posting again)."""
-        seq = self._append({"v": 1, "op": "posting", "id": did})
-        await self._appender.durable(seq)
 
     def close(self, did: str, outcome: str, at: float, *, code: str | None = None,
               message_ids: tuple[str, ...] = ()) -> None:

@@ -60,6 +60,7 @@ class Report:
     too_old: int = 0
     capped: int = 0
     failed_rooms: int = 0
+    answered_before: int = 0
 
 
 def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
@@ -150,8 +151,15 @@ async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: 
         budget -= len(found)
         if len(found) >= want:
             report.capped += 1
+        # a message we had already answered (our reply is right there) was admitted before, even if the
+        # journal lost its line to a power cut: never answer it twice
+        answered = {i.refers_to for i, _, _ in found if i.from_self and i.refers_to}
         for inbound, msg_room, trigger in found:
             if bridge.ingress.seen(inbound.message_id):
+                continue
+            if inbound.message_id in answered:
+                report.answered_before += 1
+                bridge.ingress.remember(inbound.message_id, inbound.fingerprint, now + limits.retention)
                 continue
             if now - trigger.at > limits.horizon:
                 report.too_old += 1

@@ -236,8 +236,8 @@ class Bridge:
         did, room = held.submit.delivery_id, held.room
         recovered = held.recovered
         if recovered is None:
-            await self.journal.admit(held.submit, held.fingerprint, self.clock.wall(),
-                                     catching_up=held.catching_up, folds=held.folds)
+            self.journal.admit(held.submit, held.fingerprint, self.clock.wall(),
+                               catching_up=held.catching_up, folds=held.folds)
         submit = asyncio.get_running_loop().create_task(self.link.submit(held.submit))
         await asyncio.sleep(0)  # let the submission reach the socket before the receipt is written
         self.receipts.record("accepted" if recovered is None else "recovered", **self._ids(held))
@@ -249,11 +249,8 @@ class Bridge:
         delivered = Delivered(())
         if result.outcome == "settled":
             held.move(Phase.DELIVERING)
-            already: tuple[tuple[str, str], ...] = ()
-            if recovered is not None and recovered.posting:
-                already = await self._posted_before(held)
-            else:
-                await self._journal_posting(did)
+            # a recovered delivery may have been answered just before the crash: look before posting
+            already = await self._posted_before(held) if recovered is not None else ()
             delivered = await deliver_reply(
                 self.port, self.clock, self.retry,
                 delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
@@ -283,12 +280,6 @@ class Bridge:
             self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
         except DiskError as exc:
             log.error("delivery %s: outcome not journaled (%s); a restart runs it again", held.submit.delivery_id, exc.code)
-
-    async def _journal_posting(self, did: str) -> None:
-        try:
-            await self.journal.posting(did)
-        except DiskError as exc:  # the words still go out; a crash now could only re-post within the nonce window
-            log.error("delivery %s: posting not journaled (%s)", did, exc.code)
 
     async def _posted_before(self, held: Held) -> tuple[tuple[str, str], ...]:
         """Messages this bridge already posted after the trigger (a reply cut short by a crash), oldest first."""

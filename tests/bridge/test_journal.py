@@ -59,12 +59,6 @@ def test_a_catch_up_turn_carries_its_folded_messages_to_one_outcome() -> None:
     assert s.open_entries()[0].catching_up and s.open_entries()[0].folds == ("1", "2")
 
 
-def test_posting_is_remembered_so_recovery_looks_before_posting_again() -> None:
-    """A delivery whose reply had begun to go out says so after a restart."""
-    s = state_of(admit("1", 1.0), {"v": 1, "op": "posting", "id": "1"})
-    assert s.open_entries()[0].posting
-
-
 def test_unreadable_lines_are_counted_and_skipped() -> None:
     """A line that names no known delivery or op is ignored; everything else still folds."""
     s = state_of({"op": "close", "id": "404", "outcome": "settled"}, {"op": "dance", "id": "1"},
@@ -92,10 +86,9 @@ def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: 
 
     async def main() -> None:
         j = Journal(tmp_path, retention=100.0)
-        await j.admit(submit("1"), "fp1", 10.0, catching_up=False)
-        await j.admit(submit("2"), "fp2", 20.0, catching_up=False)
-        await j.admit(submit("3"), "fp3", 150.0, catching_up=False)
-        await j.posting("2")
+        j.admit(submit("1"), "fp1", 10.0, catching_up=False)
+        j.admit(submit("2"), "fp2", 20.0, catching_up=False)
+        j.admit(submit("3"), "fp3", 150.0, catching_up=False)
         j.close("1", "settled", 11.0, message_ids=("900",))
         j.close("3", "silent", 151.0)
         left = await j.compact(now=160.0)  # "1" closed and admitted before 60: forgotten
@@ -104,7 +97,6 @@ def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: 
         reread = Journal(tmp_path, retention=100.0)
         assert sorted(reread.state.entries) == ["2", "3"]
         assert [e.delivery_id for e in reread.state.open_entries()] == ["2"]
-        assert reread.state.open_entries()[0].posting
         assert reread.state.entries["3"].outcome == "silent" and reread.state.entries["3"].fingerprint == "fp3"
         assert stat.S_IMODE(os.stat(reread.path).st_mode) == 0o600
         assert stat.S_IMODE(os.stat(reread.path.parent).st_mode) == 0o700
@@ -116,10 +108,10 @@ def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: 
 def test_compaction_rebuilds_the_same_state_it_was_made_from() -> None:
     """The compacted lines of any state fold back into that state; a closed delivery keeps no message text."""
     s = state_of(buffer("1", 1.0), buffer("2", 2.0), admit("2", 2.0, catch_up=True, folds=["1"]),
-                 admit("3", 3.0), {"v": 1, "op": "posting", "id": "3"}, admit("4", 4.0), close("4", "failed"),
+                 admit("3", 3.0), admit("4", 4.0), close("4", "failed"),
                  buffer("5", 5.0))
     again = state_of(*s.compacted(since=0.0))
-    view = lambda st: sorted((e.delivery_id, e.outcome, e.posting, e.folds, e.folded_into,  # noqa: E731
+    view = lambda st: sorted((e.delivery_id, e.outcome, e.folds, e.folded_into,  # noqa: E731
                               e.submit is None if e.open else None) for e in st.entries.values() if e.open)
     assert view(again) == view(s)
     assert again.entries["4"].outcome == "failed" and again.entries["4"].submit is None
@@ -131,7 +123,7 @@ def test_a_crash_mid_line_costs_only_that_line(tmp_path: Path) -> None:
 
     async def main() -> None:
         j = Journal(tmp_path, retention=100.0)
-        await j.admit(submit("1"), "fp1", 1.0, catching_up=False)
+        j.admit(submit("1"), "fp1", 1.0, catching_up=False)
         j.aclose()
         with open(j.path, "ab") as fh:
             fh.write(b'{"v":1,"op":"admit","id":"2","at":2.0,"fp":"f')

@@ -166,3 +166,21 @@ def test_a_gap_the_last_bridge_never_read_back_is_read_by_the_next(env: dict[str
             await h2.until(lambda: h2.app.journal.state.quiet_since() is None)
 
     asyncio.run(main())
+
+
+def test_a_message_already_answered_is_not_answered_again_when_the_journal_lost_it(env: dict[str, str]) -> None:
+    """If a power cut took the journal's newest lines, history still shows our reply: the message is not re-run."""
+
+    async def main() -> None:
+        discord = fake()
+        async with running(env, fake=discord) as h:
+            m = await discord.message(CHAN, "answered once", author_id=PERSON)
+            await h.until(lambda: "settled" in h.outcomes(m["id"]))
+            journal = h.app.journal.path
+        journal.unlink()  # everything the journal knew is gone
+        async with running(env, fake=discord) as h2:
+            await h2.until(lambda: h2.app._recovering is not None and h2.app._recovering.done())
+            assert h2.app.recovered.answered_before == 1
+            assert h2.service.submits == [] and len(discord.posts_in(CHAN)) == 1
+
+    asyncio.run(main())
