@@ -135,7 +135,7 @@ class Bridge:
 
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
-        decision = self.ingress.admit(inbound, self.clock.wall())
+        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id))
         ids = {"delivery_id": inbound.message_id, "channel_id": inbound.channel_id, "guild_id": inbound.guild_id}
         if isinstance(decision, Drop):
             self.counters.dropped += 1
@@ -157,6 +157,10 @@ class Bridge:
             return None
         self.start(decision)
         return decision
+
+    def live_run(self, channel_id: str) -> bool:
+        """Whether the bridge holds a submitted, not-yet-done delivery in this channel (a message now is steered)."""
+        return any(h.room.channel_id == channel_id and h.phase is Phase.SUBMITTED for h in self.held.values())
 
     def start(self, run: Run) -> None:
         """Start the turn of an admitted (or catch-up) run; it is journaled before it is submitted."""
