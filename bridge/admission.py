@@ -76,6 +76,7 @@ class Inbound:
     author_is_bot: bool = False
     from_self: bool = False
     mentions_bot: bool = False
+    replies_to_bot: bool = False  # a reply to one of his messages
     attachment_ids: tuple[str, ...] = ()
     readable_attachments: int = 0
 
@@ -202,7 +203,7 @@ class Ingress:
     # -------------------------------------------------------------- queries
 
     def addressed(self, msg: Inbound) -> bool:
-        if msg.guild_id is None or msg.mentions_bot:
+        if msg.guild_id is None or msg.mentions_bot or msg.replies_to_bot:
             return True
         return bool(self._names and self._names.search(msg.text.lower()))
 

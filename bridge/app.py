@@ -105,6 +105,7 @@ class BridgeApp:
             attachment_root=settings.attachment_root,
             upload_limit=settings.discord_upload_limit_bytes,
             retry=retry,
+            failure_reaction=settings.discord_failure_reaction,
         )
 
     # ------------------------------------------------------------ status

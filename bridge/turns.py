@@ -25,6 +25,7 @@ from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
 from bridge.journal import Entry, Journal
 from bridge.port import DiscordPort, PostError
+from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
 from clankie import ipc
@@ -116,6 +117,7 @@ class Bridge:
         attachment_root: Path,
         upload_limit: int,
         retry: RetryPolicy | None = None,
+        failure_reaction: str = "",
     ) -> None:
         self.ingress = ingress
         self.port = port
@@ -125,6 +127,7 @@ class Bridge:
         self.attachment_root = attachment_root
         self.upload_limit = upload_limit
         self.retry = retry or RetryPolicy()
+        self.failure_reaction = failure_reaction
         self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
         self.counters = Counters()
@@ -267,6 +270,10 @@ class Bridge:
                 already=already,
             )
         self._stop_typing(held)
+        if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
+                          emoji=self.failure_reaction):
+            if await react(self.port, room.channel_id, held.trigger_id, self.failure_reaction) is None:
+                self.receipts.record("reacted", reason=result.code, turn_id=result.turn_id, **self._ids(held))
         held.move(Phase.DONE)
         self.counters.by_outcome[result.outcome] = self.counters.by_outcome.get(result.outcome, 0) + 1
         self._close(held, result.outcome, code=result.code, turn_id=result.turn_id, message_ids=delivered.message_ids)

@@ -25,6 +25,8 @@ from clankie.errors import ConfigError
 
 CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key"}
 
+FAILURE_REACTION = "CLANKIE_DISCORD_FAILURE_REACTION"
+
 _ENV: ContextVar[Mapping[str, str]] = ContextVar("clankie_settings_env")
 
 IdList = Annotated[tuple[str, ...], NoDecode]
@@ -134,6 +136,8 @@ class Settings(BaseSettings):
     discord_catch_up_seconds: float = Field(default=20.0, gt=0, le=3600)
     discord_api_base: str | None = None
     discord_upload_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    discord_failure_reaction: str = Field(default="\u26a0\ufe0f", max_length=64)  # ⚠️; set empty to disable
+    discord_tool_card: bool = True
     character_id: str = Field(default="clankie", pattern=r"^[a-z0-9_-]{1,32}$")
 
     # bridge durability (docs/bridge.md, "Nothing lost")
@@ -239,6 +243,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         alias = field.upper()
         if not (e.get(alias) or "").strip():
             init[field] = value
+    if FAILURE_REACTION in e and not e[FAILURE_REACTION].strip():
+        init["discord_failure_reaction"] = ""  # set but empty: disabled (blank variables are otherwise ignored)
     init.update(overrides)
     token = _ENV.set(e)
     try:
