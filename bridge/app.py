@@ -106,6 +106,7 @@ class BridgeApp:
             upload_limit=settings.discord_upload_limit_bytes,
             retry=retry,
             failure_reaction=settings.discord_failure_reaction,
+            tool_card=settings.discord_tool_card,
         )
 
     # ------------------------------------------------------------ status

@@ -6,8 +6,8 @@ is holding: each one is journaled before it is submitted (:mod:`bridge.journal`)
 submitted once (re-submitted by id after a reconnect, or after a restart of
 the bridge itself), gets exactly one outcome and at most one reply, and may be
 lit with a typing indicator by the service while it is held. It also serves
-the service's calls on the same connection: ``history``, ``typing`` and
-``text_update``.
+the service's calls on the same connection: ``history``, ``typing``, ``tool``
+(the tool-activity card, :mod:`bridge.card`) and ``text_update``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
 from bridge.journal import Entry, Journal
 from bridge.port import DiscordPort, PostError
@@ -40,6 +41,7 @@ from clankie.protocol import (
     Room,
     TextUpdate,
     TextUpdateReply,
+    ToolActivity,
     Trigger,
     TurnSubmit,
     TypingSignal,
@@ -118,6 +120,7 @@ class Bridge:
         upload_limit: int,
         retry: RetryPolicy | None = None,
         failure_reaction: str = "",
+        tool_card: bool = True,
     ) -> None:
         self.ingress = ingress
         self.port = port
@@ -128,6 +131,7 @@ class Bridge:
         self.upload_limit = upload_limit
         self.retry = retry or RetryPolicy()
         self.failure_reaction = failure_reaction
+        self.cards = Cards(port, clock, enabled=tool_card)
         self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
         self.counters = Counters()
@@ -228,14 +232,17 @@ class Bridge:
             raise
         except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
             log.error("delivery %s: journal refused it (%s)", did, exc.code)
+            await self.cards.end(did)
             self.ingress.forget(did)
             self.receipts.record("failed", reason=exc.code, **self._ids(held))
         except Exception:  # a bug here must not take other deliveries down
             log.exception("delivery %s failed inside the bridge", did)
+            await self.cards.end(did)
             self.ingress.forget(did)
             self._close(held, "failed", code="bridge_internal_error")
         finally:
             self._stop_typing(held)
+            self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
             self.held.pop(did, None)
 
     async def _hold(self, held: Held) -> None:
@@ -253,6 +260,7 @@ class Bridge:
         finally:
             submit.cancel()
         self.ingress.settle(room.channel_id, result.outcome)
+        await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
         if result.outcome == "settled":
             held.move(Phase.DELIVERING)
@@ -332,6 +340,7 @@ class Bridge:
         if held is None or held.phase is Phase.DONE or held.catching_up:
             log.info("typing refused for delivery %s: not held", delivery_id)
             return False
+        self.cards.words(delivery_id)
         if held.typing is None:
             held.typing = asyncio.get_running_loop().create_task(self._typing_loop(held.room.channel_id))
         return True
@@ -343,6 +352,10 @@ class Bridge:
             assert isinstance(params, TypingSignal)
             self.light(params.delivery_id)
             return None
+        if method == "tool":
+            assert isinstance(params, ToolActivity)
+            self._tool(params)
+            return None
         if method == "history":
             assert isinstance(params, HistoryRequest)
             return await self._history(params)
@@ -350,6 +363,13 @@ class Bridge:
             assert isinstance(params, TextUpdate)
             return await self._text_update(params)
         raise RemoteError("method_not_found", f"bridge does not serve {method}")
+
+    def _tool(self, activity: ToolActivity) -> None:
+        """A tool call of a held delivery: only a requested turn still running gets a card."""
+        held = self.held.get(activity.delivery_id)
+        if held is None or held.phase is not Phase.SUBMITTED or held.catching_up or held.submit.trigger.unprompted:
+            return
+        self.cards.activity(activity, held.room, held.trigger_id)
 
     async def _history(self, req: HistoryRequest) -> HistoryReply:
         held = self.held.get(req.delivery_id)

@@ -145,6 +145,20 @@ class TypingSignal(Record):
     delivery_id: str = Field(max_length=128)
 
 
+class ToolActivity(Record):
+    """``tool`` (service -> bridge): content-free; one of the run owner's tool calls started or ended.
+
+    Carries the tool's name and, for tools that open an address, its host name only: never arguments,
+    never model text. The bridge turns it into the tool-activity card (docs/bridge.md).
+    """
+
+    delivery_id: str = Field(max_length=128)
+    call_id: str = Field(min_length=1, max_length=128)
+    tool: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    host: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]{1,253}$")
+    active: bool = True  # False: this call ended
+
+
 class TextUpdate(Record):
     """``text_update`` (service -> bridge): one short mid-turn message, threaded, no media."""
 
@@ -364,6 +378,7 @@ METHODS: dict[str, dict[str, Method]] = {
     "bridge": {  # called by the service on the bridge's connection
         "history": Method(HistoryRequest, HistoryReply),
         "typing": Method(TypingSignal, None),
+        "tool": Method(ToolActivity, None),
         "text_update": Method(TextUpdate, TextUpdateReply),
     },
     "browser": {

@@ -445,10 +445,7 @@ class FakeDiscord:
             return self._json({"message": "Cannot edit a message authored by another user", "code": 50005}, 403)
         stored["content"] = payload.get("content") or ""
         stored["edited_timestamp"] = _now_iso()
-        self.edits.append((mid, stored["content"]))
-        for post in self.posts:
-            if post.id == mid:
-                post.content = stored["content"]
+        self.edits.append((mid, stored["content"]))  # posts keep what was created; edits say what changed
         await self._notify()
         return self._json(stored)
 

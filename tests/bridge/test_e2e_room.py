@@ -1,12 +1,16 @@
-"""The room's experience through the real bridge and the fake Discord: one answer per burst (issue 16)."""
+"""The room's experience through the real bridge and the fake Discord (issue 16): one answer per burst,
+the failure reaction, the tool-activity card."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 
+import pytest
+
+from bridge.card import CARD_DELAY_S, EDIT_INTERVAL_S
 from clankie import ipc
-from clankie.protocol import TurnResult, TurnSubmit
+from clankie.protocol import HistoryRequest, ToolActivity, TurnResult, TurnSubmit
 from clankie.testing.clock import FakeClock
 from tests.bridge.harness import CHAN, OWNER, PERSON, Harness, running
 from tests.bridge.test_e2e_turns import addressed, speak
@@ -92,5 +96,102 @@ def test_an_empty_failure_reaction_setting_turns_the_reaction_off(env: dict[str,
             mention = await speak(h, "are you there", mention_bot=True)
             assert h.outcomes(mention) == ["accepted", "failed"]
             assert h.fake.reactions == {} and h.fake.posts == []
+
+    asyncio.run(main())
+
+
+def tool(sub: TurnSubmit, call_id: str, name: str, host: str | None = None, *, active: bool = True) -> ToolActivity:
+    return ToolActivity(delivery_id=sub.delivery_id, call_id=call_id, tool=name, host=host, active=active)
+
+
+@pytest.mark.parametrize(
+    ("ending", "posted"),
+    [
+        (TurnResult(outcome="settled", turn_id="t", text="here it is"), ["here it is"]),
+        (TurnResult(outcome="silent", turn_id="t"), []),
+        (TurnResult(outcome="failed", turn_id="t", code="captain_model_failed"), []),
+    ],
+)
+def test_a_slow_tool_turn_shows_the_card_edits_it_and_removes_it_at_the_end(
+    env: dict[str, str], ending: TurnResult, posted: list[str]
+) -> None:
+    """After 2 s in tools the card appears threaded to the trigger, follows the tool once 2 s later, and is gone at the end."""
+    clock = FakeClock()
+    h: Harness
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        armed = len(clock.slept)
+        await conn.notify("tool", tool(sub, "c1", "browser_screenshot", "example.com"))
+        await h.until(lambda: CARD_DELAY_S in clock.slept[armed:])
+        assert h.fake.posts == []  # not before 2 s
+        clock.advance(CARD_DELAY_S)
+        await h.until(lambda: len(h.fake.posts) == 1)
+        armed = len(clock.slept)
+        await conn.notify("tool", tool(sub, "c1", "browser_screenshot", active=False))
+        await conn.notify("tool", tool(sub, "c2", "draw_er_diagram"))
+        await h.until(lambda: EDIT_INTERVAL_S in clock.slept[armed:])
+        assert h.fake.edits == []  # at most one write per 2 s
+        clock.advance(EDIT_INTERVAL_S)
+        await h.until(lambda: len(h.fake.edits) == 1)
+        return ending
+
+    async def main() -> None:
+        nonlocal h
+        async with running(env, script=script, clock=clock) as h:
+            trigger = await speak(h, "show me example.com", mention_bot=True)
+            card = h.fake.posts[0]
+            assert card.content == "Taking a screenshot of example.com\u2026"
+            assert str(card.message_reference["message_id"]) == trigger  # type: ignore[index]
+            assert h.fake.edits == [(card.id, "Drawing a diagram\u2026")]
+            assert h.fake.deleted == [card.id]
+            assert [p.content for p in h.fake.live_posts(CHAN)] == posted
+            assert h.fake.typing_in(CHAN) == 0  # only tools ran: no typing
+
+    asyncio.run(main())
+
+
+def test_an_unsolicited_tool_turn_gets_no_card_and_no_typing(env: dict[str, str]) -> None:
+    """A turn he was not addressed in may use tools for as long as it likes without announcing it."""
+    clock = FakeClock()
+    h: Harness
+    armed: list[float] = []
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        armed.append(len(clock.slept))
+        await conn.notify("tool", tool(sub, "c1", "browser_screenshot", "example.com"))
+        # a round trip on the same connection: the notification has been handled when it returns
+        await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=1))
+        assert CARD_DELAY_S not in clock.slept[armed[0]:] and not h.app.bridge.cards.live
+        clock.advance(10 * CARD_DELAY_S)
+        return TurnResult(outcome="settled", turn_id="t", text="neat link")
+
+    async def main() -> None:
+        nonlocal h
+        async with running(env, script=script, clock=clock) as h:
+            await speak(h, "look at https://example.com/x")
+            assert [p.content for p in h.fake.posts] == ["neat link"]
+            assert h.fake.edits == [] and h.fake.deleted == []
+            assert h.fake.typing_in(CHAN) == 0
+
+    asyncio.run(main())
+
+
+def test_the_card_setting_turns_cards_off(env: dict[str, str]) -> None:
+    """With ``CLANKIE_DISCORD_TOOL_CARD=false`` a slow requested tool turn shows nothing until its reply."""
+    clock = FakeClock()
+    h: Harness
+
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        armed = len(clock.slept)
+        await conn.notify("tool", tool(sub, "c1", "draw_sequence_diagram"))
+        await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=1))
+        assert CARD_DELAY_S not in clock.slept[armed:] and not h.app.bridge.cards.live
+        return TurnResult(outcome="settled", turn_id="t", text="drawn")
+
+    async def main() -> None:
+        nonlocal h
+        async with running(env, script=script, clock=clock, overrides={"CLANKIE_DISCORD_TOOL_CARD": "false"}) as h:
+            await speak(h, "draw it", mention_bot=True)
+            assert [p.content for p in h.fake.posts] == ["drawn"]
 
     asyncio.run(main())
