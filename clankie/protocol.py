@@ -239,6 +239,19 @@ class AbortReply(Record):
     aborted: bool
 
 
+class Tokens(Record):
+    """Tokens as the provider bills them: ``input`` is the uncached remainder."""
+
+    input: int = Field(default=0, ge=0)
+    cache_read: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)
+    output: int = Field(default=0, ge=0)
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(input=self.input + other.input, cache_read=self.cache_read + other.cache_read,
+                      cache_write=self.cache_write + other.cache_write, output=self.output + other.output)
+
+
 class LaneInfo(Record):
     key: str
     warm: bool
@@ -246,6 +259,7 @@ class LaneInfo(Record):
     run_id: str | None = None
     last_event_age_s: float | None = None
     turns: int = 0
+    tokens: Tokens | None = None  # everything its session trees record (None: not read)
 
 
 class LanesReply(Record):
@@ -304,6 +318,8 @@ class SupervisorInfo(Record):
 class StatusReply(Record):
     supervisor: SupervisorInfo
     children: tuple[ChildStatus, ...] = ()
+    tokens_today: Tokens | None = None  # every lane's spend on the current UTC day, from the session trees
+    tokens_day: str | None = None  # that day, YYYY-MM-DD
 
 
 class ChildTarget(Record):

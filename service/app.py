@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from clankie import ipc, logs
+from clankie import ipc, logs, spend
 from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
@@ -118,7 +118,10 @@ class ServiceApp:
             wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
             return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
         if method == "lanes":
-            return LanesReply(lanes=self.captain.lane_infos())
+            infos = self.captain.lane_infos()
+            dirs = self.captain.lane_directories()
+            spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
+            return LanesReply(lanes=tuple(i.model_copy(update={"tokens": spent.get(i.key)}) for i in infos))
         if method == "say":
             assert isinstance(params, SayRequest)
             return await self.turns.say(params)

@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
@@ -482,6 +483,10 @@ class Captain:
                     )
                 )
         return tuple(out)
+
+    def lane_directories(self) -> dict[str, Path]:
+        """Where each lane's session trees are (read back for its spend)."""
+        return {lane.key: lane.plan.directory for lane in self.lanes.values()}
 
     def lane_infos(self) -> tuple[LaneInfo, ...]:
         now = self._clock.boottime()
