@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     anthropic_api_key: SecretStr | None = Field(default=None, validation_alias=_alias("ANTHROPIC_API_KEY"))
     anthropic_base_url: str | None = Field(default=None, validation_alias=_alias("ANTHROPIC_BASE_URL"))
 
+    # demo mode (scripts/run --demo): the built-in offline model, no key, no Discord
+    demo: bool = False
+
     # discord admission
     discord_guild_ids: IdList = ()
     discord_channel_ids: IdList = ()
@@ -193,6 +196,13 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _demo_has_no_real_key(self) -> Settings:
+        key = self.anthropic_api_key
+        if self.demo and key is not None and key.get_secret_value().strip():
+            raise ValueError("demo mode refuses to run with a real ANTHROPIC_API_KEY configured; unset it or run without --demo")
+        return self
+
+    @model_validator(mode="after")
     def _retention_covers_horizon(self) -> Settings:
         if self.bridge_retention_seconds < self.recovery_horizon_seconds:
             raise ValueError("CLANKIE_BRIDGE_RETENTION_SECONDS must be at least CLANKIE_RECOVERY_HORIZON_SECONDS")
@@ -243,6 +253,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         alias = field.upper()
         if not (e.get(alias) or "").strip():
             init[field] = value
+    if (e.get("CLANKIE_DEMO") or "").strip().lower() in ("1", "true", "yes", "on"):
+        init["discord_token"] = None  # demo mode never talks to Discord, whatever token is set
     if FAILURE_REACTION in e and not e[FAILURE_REACTION].strip():
         init["discord_failure_reaction"] = ""  # set but empty: disabled (blank variables are otherwise ignored)
     init.update(overrides)
@@ -253,7 +265,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         lines = []
         for err in exc.errors():
             name = "CLANKIE_" + str(err["loc"][0]).upper() if err["loc"] else "settings"
-            lines.append(f"{name}: {err['msg']}")
+            lines.append(f"{name}: {str(err['msg']).removeprefix('Value error, ')}")
         raise ConfigError("invalid settings: " + "; ".join(lines)) from None
     finally:
         _ENV.reset(token)

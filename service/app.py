@@ -42,7 +42,12 @@ STORE_CLOSE_SECONDS = 5.0
 
 
 def make_provider(settings: Settings) -> Provider | None:
-    """The Anthropic provider, or None when no API key is configured."""
+    """The demo model in demo mode, else the Anthropic provider, or None when no API key is configured."""
+    if settings.demo:  # the settings refuse demo mode with a real key
+        from service.agent.demo import DemoProvider
+
+        log.warning("demo mode: every turn is answered by the built-in offline model")
+        return DemoProvider()
     if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value().strip():
         return None
     from service.agent.provider import AnthropicProvider
