@@ -29,6 +29,7 @@ from bridge.port import DiscordPort, PostError
 from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
+from bridge.typing_loop import typing_loop
 from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
@@ -49,8 +50,6 @@ from clankie.protocol import (
 
 log = logging.getLogger(__name__)
 
-TYPING_REFRESH_S = 8.0
-TYPING_BACKSTOP_S = 30 * 60.0
 MAX_PENDING_TRIGGERS = 2000
 
 
@@ -324,16 +323,6 @@ class Bridge:
         if held.typing is not None:
             held.typing.cancel()
 
-    async def _typing_loop(self, channel_id: str) -> None:
-        started = self.clock.monotonic()
-        while self.clock.monotonic() - started < TYPING_BACKSTOP_S:
-            try:
-                await self.port.typing(channel_id)
-            except Exception as exc:  # cosmetic: the first failure ends the indicator, never the turn
-                log.info("typing in channel %s failed (%s); not refreshing", channel_id, type(exc).__name__)
-                return
-            await self.clock.sleep(TYPING_REFRESH_S)
-
     def light(self, delivery_id: str) -> bool:
         """Show typing for a held delivery until it settles; False (nothing posted) if not held."""
         held = self.held.get(delivery_id)
@@ -342,7 +331,8 @@ class Bridge:
             return False
         self.cards.words(delivery_id)
         if held.typing is None:
-            held.typing = asyncio.get_running_loop().create_task(self._typing_loop(held.room.channel_id))
+            loop = asyncio.get_running_loop()
+            held.typing = loop.create_task(typing_loop(self.port, self.clock, held.room.channel_id))
         return True
 
     # ------------------------------------------------------------ service calls
