@@ -56,6 +56,7 @@ def test_drops_name_their_reason(policy: dict[str, object], message: Inbound, co
         ({"reply_policy": "addressed"}, msg(text="hey clankie what do you think")),
         ({"reply_policy": "addressed"}, msg(text="Clankie?")),
         ({"reply_policy": "addressed"}, msg(text="look", mentions_bot=True)),
+        ({"reply_policy": "addressed"}, msg(text="sure", replies_to_bot=True)),  # a reply to one of his messages
         ({"reply_policy": "addressed"}, msg(guild=None, author=OWNER, text="no name needed in a DM")),
         ({}, msg(text="", attachment_ids=("a1",), readable_attachments=1)),
     ],
