@@ -15,11 +15,16 @@ Order (each drop names its reason code):
 6. nothing to read                      ``empty_message``
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
 8. too many retained deliveries         ``delivery_backpressure``
-9. room drifted and not addressed       buffered for the catch-up turn
+9. room drifted, not addressed, no live run   buffered for the catch-up turn
 10. otherwise                           run a turn
 
 Engagement (only under ``addressed``): a room is *tracked* once he has
-answered in it. Every admitted message counts toward ``since_reply``; a
+answered in it. Every message admitted while the room has no live run
+counts toward ``since_reply``. A message that arrives while the room has a
+live run (the caller says so: ``live_run``) is always a Run, which the
+service steers into that run, and does not count: the count moves only with
+outcomes, so a burst gets one answer instead of a live one plus a catch-up
+turn for its tail (ADR 0118). A
 ``settled`` or ``absorbed`` result resets it and clears the backlog; a
 ``silent`` (declined) or failed result does not, so after ``window``
 messages without an answer the room drifts and unaddressed chatter is
@@ -71,6 +76,7 @@ class Inbound:
     author_is_bot: bool = False
     from_self: bool = False
     mentions_bot: bool = False
+    replies_to_bot: bool = False  # a reply to one of his messages
     attachment_ids: tuple[str, ...] = ()
     readable_attachments: int = 0
     refers_to: str | None = None  # the message this one replies to (recovery reads our own replies by it)
@@ -198,7 +204,7 @@ class Ingress:
     # -------------------------------------------------------------- queries
 
     def addressed(self, msg: Inbound) -> bool:
-        if msg.guild_id is None or msg.mentions_bot:
+        if msg.guild_id is None or msg.mentions_bot or msg.replies_to_bot:
             return True
         return bool(self._names and self._names.search(msg.text.lower()))
 
@@ -224,8 +230,11 @@ class Ingress:
 
     # -------------------------------------------------------------- admission
 
-    def admit(self, msg: Inbound, now: float) -> Decision:
-        """Decide what happens to ``msg``; a Run or Buffered is retained for dedupe."""
+    def admit(self, msg: Inbound, now: float, *, live_run: bool = False) -> Decision:
+        """Decide what happens to ``msg``; a Run or Buffered is retained for dedupe.
+
+        ``live_run``: the room has a turn submitted and not yet done, so ``msg`` is steered into it.
+        """
         p = self.policy
         if msg.author_is_bot or msg.from_self:
             return Drop("self_or_bot_message")
@@ -254,6 +263,8 @@ class Ingress:
             return Drop("delivery_backpressure")
         self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
         room = self._rooms.get(msg.channel_id)
+        if live_run:
+            return Run(msg, unprompted=not addressed)
         if not live_policy and not addressed and room is not None and room.since_reply >= p.window:
             self._hear(room)
             room.backlog.append(msg)

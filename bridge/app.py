@@ -110,6 +110,8 @@ class BridgeApp:
             attachment_root=settings.attachment_root,
             upload_limit=settings.discord_upload_limit_bytes,
             retry=retry,
+            failure_reaction=settings.discord_failure_reaction,
+            tool_card=settings.discord_tool_card,
         )
 
     # ------------------------------------------------------------ status

@@ -16,7 +16,7 @@ import dataclasses
 import io
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import yarl
@@ -25,6 +25,7 @@ with warnings.catch_warnings():
     # discord.py 2.7 imports the stdlib audioop for voice, which we do not use (deprecated in 3.11)
     warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
     import discord
+    from discord.http import MultipartParameters
 
 from bridge.admission import Inbound
 from bridge.port import File, Rejected, Transient
@@ -98,6 +99,8 @@ def convert(
     images = _images(message)
     text = message.content[:MAX_TRIGGER_TEXT]
     mentions_bot = self_id is not None and any(u.id == self_id for u in message.mentions)
+    replied = message.reference.resolved if message.reference is not None else None
+    replies_to_bot = self_id is not None and isinstance(replied, discord.Message) and replied.author.id == self_id
     inbound = Inbound(
         message_id=str(message.id),
         channel_id=channel_id,
@@ -107,6 +110,7 @@ def convert(
         author_is_bot=message.author.bot,
         from_self=self_id is not None and message.author.id == self_id,
         mentions_bot=mentions_bot,
+        replies_to_bot=replies_to_bot,
         attachment_ids=tuple(str(a.id) for a in message.attachments),
         readable_attachments=len(images),
         refers_to=str(message.reference.message_id) if message.reference and message.reference.message_id else None,
@@ -188,6 +192,17 @@ class DiscordPort:
             raise Transient(0, type(exc).__name__.lower()) from None
         return str(sent.id)
 
+    async def react(self, channel_id: str, message_id: str, emoji: str) -> None:
+        await _rest(self._client().http.add_reaction(int(channel_id), int(message_id), emoji))
+
+    async def edit(self, channel_id: str, message_id: str, content: str) -> None:
+        params = MultipartParameters(payload={"content": content, "allowed_mentions": {"parse": []}},
+                                     multipart=None, files=None)
+        await _rest(self._client().http.edit_message(int(channel_id), int(message_id), params=params))
+
+    async def delete(self, channel_id: str, message_id: str) -> None:
+        await _rest(self._client().http.delete_message(int(channel_id), int(message_id)))
+
     async def typing(self, channel_id: str) -> None:
         await self._client().http.send_typing(int(channel_id))
 
@@ -268,6 +283,18 @@ class DiscordPort:
             if guild is not None:
                 return guild.filesize_limit
         return self.default_limit
+
+
+async def _rest(call: Awaitable[object]) -> None:
+    """Await one REST call, mapping its failures onto :class:`PostError` as :meth:`DiscordPort.post` does."""
+    try:
+        await call
+    except discord.RateLimited as exc:
+        raise Transient(429, "rate_limited", exc.retry_after) from None
+    except discord.HTTPException as exc:
+        raise _post_error(exc) from None
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise Transient(0, type(exc).__name__.lower()) from None
 
 
 def _post_error(exc: discord.HTTPException) -> Transient | Rejected:

@@ -55,6 +55,15 @@ class DiscordPort(Protocol):
     ) -> str:
         """Create a message (no mentions ping anyone); returns its id or raises :class:`PostError`."""
 
+    async def react(self, channel_id: str, message_id: str, emoji: str) -> None:
+        """Add the bot's reaction ``emoji`` to a message (Discord's PUT: adding it twice is one reaction)."""
+
+    async def edit(self, channel_id: str, message_id: str, content: str) -> None:
+        """Replace the content of a message the bot posted (no mentions ping anyone); raises :class:`PostError`."""
+
+    async def delete(self, channel_id: str, message_id: str) -> None:
+        """Delete a message the bot posted; raises :class:`PostError`."""
+
     async def typing(self, channel_id: str) -> None:
         """Show the typing indicator once (it lasts about 10 s); raises on failure."""
 

@@ -28,7 +28,7 @@ _CODE = re.compile(r"[^a-z0-9_]+")
 _ID = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
 OUTCOMES = frozenset(
     {"dropped", "buffered", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed", "reply_failed",
-     "expired", "recovered"}
+     "expired", "recovered", "reacted"}
 )
 
 

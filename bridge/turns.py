@@ -6,8 +6,8 @@ is holding: each one is journaled before it is submitted (:mod:`bridge.journal`)
 submitted once (re-submitted by id after a reconnect, or after a restart of
 the bridge itself), gets exactly one outcome and at most one reply, and may be
 lit with a typing indicator by the service while it is held. It also serves
-the service's calls on the same connection: ``history``, ``typing`` and
-``text_update``.
+the service's calls on the same connection: ``history``, ``typing``, ``tool``
+(the tool-activity card, :mod:`bridge.card`) and ``text_update``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
 from bridge.journal import Entry, Journal
 from bridge.port import DiscordPort, PostError
+from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
+from bridge.typing_loop import typing_loop
 from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
@@ -39,6 +42,7 @@ from clankie.protocol import (
     Room,
     TextUpdate,
     TextUpdateReply,
+    ToolActivity,
     Trigger,
     TurnSubmit,
     TypingSignal,
@@ -46,8 +50,6 @@ from clankie.protocol import (
 
 log = logging.getLogger(__name__)
 
-TYPING_REFRESH_S = 8.0
-TYPING_BACKSTOP_S = 30 * 60.0
 MAX_PENDING_TRIGGERS = 2000
 
 
@@ -116,6 +118,8 @@ class Bridge:
         attachment_root: Path,
         upload_limit: int,
         retry: RetryPolicy | None = None,
+        failure_reaction: str = "",
+        tool_card: bool = True,
     ) -> None:
         self.ingress = ingress
         self.port = port
@@ -125,6 +129,8 @@ class Bridge:
         self.attachment_root = attachment_root
         self.upload_limit = upload_limit
         self.retry = retry or RetryPolicy()
+        self.failure_reaction = failure_reaction
+        self.cards = Cards(port, clock, enabled=tool_card)
         self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
         self.counters = Counters()
@@ -135,7 +141,7 @@ class Bridge:
 
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
-        decision = self.ingress.admit(inbound, self.clock.wall())
+        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id))
         ids = {"delivery_id": inbound.message_id, "channel_id": inbound.channel_id, "guild_id": inbound.guild_id}
         if isinstance(decision, Drop):
             self.counters.dropped += 1
@@ -157,6 +163,10 @@ class Bridge:
             return None
         self.start(decision)
         return decision
+
+    def live_run(self, channel_id: str) -> bool:
+        """Whether the bridge holds a submitted, not-yet-done delivery in this channel (a message now is steered)."""
+        return any(h.room.channel_id == channel_id and h.phase is Phase.SUBMITTED for h in self.held.values())
 
     def start(self, run: Run) -> None:
         """Start the turn of an admitted (or catch-up) run; it is journaled before it is submitted."""
@@ -221,14 +231,17 @@ class Bridge:
             raise
         except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
             log.error("delivery %s: journal refused it (%s)", did, exc.code)
+            await self.cards.end(did)
             self.ingress.forget(did)
             self.receipts.record("failed", reason=exc.code, **self._ids(held))
         except Exception:  # a bug here must not take other deliveries down
             log.exception("delivery %s failed inside the bridge", did)
+            await self.cards.end(did)
             self.ingress.forget(did)
             self._close(held, "failed", code="bridge_internal_error")
         finally:
             self._stop_typing(held)
+            self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
             self.held.pop(did, None)
 
     async def _hold(self, held: Held) -> None:
@@ -246,6 +259,7 @@ class Bridge:
         finally:
             submit.cancel()
         self.ingress.settle(room.channel_id, result.outcome)
+        await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
         if result.outcome == "settled":
             held.move(Phase.DELIVERING)
@@ -260,6 +274,10 @@ class Bridge:
                 already=already,
             )
         self._stop_typing(held)
+        if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
+                          emoji=self.failure_reaction):
+            if await react(self.port, room.channel_id, held.trigger_id, self.failure_reaction) is None:
+                self.receipts.record("reacted", reason=result.code, turn_id=result.turn_id, **self._ids(held))
         held.move(Phase.DONE)
         self.counters.by_outcome[result.outcome] = self.counters.by_outcome.get(result.outcome, 0) + 1
         self._close(held, result.outcome, code=result.code, turn_id=result.turn_id, message_ids=delivered.message_ids)
@@ -296,24 +314,16 @@ class Bridge:
         if held.typing is not None:
             held.typing.cancel()
 
-    async def _typing_loop(self, channel_id: str) -> None:
-        started = self.clock.monotonic()
-        while self.clock.monotonic() - started < TYPING_BACKSTOP_S:
-            try:
-                await self.port.typing(channel_id)
-            except Exception as exc:  # cosmetic: the first failure ends the indicator, never the turn
-                log.info("typing in channel %s failed (%s); not refreshing", channel_id, type(exc).__name__)
-                return
-            await self.clock.sleep(TYPING_REFRESH_S)
-
     def light(self, delivery_id: str) -> bool:
         """Show typing for a held delivery until it settles; False (nothing posted) if not held."""
         held = self.held.get(delivery_id)
         if held is None or held.phase is Phase.DONE or held.catching_up:
             log.info("typing refused for delivery %s: not held", delivery_id)
             return False
+        self.cards.words(delivery_id)
         if held.typing is None:
-            held.typing = asyncio.get_running_loop().create_task(self._typing_loop(held.room.channel_id))
+            loop = asyncio.get_running_loop()
+            held.typing = loop.create_task(typing_loop(self.port, self.clock, held.room.channel_id))
         return True
 
     # ------------------------------------------------------------ service calls
@@ -323,6 +333,10 @@ class Bridge:
             assert isinstance(params, TypingSignal)
             self.light(params.delivery_id)
             return None
+        if method == "tool":
+            assert isinstance(params, ToolActivity)
+            self._tool(params)
+            return None
         if method == "history":
             assert isinstance(params, HistoryRequest)
             return await self._history(params)
@@ -330,6 +344,13 @@ class Bridge:
             assert isinstance(params, TextUpdate)
             return await self._text_update(params)
         raise RemoteError("method_not_found", f"bridge does not serve {method}")
+
+    def _tool(self, activity: ToolActivity) -> None:
+        """A tool call of a held delivery: only a requested turn still running gets a card."""
+        held = self.held.get(activity.delivery_id)
+        if held is None or held.phase is not Phase.SUBMITTED or held.catching_up or held.submit.trigger.unprompted:
+            return
+        self.cards.activity(activity, held.room, held.trigger_id)
 
     async def _history(self, req: HistoryRequest) -> HistoryReply:
         held = self.held.get(req.delivery_id)

@@ -145,6 +145,20 @@ class TypingSignal(Record):
     delivery_id: str = Field(max_length=128)
 
 
+class ToolActivity(Record):
+    """``tool`` (service -> bridge): content-free; one of the run owner's tool calls started or ended.
+
+    Carries the tool's name and, for tools that open an address, its host name only: never arguments,
+    never model text. The bridge turns it into the tool-activity card (docs/bridge.md).
+    """
+
+    delivery_id: str = Field(max_length=128)
+    call_id: str = Field(min_length=1, max_length=128)
+    tool: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    host: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]{1,253}$")
+    active: bool = True  # False: this call ended
+
+
 class TextUpdate(Record):
     """``text_update`` (service -> bridge): one short mid-turn message, threaded, no media."""
 
@@ -225,6 +239,19 @@ class AbortReply(Record):
     aborted: bool
 
 
+class Tokens(Record):
+    """Tokens as the provider bills them: ``input`` is the uncached remainder."""
+
+    input: int = Field(default=0, ge=0)
+    cache_read: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)
+    output: int = Field(default=0, ge=0)
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(input=self.input + other.input, cache_read=self.cache_read + other.cache_read,
+                      cache_write=self.cache_write + other.cache_write, output=self.output + other.output)
+
+
 class LaneInfo(Record):
     key: str
     warm: bool
@@ -232,6 +259,7 @@ class LaneInfo(Record):
     run_id: str | None = None
     last_event_age_s: float | None = None
     turns: int = 0
+    tokens: Tokens | None = None  # everything its session trees record (None: not read)
 
 
 class LanesReply(Record):
@@ -293,6 +321,8 @@ class SupervisorInfo(Record):
 class StatusReply(Record):
     supervisor: SupervisorInfo
     children: tuple[ChildStatus, ...] = ()
+    tokens_today: Tokens | None = None  # every lane's spend on the current UTC day, from the session trees
+    tokens_day: str | None = None  # that day, YYYY-MM-DD
 
 
 class ChildTarget(Record):
@@ -367,6 +397,7 @@ METHODS: dict[str, dict[str, Method]] = {
     "bridge": {  # called by the service on the bridge's connection
         "history": Method(HistoryRequest, HistoryReply),
         "typing": Method(TypingSignal, None),
+        "tool": Method(ToolActivity, None),
         "text_update": Method(TextUpdate, TextUpdateReply),
     },
     "browser": {

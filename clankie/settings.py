@@ -25,6 +25,8 @@ from clankie.errors import ConfigError
 
 CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key"}
 
+FAILURE_REACTION = "CLANKIE_DISCORD_FAILURE_REACTION"
+
 _ENV: ContextVar[Mapping[str, str]] = ContextVar("clankie_settings_env")
 
 IdList = Annotated[tuple[str, ...], NoDecode]
@@ -120,6 +122,9 @@ class Settings(BaseSettings):
     anthropic_api_key: SecretStr | None = Field(default=None, validation_alias=_alias("ANTHROPIC_API_KEY"))
     anthropic_base_url: str | None = Field(default=None, validation_alias=_alias("ANTHROPIC_BASE_URL"))
 
+    # demo mode (scripts/run --demo): the built-in offline model, no key, no Discord
+    demo: bool = False
+
     # discord admission
     discord_guild_ids: IdList = ()
     discord_channel_ids: IdList = ()
@@ -134,6 +139,8 @@ class Settings(BaseSettings):
     discord_catch_up_seconds: float = Field(default=20.0, gt=0, le=3600)
     discord_api_base: str | None = None
     discord_upload_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    discord_failure_reaction: str = Field(default="\u26a0\ufe0f", max_length=64)  # ⚠️; set empty to disable
+    discord_tool_card: bool = True
     character_id: str = Field(default="clankie", pattern=r"^[a-z0-9_-]{1,32}$")
 
     # bridge durability (docs/bridge.md, "Nothing lost")
@@ -190,6 +197,13 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _demo_has_no_real_key(self) -> Settings:
+        key = self.anthropic_api_key
+        if self.demo and key is not None and key.get_secret_value().strip():
+            raise ValueError("demo mode refuses to run with a real ANTHROPIC_API_KEY configured; unset it or run without --demo")
+        return self
+
+    @model_validator(mode="after")
     def _retention_covers_horizon(self) -> Settings:
         if self.bridge_retention_seconds < self.recovery_horizon_seconds:
             raise ValueError("CLANKIE_BRIDGE_RETENTION_SECONDS must be at least CLANKIE_RECOVERY_HORIZON_SECONDS")
@@ -240,6 +254,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         alias = field.upper()
         if not (e.get(alias) or "").strip():
             init[field] = value
+    if (e.get("CLANKIE_DEMO") or "").strip().lower() in ("1", "true", "yes", "on"):
+        init["discord_token"] = None  # demo mode never talks to Discord, whatever token is set
+    if FAILURE_REACTION in e and not e[FAILURE_REACTION].strip():
+        init["discord_failure_reaction"] = ""  # set but empty: disabled (blank variables are otherwise ignored)
     init.update(overrides)
     token = _ENV.set(e)
     try:
@@ -248,7 +266,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         lines = []
         for err in exc.errors():
             name = "CLANKIE_" + str(err["loc"][0]).upper() if err["loc"] else "settings"
-            lines.append(f"{name}: {err['msg']}")
+            lines.append(f"{name}: {str(err['msg']).removeprefix('Value error, ')}")
         raise ConfigError("invalid settings: " + "; ".join(lines)) from None
     finally:
         _ENV.reset(token)

@@ -21,7 +21,7 @@ import socket
 import sys
 from collections.abc import Mapping
 
-from clankie import ipc, logs
+from clankie import ipc, logs, spend
 from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
@@ -56,7 +56,12 @@ STORE_CLOSE_SECONDS = 5.0
 
 
 def make_provider(settings: Settings) -> Provider | None:
-    """The Anthropic provider, or None when no API key is configured."""
+    """The demo model in demo mode, else the Anthropic provider, or None when no API key is configured."""
+    if settings.demo:  # the settings refuse demo mode with a real key
+        from service.agent.demo import DemoProvider
+
+        log.warning("demo mode: every turn is answered by the built-in offline model")
+        return DemoProvider()
     if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value().strip():
         return None
     from service.agent.provider import AnthropicProvider
@@ -135,7 +140,10 @@ class ServiceApp:
             wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
             return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
         if method == "lanes":
-            return LanesReply(lanes=self.captain.lane_infos())
+            infos = self.captain.lane_infos()
+            dirs = self.captain.lane_directories()
+            spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
+            return LanesReply(lanes=tuple(i.model_copy(update={"tokens": spent.get(i.key)}) for i in infos))
         if method == "say":
             assert isinstance(params, SayRequest)
             return await self.turns.say(params)

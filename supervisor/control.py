@@ -10,11 +10,12 @@ its link; ``logs`` reads the child's log file (``wait`` > 0 long-polls for
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import os
 from pathlib import Path
 
-from clankie import ipc
+from clankie import ipc, spend
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import (
     AbortRun,
@@ -157,7 +158,9 @@ class Control:
     async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         tree = self.tree
         if method == "status":
-            return status(tree)
+            day = dt.datetime.fromtimestamp(tree.clock.wall(), dt.UTC).date().isoformat()
+            spent = await asyncio.to_thread(spend.of_day, tree.settings.state_dir / "captain", day)
+            return status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
         if method in ("start", "stop", "restart"):
             assert isinstance(params, ChildTarget)
             if tree.stopping:

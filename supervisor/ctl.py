@@ -50,6 +50,7 @@ from clankie.protocol import (
     Record,
     SayRequest,
     StatusReply,
+    Tokens,
     TurnResult,
 )
 from clankie.settings import runtime_dir
@@ -197,7 +198,17 @@ def format_status(reply: StatusReply, now: float) -> str:
             f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {_age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
             f"{_mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"
         )
+    if reply.tokens_today is not None:
+        lines.append(f"spent today ({reply.tokens_day} UTC): {format_tokens(reply.tokens_today)}")
     return "\n".join(lines)
+
+
+def format_tokens(tokens: Tokens | None) -> str:
+    """``tokens in=… cache_read=… cache_write=… out=…`` (``tokens -`` when not known)."""
+    if tokens is None:
+        return "tokens -"
+    return (f"tokens in={tokens.input} cache_read={tokens.cache_read} cache_write={tokens.cache_write} "
+            f"out={tokens.output}")
 
 
 def roots_of(reply: StatusReply) -> dict[str, Any]:
@@ -277,7 +288,7 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
             for lane in lanes.lanes:
                 age = _age(lane.last_event_age_s)
                 print(f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
-                      f"last_event={age}  turns={lane.turns}", file=out)
+                      f"last_event={age}  turns={lane.turns}  {format_tokens(lane.tokens)}", file=out)
         return EX_OK
     if cmd == "abort":
         ab = await _call(conn, "abort", args.params, timeout)

@@ -98,6 +98,9 @@ class FakeDiscord:
         self.calls: list[Call] = []
         self.posts: list[Post] = []
         self.typing: list[tuple[str, float]] = []
+        self.edits: list[tuple[str, str]] = []  # (message id, new content) for each accepted edit, in order
+        self.deleted: list[str] = []  # ids of messages deleted, in order
+        self.reactions: dict[str, list[str]] = {}  # message id -> the bot's reactions (a PUT twice adds one)
         self.identifies = 0
         self.readies = 0  # sessions that got READY and every GUILD_CREATE
         self.resumes = 0
@@ -130,6 +133,9 @@ class FakeDiscord:
         r.add_post("/api/v10/channels/{cid}/messages", self._create_message)
         r.add_get("/api/v10/channels/{cid}/messages", self._history)
         r.add_post("/api/v10/channels/{cid}/typing", self._typing)
+        r.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._edit_message)
+        r.add_delete("/api/v10/channels/{cid}/messages/{mid}", self._delete_message)
+        r.add_put("/api/v10/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._add_reaction)
         r.add_get("/api/v10/channels/{cid}", self._channel)
         r.add_get("/api/v10/guilds/{gid}", self._guild_rest)
         r.add_get("/gateway", self._gateway)
@@ -205,8 +211,12 @@ class FakeDiscord:
         mention_bot: bool = False,
         attachments: list[dict[str, Any]] | None = None,
         message_id: str | None = None,
+        reply_to: str | None = None,
     ) -> dict[str, Any]:
-        """Store a message from a person and dispatch it as MESSAGE_CREATE; returns the payload."""
+        """Store a message from a person and dispatch it as MESSAGE_CREATE; returns the payload.
+
+        ``reply_to`` makes it a reply to that stored message (with ``referenced_message``, as Discord sends).
+        """
         if guild_id is None:
             guild_id = next((g for g, chans in self.guilds.items() if channel_id in chans), None)
         mentions = [self.bot] if mention_bot else []
@@ -217,6 +227,10 @@ class FakeDiscord:
         )
         payload["mentions"] = mentions
         payload["attachments"] = attachments or []
+        if reply_to is not None:
+            payload["type"] = 19
+            payload["message_reference"] = {"message_id": reply_to, "channel_id": channel_id, "guild_id": guild_id}
+            payload["referenced_message"] = self._find(channel_id, reply_to)
         await self._store_and_dispatch(payload)
         return payload
 
@@ -242,6 +256,10 @@ class FakeDiscord:
 
     def posts_in(self, channel_id: str) -> list[Post]:
         return [p for p in self.posts if p.channel_id == channel_id]
+
+    def live_posts(self, channel_id: str) -> list[Post]:
+        """The bot's posts in a channel that have not been deleted."""
+        return [p for p in self.posts_in(channel_id) if p.id not in self.deleted]
 
     def typing_in(self, channel_id: str) -> int:
         return sum(1 for c, _ in self.typing if c == channel_id)
@@ -408,6 +426,51 @@ class FakeDiscord:
         if fault:
             return fault
         self.typing.append((cid, time.monotonic()))
+        await self._notify()
+        return web.Response(status=204)
+
+    def _find(self, channel_id: str, message_id: str) -> dict[str, Any] | None:
+        return next((m for m in self.messages.get(channel_id, []) if m["id"] == message_id), None)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        cid, mid = request.match_info["cid"], request.match_info["mid"]
+        payload = await request.json()
+        fault = await self._record(request, "PATCH /channels/{id}/messages/{id}", payload)
+        if fault:
+            return fault
+        stored = self._find(cid, mid)
+        if stored is None or mid in self.deleted:
+            return self._json({"message": "Unknown Message", "code": 10008}, 404)
+        if stored["author"]["id"] != self.bot["id"]:
+            return self._json({"message": "Cannot edit a message authored by another user", "code": 50005}, 403)
+        stored["content"] = payload.get("content") or ""
+        stored["edited_timestamp"] = _now_iso()
+        self.edits.append((mid, stored["content"]))  # posts keep what was created; edits say what changed
+        await self._notify()
+        return self._json(stored)
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        cid, mid = request.match_info["cid"], request.match_info["mid"]
+        fault = await self._record(request, "DELETE /channels/{id}/messages/{id}")
+        if fault:
+            return fault
+        stored = self._find(cid, mid)
+        if stored is None or mid in self.deleted:
+            return self._json({"message": "Unknown Message", "code": 10008}, 404)
+        self.deleted.append(mid)
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _add_reaction(self, request: web.Request) -> web.Response:
+        cid, mid, emoji = request.match_info["cid"], request.match_info["mid"], request.match_info["emoji"]
+        fault = await self._record(request, "PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me")
+        if fault:
+            return fault
+        if self._find(cid, mid) is None:
+            return self._json({"message": "Unknown Message", "code": 10008}, 404)
+        mine = self.reactions.setdefault(mid, [])
+        if emoji not in mine:  # Discord's PUT is idempotent: the same emoji twice is one reaction
+            mine.append(emoji)
         await self._notify()
         return web.Response(status=204)
 

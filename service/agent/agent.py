@@ -455,7 +455,7 @@ class Agent:
     def _tool_hooks(self, state: _Run) -> ToolCallHooks:
         rid = state.run_id
         return ToolCallHooks(
-            started=lambda cid, name: self._emit(ToolStart(run_id=rid, call_id=cid, name=name)),
+            started=lambda cid, name, subject: self._emit(ToolStart(run_id=rid, call_id=cid, name=name, subject=subject)),
             updated=lambda cid, name: self._emit(ToolUpdate(run_id=rid, call_id=cid, name=name)),
             ended=lambda cid, name, err: self._emit(
                 ToolEnd(run_id=rid, call_id=cid, name=name, is_error=err)

@@ -79,6 +79,7 @@ class ToolStart:
     run_id: str
     call_id: str
     name: str
+    subject: str | None = None  # the tool's content-free summary of the call (a URL's host), if it offers one
 
 
 @dataclass(frozen=True, kw_only=True)

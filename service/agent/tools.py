@@ -54,6 +54,8 @@ class Tool:
     execute: Execute
     timeout: float = 120.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # what a call is about, content-free (e.g. a URL's host name), for ToolStart; None: nothing to say
+    subject: Callable[[dict[str, Any]], str | None] | None = None
 
     def spec(self) -> dict[str, Any]:
         """The API ``tools`` entry (stable byte for byte across turns)."""
@@ -69,7 +71,7 @@ class Tool:
 class ToolCallHooks:
     """How the batch runner reports to the agent's event stream."""
 
-    started: Callable[[str, str], None]
+    started: Callable[[str, str, str | None], None]  # call id, tool name, the call's subject
     updated: Callable[[str, str], None]
     ended: Callable[[str, str, bool], None]
 
@@ -93,8 +95,8 @@ async def run_batch(
 
 async def _run_one(call: Block, tools: dict[str, Tool], clock: Clock, hooks: ToolCallHooks) -> Block:
     call_id, name = str(call["id"]), str(call["name"])
-    hooks.started(call_id, name)
     tool = tools.get(name)
+    hooks.started(call_id, name, _subject(tool, call))
     if tool is None:
         result = ToolResult(content=f"Unknown tool {name!r}.", is_error=True)
     else:
@@ -107,6 +109,15 @@ async def _run_one(call: Block, tools: dict[str, Tool], clock: Clock, hooks: Too
         "content": result.content,
         "is_error": result.is_error,
     }
+
+
+def _subject(tool: Tool | None, call: Block) -> str | None:
+    if tool is None or tool.subject is None:
+        return None
+    try:
+        return tool.subject(dict(call.get("input") or {}))
+    except Exception:  # a subject is decoration: a bad input has none
+        return None
 
 
 async def _execute(tool: Tool, args: dict[str, Any], context: ToolContext, clock: Clock) -> ToolResult:

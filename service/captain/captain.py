@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
@@ -37,7 +38,7 @@ from clankie.settings import Settings
 
 from service.agent.agent import Agent, AgentConfig
 from service.agent.content import UnsupportedImage
-from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, TurnStart
+from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, ToolEnd, ToolStart, TurnStart
 from service.agent.model import Provider
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
@@ -74,7 +75,9 @@ from service.captain.live import (
     failure_code,
     joined_by,
     lane_message,
+    send_tool,
     send_typing,
+    tool_activity,
 )
 from service.captain.records import LaneLog
 from service.captain.tools import (
@@ -398,6 +401,8 @@ class Captain:
             lane.text_so_far = ""
         elif isinstance(event, TextDelta):
             self._watch_typing(lane, event.text)
+        elif isinstance(event, ToolStart | ToolEnd):
+            self._tell_tool(lane, event)
         elif isinstance(event, RunEnd):
             lane.last_outcome = event.outcome
             if machine.state in LIVE:
@@ -415,6 +420,15 @@ class Captain:
         if owner is None or owner.conn is None or owner.conn.closed:
             return
         task = asyncio.create_task(send_typing(owner.conn, owner.delivery_id), name="typing")
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def _tell_tool(self, lane: LiveLane, event: ToolStart | ToolEnd) -> None:
+        """Tell the body (content-free) that one of the run owner's tool calls started or ended."""
+        owner = lane.capture.owner
+        if owner is None or owner.conn is None or owner.conn.closed:
+            return
+        task = asyncio.create_task(send_tool(owner.conn, tool_activity(owner.delivery_id, event)), name="tool")
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
@@ -469,6 +483,10 @@ class Captain:
                     )
                 )
         return tuple(out)
+
+    def lane_directories(self) -> dict[str, Path]:
+        """Where each lane's session trees are (read back for its spend)."""
+        return {lane.key: lane.plan.directory for lane in self.lanes.values()}
 
     def lane_infos(self) -> tuple[LaneInfo, ...]:
         now = self._clock.boottime()

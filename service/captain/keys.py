@@ -9,6 +9,7 @@ under ``system/``; a privileged one-shot writes one tree per turn under
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -16,6 +17,7 @@ from urllib.parse import quote
 from clankie.protocol import Room
 
 LANE_NAME = "discord_presence"
+_BARE_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def quoted(value: str) -> str:
@@ -89,9 +91,10 @@ def is_trusted(room: Room, trusted: tuple[str, ...]) -> bool:
 
 
 def parse_room(spec: str, character: str) -> Room:
-    """An operator's room: a lane key, ``<guild>/<channel>``, ``dm/<channel>`` or ``local:<name>``.
+    """An operator's room: a lane key, ``<guild>/<channel>``, ``dm/<channel>``, ``local:<name>`` or a bare name.
 
-    Raises ``ValueError`` with a clear message for anything else.
+    A bare name (letters, digits, ``-``, ``_``; no ``/`` or ``:``) means ``local:<name>``, so
+    ``clankiectl say lobby hi`` talks in ``local:lobby``. Raises ``ValueError`` with a clear message for anything else.
     """
     spec = spec.strip()
     prefix = f"discord:{character}:discord:"
@@ -105,7 +108,11 @@ def parse_room(spec: str, character: str) -> Room:
         scope, _, channel = spec.partition("/")
         if scope and channel and "/" not in channel:
             return _room(scope, channel)
-    raise ValueError(f"room {spec[:80]!r} is not a lane key, <guild_id>/<channel_id>, dm/<channel_id> or local:<name>")
+    elif _BARE_NAME.fullmatch(spec):
+        return _room("local", spec)
+    raise ValueError(
+        f"room {spec[:80]!r} is not a lane key, <guild_id>/<channel_id>, dm/<channel_id>, local:<name> or a bare name"
+    )
 
 
 def _room(scope: str, channel: str) -> Room:

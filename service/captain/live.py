@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
-from clankie.protocol import HistoryMessage, Room, Trigger, TurnResult, TypingSignal
+from clankie.protocol import HistoryMessage, Room, ToolActivity, Trigger, TurnResult, TypingSignal
 
 from service.agent.agent import Agent
 from service.agent.content import UserMessage
+from service.agent.events import ToolEnd, ToolStart
 from service.agent.outcome import OutcomeKind, RunOutcome
 from service.captain import prompt
 from service.captain.inbound import NO_TURN_IMAGES, TurnImages
@@ -25,6 +27,7 @@ from service.captain.lane import Action, Lane, joining
 from service.captain.records import LaneLog
 from service.captain.tools import DeliveryContext, TurnCapture
 
+HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}")
 SESSION_FAILED = "captain_session_failed"
 # internal only: the run was cut by a graceful shutdown; the turn service answers ``shutting_down``
 # and leaves the delivery unsettled so the restarted service runs it again
@@ -118,6 +121,20 @@ def lane_message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> 
     text = prompt.turn_prompt(slot.trigger, context, slot.images.trigger.report(), reports)
     paths = slot.images.trigger.paths + tuple(p for _, imgs in backlog for p in imgs.paths)
     return UserMessage(text=text, images=paths)
+
+
+def tool_activity(delivery_id: str, event: ToolStart | ToolEnd) -> ToolActivity:
+    """The content-free ``tool`` notification for one tool event of the run owner's delivery."""
+    host = event.subject if isinstance(event, ToolStart) else None
+    if host is not None and not HOST_NAME.fullmatch(host):
+        host = None
+    return ToolActivity(delivery_id=delivery_id, call_id=event.call_id[:128] or "call", tool=event.name[:64],
+                        host=host, active=isinstance(event, ToolStart))
+
+
+async def send_tool(conn: object, record: ToolActivity) -> None:
+    with contextlib.suppress(ChannelBroken, ChannelClosed, ValueError):
+        await conn.notify("tool", record)  # type: ignore[attr-defined]
 
 
 async def send_typing(conn: object, delivery_id: str) -> None:

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from clankie import ipc
 from clankie.artifacts import ArtifactError, resolve_artifact
@@ -168,7 +169,14 @@ def screenshot_tool(client: HostClient, capture: TurnCapture, root: Path) -> Too
         },
         execute=execute,
         timeout=120.0,
+        subject=url_host,
     )
+
+
+def url_host(args: dict[str, Any]) -> str | None:
+    """A screenshot call's subject: the URL's host name alone (no scheme, path, query or credentials)."""
+    host = urlsplit(str(args.get("url", ""))).hostname
+    return host[:253] if host else None
 
 
 # The tldraw host's limits (hosts/tldraw/schema_er.py, schema_sequence.py), stated here because the

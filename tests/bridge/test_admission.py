@@ -56,6 +56,7 @@ def test_drops_name_their_reason(policy: dict[str, object], message: Inbound, co
         ({"reply_policy": "addressed"}, msg(text="hey clankie what do you think")),
         ({"reply_policy": "addressed"}, msg(text="Clankie?")),
         ({"reply_policy": "addressed"}, msg(text="look", mentions_bot=True)),
+        ({"reply_policy": "addressed"}, msg(text="sure", replies_to_bot=True)),  # a reply to one of his messages
         ({"reply_policy": "addressed"}, msg(guild=None, author=OWNER, text="no name needed in a DM")),
         ({}, msg(text="", attachment_ids=("a1",), readable_attachments=1)),
     ],
@@ -134,6 +135,24 @@ def test_silence_ages_the_room_out() -> None:
     assert ing.admit(msg("4", text="more chatter"), 0) == Buffered(1)
     # a direct address in a drifted room is still answered live
     assert isinstance(ing.admit(msg("5", text="clankie, you there?"), 0), Run)
+
+
+def test_a_message_during_a_live_run_is_steered_whatever_the_count() -> None:
+    """Issue 16: with the room at the edge of drifting, a burst's tail during a live run is a Run and does not count."""
+    ing = addressed(window=3)
+    ing.admit(msg("1", text="clankie?"), 0)
+    ing.settle(C, "settled")
+    for mid in ("2", "3"):
+        ing.admit(msg(mid, text="chatter"), 0)
+        ing.settle(C, "silent")
+    assert isinstance(ing.admit(msg("4", text="the burst begins"), 0), Run)  # third heard: the room is now at the edge
+    assert ing.engagement(C) is Engagement.DRIFTED
+    tail = ing.admit(msg("5", text="and its tail"), 0, live_run=True)
+    assert isinstance(tail, Run) and tail.unprompted
+    assert ing.backlog(C) == 0
+    ing.settle(C, "settled")  # the owner answers; the steered one is absorbed
+    ing.settle(C, "absorbed")
+    assert ing.engagement(C) is Engagement.ENGAGED and ing.catch_up() == []
 
 
 def test_engagement_follows_replies_per_room() -> None:

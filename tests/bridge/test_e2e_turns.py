@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bridge.turns import TYPING_BACKSTOP_S, TYPING_REFRESH_S
+from bridge.typing_loop import TYPING_BACKSTOP_S, TYPING_REFRESH_S
 from clankie import ipc, paths
 from clankie.errors import RemoteError
 from clankie.protocol import HistoryReply, HistoryRequest, TextUpdate, TextUpdateReply, TurnResult, TurnSubmit, TypingSignal

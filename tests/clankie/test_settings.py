@@ -149,3 +149,23 @@ def test_delivery_max_retained_is_read_and_a_bad_one_is_one_line() -> None:
     with pytest.raises(ConfigError) as info:
         settings.load({"CLANKIE_DELIVERY_MAX_RETAINED": "99", "HOME": "/h"})
     assert "\n" not in str(info.value) and str(info.value).startswith("invalid settings: CLANKIE_DELIVERY_MAX_RETAINED:")
+
+
+def test_demo_mode_drops_the_discord_token_and_refuses_a_real_key(tmp_path: Path) -> None:
+    """Demo mode never holds a Discord token, and a real key (environment or credential) stops it in one line."""
+    s = settings.load({"CLANKIE_DEMO": "1", "DISCORD_TOKEN": "tok", "HOME": "/h"})
+    assert s.demo and s.discord_token is None
+    assert settings.load({"DISCORD_TOKEN": "tok", "HOME": "/h"}).discord_token is not None
+    (tmp_path / "anthropic_api_key").write_text("sk-from-credential\n")
+    for env in ({"ANTHROPIC_API_KEY": "sk-env"}, {"CREDENTIALS_DIRECTORY": str(tmp_path)}):
+        with pytest.raises(ConfigError, match="demo mode refuses") as caught:
+            settings.load({"CLANKIE_DEMO": "1", "HOME": "/h", **env})
+        assert "\n" not in str(caught.value) and "sk-" not in str(caught.value)
+
+
+def test_the_room_settings_default_on_and_an_empty_reaction_disables_it() -> None:
+    """The failure reaction defaults to ⚠️ and the tool card to on; setting the reaction empty turns it off."""
+    s = settings.load({"HOME": "/h"})
+    assert (s.discord_failure_reaction, s.discord_tool_card) == ("\u26a0\ufe0f", True)
+    off = settings.load({"HOME": "/h", "CLANKIE_DISCORD_FAILURE_REACTION": " ", "CLANKIE_DISCORD_TOOL_CARD": "false"})
+    assert (off.discord_failure_reaction, off.discord_tool_card) == ("", False)

@@ -181,6 +181,11 @@ def test_screenshot_rides_with_the_reply_and_a_down_host_is_said_out_loud(env: d
             assert (down.outcome, down.media) == ("settled", ())
             (tool_result,) = _tool_results(fake.requests[1])
             assert tool_result["is_error"] and "browser_unavailable" in _result_text(tool_result)
+            # the body hears of the call content-free: the tool, the host name alone, then its end
+            await until(lambda: len(bridge.tools) == 2)
+            start, end = bridge.tools
+            assert (start.delivery_id, start.tool, start.host, start.active) == ("m1", "browser_screenshot", "example.org", True)
+            assert (end.call_id, end.host, end.active) == (start.call_id, None, False)
 
             root = app.settings.attachment_root
             png = bytes.fromhex("89504e470d0a1a0a") + b"fake-png"

@@ -22,6 +22,7 @@ from clankie.protocol import (
     Record,
     Room,
     TextUpdate,
+    ToolActivity,
     TextUpdateReply,
     Trigger,
     TurnResult,
@@ -96,7 +97,7 @@ def msg(
 
 
 class FakeBridge:
-    """A client playing the bridge: answers ``history``, records ``typing`` and ``text_update``."""
+    """A client playing the bridge: answers ``history``, records ``typing``, ``tool`` and ``text_update``."""
 
     def __init__(self, history: list[HistoryMessage] | None = None) -> None:
         self.history = history if history is not None else [
@@ -105,6 +106,7 @@ class FakeBridge:
         self.history_calls: list[HistoryRequest] = []
         self.typing: list[str] = []
         self.updates: list[TextUpdate] = []
+        self.tools: list[ToolActivity] = []
         self.history_gate: asyncio.Event | None = None
         self.refuse_updates: str | None = None
         self.history_failures = 0  # refuse this many history calls first
@@ -130,6 +132,10 @@ class FakeBridge:
             assert isinstance(params, TypingSignal)
             self.typing.append(params.delivery_id)
             self.typed.set()
+            return None
+        if method == "tool":
+            assert isinstance(params, ToolActivity)
+            self.tools.append(params)
             return None
         if method == "text_update":
             assert isinstance(params, TextUpdate)

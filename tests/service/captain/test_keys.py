@@ -39,14 +39,16 @@ def test_paths_live_under_captain(tmp_path: Path) -> None:
         ("g1/c1", Room(guild_id="g1", channel_id="c1")),
         ("dm/d9", Room(channel_id="d9")),
         ("local:lab", Room(guild_id="local", channel_id="lab")),
+        ("lobby", Room(guild_id="local", channel_id="lobby")),
+        (" my-room_2 ", Room(guild_id="local", channel_id="my-room_2")),
     ],
 )
 def test_operator_room_specs(spec: str, room: Room) -> None:
-    """``say`` accepts a lane key, guild/channel, dm/channel or local:name."""
+    """``say`` accepts a lane key, guild/channel, dm/channel, local:name or a bare name meaning local:name."""
     assert keys.parse_room(spec, "clankie") == room
 
 
-@pytest.mark.parametrize("spec", ["", "nope", "g1/", "a/b/c", "discord:other:discord:g1:c1"])
+@pytest.mark.parametrize("spec", ["", "no pe", "g1/", "a/b/c", "discord:other:discord:g1:c1", "x:y", "lobby!"])
 def test_bad_room_specs_are_refused_clearly(spec: str) -> None:
     """Anything else is a clear error."""
     with pytest.raises(ValueError, match="not a lane key"):

@@ -1,0 +1,36 @@
+"""A failed turn that was asked for shows on its trigger: one reaction, no words.
+
+When a turn addressed to him (a mention, a reply to one of his messages, a
+DM) ends ``failed``, the bridge adds ``CLANKIE_DISCORD_FAILURE_REACTION``
+(default ⚠️; empty disables) to the trigger and posts no text. Unaddressed
+and catch-up turns fail as quietly as before. Discord's add-reaction is a
+PUT: adding the same emoji twice leaves one reaction, which is what makes
+the reaction idempotent across a bridge restart (the journal's close is
+written after the reaction, so a crash in between reacts again, harmlessly).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from bridge.port import DiscordPort, PostError
+
+log = logging.getLogger(__name__)
+
+
+def wants_reaction(outcome: str, *, unprompted: bool, catching_up: bool, emoji: str) -> bool:
+    """Whether a turn's end earns the failure reaction (pure)."""
+    return outcome == "failed" and not unprompted and not catching_up and bool(emoji)
+
+
+async def react(port: DiscordPort, channel_id: str, message_id: str, emoji: str) -> str | None:
+    """Add the reaction once; returns None when Discord took it, else the failure code (never raises)."""
+    try:
+        await port.react(channel_id, message_id, emoji)
+    except PostError as exc:
+        log.info("failure reaction on %s refused (%s)", message_id, exc.code)
+        return exc.code
+    except Exception as exc:  # cosmetic: never costs the delivery its outcome
+        log.info("failure reaction on %s failed (%s)", message_id, type(exc).__name__)
+        return "reaction_error"
+    return None
