@@ -170,6 +170,9 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
     except OSError as exc:
         log.error("cannot write a %s artifact under the attachment root: %s", sub, exc.strerror)
         raise RemoteError("artifact_write_failed", "the artifact could not be written") from None
+    except ConfigError as exc:  # the root is not ours and private: refused, and left as it is
+        log.error("not writing a %s artifact: %s", sub, exc)
+        raise RemoteError("artifact_write_failed", "the attachment root is not usable") from None
     digest, _sub, _ext = artifacts.parse_ref(ref)
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
 

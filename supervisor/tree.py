@@ -25,6 +25,7 @@ from typing import Any
 from clankie.child import become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.paths import child_log_dir, make_private_dirs
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings, child_environment
 from supervisor.forward import StderrQueue
@@ -68,8 +69,7 @@ class Tree:
         self.stderr = stderr if stderr is not None else (StderrQueue(forward_fd) if forward_fd is not None else None)
         self._own_stderr = stderr is None and self.stderr is not None
         self.stop_budget = stop_budget
-        self.log_dir = settings.state_dir / "logs"
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.log_dir = make_private_dirs(child_log_dir(settings.state_dir))
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.child_env = child_environment(settings, scrub(env))

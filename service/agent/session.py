@@ -30,6 +30,7 @@ from typing import Any
 from clankie.clock import Clock
 from clankie.errors import ClankieError
 from clankie.jsonl import encode_line, write_all
+from clankie.paths import make_private_dirs
 
 from service.agent.content import Message
 from service.agent.transcript import Entry, context_messages
@@ -66,7 +67,7 @@ class SessionTree:
     @classmethod
     def create(cls, directory: Path, clock: Clock) -> SessionTree:
         """Start a new, empty session tree in ``directory``."""
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(directory)
         now = clock.wall()
         session_id = uuid.uuid4().hex
         stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")

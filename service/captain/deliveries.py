@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie.clock import Clock
+from clankie.paths import make_private_dirs
 from clankie.protocol import TurnResult, TurnSubmit
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class DeliveryStore:
         self.directory = directory
         self._clock = clock
         self.retention = retention
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(directory)
 
     def _path(self, delivery_id: str) -> Path:
         return self.directory / (hashlib.sha256(delivery_id.encode("utf-8")).hexdigest()[:40] + ".json")

@@ -13,6 +13,7 @@ from typing import Any
 
 from clankie.clock import Clock
 from clankie.jsonl import encode_line, read_lines, write_all
+from clankie.paths import make_private_dirs
 from clankie.protocol import Room
 
 from service.captain.keys import target_id
@@ -24,7 +25,7 @@ LANE_ENTRIES_MAX = 40
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dirs(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         write_all(fd, encode_line(record))
