@@ -29,7 +29,7 @@ import collections
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +40,7 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.link import Link, supervisor_link
 from clankie.protocol import Artifact, Heartbeat, Record
+from clankie.secrets import SECRET_VARIABLES
 from hosts.probe import probe_png
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,17 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
 
 
+def drop_secrets(environ: Mapping[str, str]) -> None:
+    """A host needs no secret: remove any from the environment Chromium, Node and the rasterizer inherit.
+
+    Under the supervisor there is none to remove (it hands hosts an
+    allowlisted environment); this covers a host started by hand.
+    """
+    if isinstance(environ, MutableMapping):
+        for name in SECRET_VARIABLES:
+            environ.pop(name, None)
+
+
 async def _amain(runtime: HostRuntime, environ: Mapping[str, str]) -> int:
     name = runtime.host.name
     async with supervisor_link(
@@ -196,6 +208,7 @@ async def _amain(runtime: HostRuntime, environ: Mapping[str, str]) -> int:
 def main(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
     """The whole life of a host process; returns its exit status."""
     arm_parent_death(environ)
+    drop_secrets(environ)
     try:
         settings = settings_mod.load(environ)
         logs.configure(name, settings.log_level)

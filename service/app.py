@@ -23,6 +23,7 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.link import supervisor_link
 from clankie.paths import ensure_private_dir, socket_path
+from clankie.secrets import receive as receive_secrets
 from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
 from clankie.settings import Settings
 
@@ -148,6 +149,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     arm_parent_death(env)
     try:
+        env = receive_secrets(env)  # the model key, handed over by the supervisor (never in our environment)
         settings = settings_mod.load(env)
     except ConfigError as exc:
         print(f"service: {exc}", file=sys.stderr, flush=True)

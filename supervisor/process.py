@@ -29,7 +29,9 @@ from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
+from clankie.secrets import SECRETS_FD_ENV, hand_over
 from clankie.protocol import Heartbeat, Record, Stopping
+from supervisor.environment import for_child
 from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.output import Capture, Forwarder, RotatingLog
 from supervisor.spec import ChildSpec
@@ -104,7 +106,7 @@ class Child:
         self.tree.changed()
 
     def _env(self, fd: int) -> dict[str, str]:
-        env = dict(self.tree.child_env)
+        env = for_child(self.tree.child_env, self.tree.full_env, self.spec.passthrough)
         env.update(self.spec.env)
         env[SUPERVISOR_FD_ENV] = str(fd)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
@@ -114,20 +116,33 @@ class Child:
             env["CLANKIE_HEARTBEAT_SECONDS"] = str(self.spec.heartbeat_seconds)
         return env
 
+    def _secrets_fd(self) -> int | None:
+        """A one-shot pipe with the secrets this child's spec names and the settings hold, or None."""
+        values = {}
+        for name in self.spec.secrets:
+            secret = getattr(self.tree.settings, name, None)
+            if secret is not None:
+                values[name] = secret.get_secret_value()
+        return hand_over(values) if values else None
+
     def _spawn(self) -> None:
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        secrets_fd: int | None = None
         try:
+            secrets_fd = self._secrets_fd()
             os.set_inheritable(child_end.fileno(), True)
+            env = self._env(child_end.fileno())
+            if secrets_fd is not None:
+                os.set_inheritable(secrets_fd, True)
+                env[SECRETS_FD_ENV] = str(secrets_fd)
             actions = [
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, out_w, 1),
                 (os.POSIX_SPAWN_DUP2, err_w, 2),
             ]
-            pid = os.posix_spawnp(
-                self.spec.argv[0], list(self.spec.argv), self._env(child_end.fileno()), file_actions=actions, setsid=True
-            )
+            pid = os.posix_spawnp(self.spec.argv[0], list(self.spec.argv), env, file_actions=actions, setsid=True)
         except BaseException:
             for fd in (out_r, err_r):
                 os.close(fd)
@@ -137,6 +152,8 @@ class Child:
             child_end.close()
             os.close(out_w)
             os.close(err_w)
+            if secrets_fd is not None:
+                os.close(secrets_fd)  # the child has its copy; ours must not reach the next spawn
         self.pid = pid
         self.exited_event.clear()
         self._ps = None

@@ -27,12 +27,13 @@ from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.paths import child_log_dir, make_private_dirs
 from clankie.protocol import AbortReply, AbortRun
-from clankie.settings import Settings, child_environment
+from clankie.settings import Settings
+from supervisor.environment import minimal
 from supervisor.forward import StderrQueue
 from supervisor.lifecycle import State
 from supervisor.process import Child, exit_from_waitid
 from supervisor.spec import ChildSpec
-from supervisor.systemd import Notifier, scrub
+from supervisor.systemd import Notifier
 from supervisor.watchdog import Abort, KillService
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ class Tree:
         self.log_dir = make_private_dirs(child_log_dir(settings.state_dir))
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
-        self.child_env = child_environment(settings, scrub(env))
-        self.child_env.setdefault("CLANKIE_HEARTBEAT_SECONDS", str(settings.heartbeat_seconds))
+        self.full_env = dict(env)  # read only for a spec's passthrough names
+        self.child_env = minimal(env, settings)
         self.started_at = clock.monotonic()
         self.stopping = False
         self.state = "starting"
