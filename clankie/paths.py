@@ -67,7 +67,7 @@ def make_private_dirs(path: Path) -> Path:
     """
     missing: list[Path] = []
     probe = path
-    while not os.path.lexists(probe):
+    while not _exists(probe):
         missing.append(probe)
         if probe.parent == probe:
             break
@@ -80,12 +80,21 @@ def make_private_dirs(path: Path) -> Path:
     return path
 
 
+def _exists(path: Path) -> bool:
+    """Like ``os.path.lexists``, but a path we may not look at raises instead of reading as missing."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
 def _make_missing(path: Path) -> None:
     """:func:`make_private_dirs` for an operator-named directory: a failure is a configuration error."""
     try:
         make_private_dirs(path)
     except OSError as exc:
-        raise ConfigError(f"cannot create {exc.filename or path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot create or reach {exc.filename or path}: {exc.strerror}") from None
 
 
 def child_log_dir(state_dir: Path) -> Path:

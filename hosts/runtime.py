@@ -144,7 +144,10 @@ class HostRuntime:
     async def serve(self) -> None:
         path = paths.socket_path(self.settings.runtime_dir, self.host.name)
         paths.ensure_private_dir(self.settings.runtime_dir)
-        self.server = await ipc.serve(path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes)
+        self.server = await ipc.serve(
+            path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes,
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
+        )
         log.info("serving on %s", path)
 
     async def run(self, link: Link) -> None:

@@ -77,7 +77,10 @@ class ServiceApp:
         if pruned:
             log.info("pruned %d expired delivery records", pruned)
         ensure_private_dir(self.settings.runtime_dir)
-        self.server = await ipc.serve(self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes)
+        self.server = await ipc.serve(
+            self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes,
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
+        )
         log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
 
     async def close(self) -> None:

@@ -31,6 +31,7 @@ from clankie.protocol import (
     StatusReply,
     SupervisorInfo,
 )
+from clankie.settings import Settings
 from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
@@ -101,6 +102,17 @@ def status(tree: Tree) -> StatusReply:
     )
 
 
+def control_limits(settings: Settings) -> ipc.Limits:
+    """control.sock's admission: short hello, idle timeout, per-pid cap, root's reserve, idle eviction."""
+    return ipc.Limits.capped(
+        settings.control_max_connections,
+        per_pid=settings.control_per_pid_connections,
+        hello_timeout=settings.ipc_hello_seconds,
+        idle_timeout=settings.control_idle_seconds,
+        evict_idle=True,
+    )
+
+
 class Control:
     """The control-socket handler, bound to one tree."""
 
@@ -116,6 +128,7 @@ class Control:
             self.handle,
             max_frame=self.tree.settings.max_frame_bytes,
             partial_frame_timeout=self._partial_frame_timeout,
+            limits=control_limits(self.tree.settings),
         )
 
     async def close(self) -> None:

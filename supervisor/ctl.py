@@ -118,6 +118,11 @@ async def _connect(path: Path, timeout: float) -> ipc.Connection:
         cause = exc.__cause__ or exc
         if isinstance(cause, ConnectionRefusedError):
             raise Unreachable(f"the supervisor is not running ({path} refuses connections)") from None
+        if isinstance(exc, ChannelBroken) and not isinstance(cause, OSError):
+            raise Unreachable(
+                f"the supervisor closed the connection on {path} before answering "
+                "(its connection limits refused this client: see its log)"
+            ) from None
         raise Unreachable(f"the supervisor is not answering on {path}: {type(cause).__name__}") from None
 
 

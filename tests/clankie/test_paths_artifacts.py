@@ -58,7 +58,7 @@ def test_a_file_where_a_dir_should_be_is_refused(tmp_path: Path) -> None:
     f.write_text("x")
     with pytest.raises(ConfigError, match="not a directory"):
         paths.ensure_private_dir(f)
-    with pytest.raises(ConfigError, match="cannot create"):
+    with pytest.raises(ConfigError, match="cannot create or reach"):
         paths.ensure_private_dir(f / "sub")
     assert f.read_text() == "x"
 
