@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clankie.jsonl import encode_line, write_all
+from clankie.jsonl import append_all, encode_line
 from clankie.paths import ensure_private_dir, receipts_dir
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class Receipts:
         if message_ids:
             line["message_ids"] = [_safe_id(m) for m in message_ids]
         try:
-            write_all(self._fd, encode_line(line))
+            append_all(self._fd, encode_line(line))
             os.fsync(self._fd)
         except OSError as exc:
             log.error("cannot write receipt: %s", exc.strerror)

@@ -277,6 +277,7 @@ class ChildStatus(Record):
     ready: bool = False
     last_heartbeat_age_s: float | None = None
     attachment_root: str | None = None  # what the live process said in its link hello
+    log_error: str = ""  # why its log file cannot be written right now (a full disk), "" when it can
 
 
 class SupervisorInfo(Record):
@@ -285,6 +286,7 @@ class SupervisorInfo(Record):
     state: str
     ready: bool = False
     stderr_dropped: int = 0  # forwarded lines dropped because the supervisor's stderr was too slow
+    disk: str = ""  # the state filesystem is full or a child's log cannot be written; "" when all is well
 
 
 class StatusReply(Record):

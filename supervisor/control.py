@@ -86,7 +86,15 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         ready=life.state is State.RUNNING,
         last_heartbeat_age_s=(mono - beat) if beat is not None and child.alive else None,
         attachment_root=child.attachment_root,
+        log_error=_log_error(child),
     )
+
+
+def _log_error(child: Child) -> str:
+    log_file = child.log
+    if not log_file.problem:
+        return ""
+    return f"{log_file.problem}; {log_file.lost_bytes} bytes not written to {log_file.path.name}"
 
 
 def status(tree: Tree) -> StatusReply:
@@ -97,6 +105,7 @@ def status(tree: Tree) -> StatusReply:
             state=tree.state,
             ready=tree.ready_sent,
             stderr_dropped=tree.stderr.dropped if tree.stderr is not None else 0,
+            disk=tree.disk_problem(),
         ),
         children=tuple(child_status(tree, tree.children[n]) for n in tree.order),
     )

@@ -184,6 +184,8 @@ def format_status(reply: StatusReply, now: float) -> str:
     if sup.stderr_dropped:
         head += f"; stderr too slow, {sup.stderr_dropped} lines dropped (the log files have them)"
     lines = [head]
+    if sup.disk:
+        lines.append(f"!! disk: {sup.disk}")
     lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")
     for c in reply.children:
         cpu = "-" if c.cpu_percent is None else f"{c.cpu_percent:.1f}"
@@ -194,6 +196,8 @@ def format_status(reply: StatusReply, now: float) -> str:
             detail = c.reason
         if c.last_exit is not None and c.state != "running":
             detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
+        if c.log_error:
+            detail = f"{detail} [log: {c.log_error}]" if detail else f"[log: {c.log_error}]"
         lines.append(
             f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {_age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
             f"{_mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"

@@ -72,7 +72,7 @@ class Child:
         self._link_task: asyncio.Task[None] | None = None
         self._ps: psutil.Process | None = None
         logs = tree.log_dir
-        self.log = RotatingLog(logs / f"{self.name}.log", tree.log_max_bytes, tree.log_backups)
+        self.log = RotatingLog(logs / f"{self.name}.log", tree.log_max_bytes, tree.log_backups, on_problem=tree.changed)
 
     @property
     def log_path(self) -> Path:

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import Any
 
 from clankie.child import become_subreaper
@@ -38,8 +39,20 @@ from supervisor.watchdog import Abort, KillService
 
 log = logging.getLogger(__name__)
 
+LOW_SPACE = 64 * 1024
+"""Below this many free bytes on the state filesystem, status says the disk is full."""
+
 STOP_BUDGET = 25.0
 """Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``path``'s filesystem (None if it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class Tree:
@@ -266,10 +279,25 @@ class Tree:
             self._status_line = line
             self.notifier.status(line)
 
+    def disk_problem(self) -> str:
+        """One line when the state filesystem is full or a child's log cannot be written, else ""."""
+        failing = [c.name for c in self.children.values() if c.log.problem]
+        why = next((c.log.problem for c in self.children.values() if c.log.problem), "")
+        free = free_bytes(self.settings.state_dir)
+        parts = []
+        if free is not None and free < LOW_SPACE:
+            parts.append(f"state filesystem full ({free} bytes free)")
+        if failing:
+            parts.append(f"logs not written ({why}): {', '.join(failing)}")
+        return "; ".join(parts)
+
     def status_line(self) -> str:
         states = [c.life.state for c in self.children.values()]
         running = sum(1 for s in states if s is State.RUNNING)
         parts = [f"{running}/{len(states)} running"]
+        disk = self.disk_problem()
+        if disk:
+            parts.append(disk)
         now = self.clock.monotonic()
         for child in self.children.values():
             st = child.life.state

@@ -29,7 +29,7 @@ from typing import Any
 
 from clankie.clock import Clock
 from clankie.errors import ClankieError
-from clankie.jsonl import encode_line, write_all
+from clankie.jsonl import append_all, encode_line, write_all
 from clankie.paths import make_private_dirs
 
 from service.agent.content import Message
@@ -160,7 +160,7 @@ class SessionTree:
         }
         line = encode_line(entry)
         try:
-            write_all(self._fd, b"\n" + line if self._torn else line)
+            append_all(self._fd, b"\n" + line if self._torn else line)
         except OSError:
             self._torn = True  # the next line starts fresh; this half one is skipped on load
             raise

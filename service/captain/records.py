@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie.clock import Clock
-from clankie.jsonl import encode_line, read_lines, write_all
+from clankie.jsonl import append_all, encode_line, read_lines
 from clankie.paths import make_private_dirs
 from clankie.protocol import Room
 
@@ -28,7 +28,7 @@ def append_line(path: Path, record: dict[str, Any]) -> None:
     make_private_dirs(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        write_all(fd, encode_line(record))
+        append_all(fd, encode_line(record))
         os.fsync(fd)
     finally:
         os.close(fd)
