@@ -13,6 +13,9 @@ SUN_PATH_MAX = 107
 
 SOCKETS = ("control", "service", "browser", "tldraw")
 
+SYSTEM_RUNTIME_DIR = Path("/run/clankie")
+"""The shipped unit's ``RuntimeDirectory=clankie``: where clankiectl looks when nothing else is set."""
+
 
 def socket_path(runtime_dir: Path, name: str) -> Path:
     """``<runtime>/<name>.sock``; a path Linux cannot bind is a configuration error."""

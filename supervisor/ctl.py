@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
-from clankie.paths import socket_path
+from clankie.paths import SYSTEM_RUNTIME_DIR, socket_path
 from clankie.protocol import (
     AbortReply,
     AbortRun,
@@ -71,7 +71,10 @@ class Unreachable(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clankiectl", description="Control a running Clankie supervisor.")
-    p.add_argument("--socket", type=Path, help="control socket (default: <runtime dir>/control.sock)")
+    p.add_argument(
+        "--socket", type=Path,
+        help="control socket (default: <runtime dir>/control.sock, else the unit's /run/clankie/control.sock)",
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the supervisor (default 10)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     st = sub.add_parser("status", help="state of every child")
@@ -225,8 +228,23 @@ def _dump(record: Record) -> Any:
     return record.model_dump(mode="json")
 
 
+def default_socket(env: Mapping[str, str], system_dir: Path = SYSTEM_RUNTIME_DIR) -> Path:
+    """The control socket clankiectl dials without ``--socket``.
+
+    ``CLANKIE_RUNTIME_DIR`` or ``RUNTIME_DIRECTORY`` decide if set. Otherwise
+    the per-user default (``$XDG_RUNTIME_DIR/clankie``, ``<state>/run``) if a
+    supervisor is there, else the systemd unit's ``/run/clankie`` if one is
+    there: an operator needs no variable for the shipped unit.
+    """
+    own = socket_path(runtime_dir(env), "control")
+    if any((env.get(name) or "").strip() for name in ("CLANKIE_RUNTIME_DIR", "RUNTIME_DIRECTORY")) or own.exists():
+        return own
+    unit = system_dir / "control.sock"
+    return unit if unit.exists() else own
+
+
 async def _run(args: argparse.Namespace) -> int:
-    path = args.socket or socket_path(runtime_dir(os.environ), "control")
+    path = args.socket or default_socket(os.environ)
     conn = await _connect(path, args.timeout)
     try:
         return await _command(conn, args)
