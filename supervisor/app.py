@@ -75,6 +75,7 @@ def prepare_directories(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    os.umask(0o077)  # everything the tree creates (children, Chromium's profile included) is ours alone
     stderr: StderrQueue | None = None
     try:
         settings = load()

@@ -12,6 +12,7 @@ the token): both came over the one-shot pipe of :mod:`clankie.secrets`.
 from __future__ import annotations
 
 import asyncio
+import stat
 from pathlib import Path
 
 import psutil
@@ -42,6 +43,21 @@ def environ_of(pid: int) -> bytes | None:
             return f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None  # it ended while we looked
+
+
+def open_to_others(state: Path) -> list[str]:
+    """Everything under ``state`` that grants group or other any access (sockets and symlinks aside)."""
+    found = []
+    for path in [state, *state.rglob("*")]:
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            continue  # Chromium's profile changes while we walk it
+        if stat.S_ISLNK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+            continue
+        if st.st_mode & 0o077:
+            found.append(f"{stat.S_IMODE(st.st_mode):04o} {path.relative_to(state)}")
+    return found
 
 
 def test_no_descendant_of_the_supervisor_holds_a_secret_in_its_environment(tmp_path: Path, runtime_dir: Path) -> None:
@@ -78,6 +94,8 @@ def test_no_descendant_of_the_supervisor_holds_a_secret_in_its_environment(tmp_p
             for module in ("service", "bridge", "hosts.browser", "hosts.tldraw"):
                 assert any(argv[1:3] == ["-m", module] for argv in seen.values()), module
             assert "discord: connected" in (await t.child("bridge")).detail  # the token reached the bridge
+            assert open_to_others(t.state) == []  # item 1: all the tree created under state is 0700/0600
+
 
     asyncio.run(main())
 
