@@ -48,6 +48,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from clankie.child import PR_SET_PDEATHSIG, prctl
+
 T = TypeVar("T")
 
 MASKED = (
@@ -109,18 +111,28 @@ done
 """
 
 
+def _die_with_parent() -> None:
+    """In the forked child, before exec: SIGKILL when the thread that spawned us ends."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def missing_tools() -> str | None:
-    """Why this machine cannot boot a namespaced systemd (None if it can)."""
+    """Why this machine cannot boot a namespaced systemd at all: a tool is not installed (None if all are)."""
     for tool in ("unshare", "nsenter"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     if not SYSTEMD.is_file():
         return f"systemd is not installed ({SYSTEMD} is missing)"
-    if not SYSTEM_PYTHON.is_file():
-        return f"{SYSTEM_PYTHON} is missing (the unit's venv is made from it)"
-    if os.geteuid() != 0:
-        return "booting systemd in a namespace needs root"
     return None
+
+
+def unmet_prerequisite() -> str | None:
+    """What else the test needs (root, ``/usr/bin/python3``, a reachable checkout); a failure, not a skip."""
+    if os.geteuid() != 0:
+        return "booting systemd in a namespace needs root (CI runs the suite as root)"
+    if not SYSTEM_PYTHON.is_file():
+        return f"{SYSTEM_PYTHON} is missing: the unit's venv is made from it (DynamicUser= cannot use a pyenv under /root)"
+    return unreachable_reason()
 
 
 def unreachable_reason() -> str | None:
@@ -185,6 +197,8 @@ class NamespacedSystemd:
         if not (unified / "cgroup.procs").exists():
             unified = CGROUP_ROOT  # a pure cgroup2 host
         if (unified / "cgroup.procs").exists() and (unified / "cgroup.subtree_control").exists():
+            for stale in unified.glob("clankie-test-*"):
+                _remove_if_abandoned(stale)
             path = unified / self.tag
             path.mkdir()
             self._cgroup = path
@@ -193,12 +207,25 @@ class NamespacedSystemd:
 
     def boot(self, target: str = "clankie-test.target", timeout: float = 60.0) -> None:
         """Start systemd and wait until it answers ``systemctl``."""
+        self.start(target)
+        self.wait_booted(timeout)
+
+    def start(self, target: str = "clankie-test.target") -> None:
+        """Spawn ``unshare … systemd`` (quick; call it from the thread that lives as long as the test).
+
+        ``--kill-child`` takes the namespace down if unshare dies, and unshare gets SIGKILL if the
+        thread that started it dies (``PR_SET_PDEATHSIG``), so a killed test run leaves no systemd behind.
+        """
         self.add_unit(target, TARGET)
         self._make_cgroup()
-        argv = ["unshare", "--pid", "--fork", "--mount", "--mount-proc", "--propagation", "private", "--uts",
-                "sh", "-c", self._script(target)]
+        argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private",
+                "--uts", "sh", "-c", self._script(target)]
         with self.console.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, preexec_fn=_die_with_parent
+            )
+
+    def wait_booted(self, timeout: float = 60.0) -> None:
         self.pid = self._wait(lambda: self._namespace_init(), timeout, "systemd to start in the namespace")
         self._wait(lambda: self._is_systemd(), timeout, "PID 1 of the namespace to be systemd")
         self._wait(lambda: self.systemctl("is-system-running", check=False).stdout.strip() not in ("", "offline"),
@@ -282,10 +309,33 @@ class NamespacedSystemd:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait(10)
-        if self._cgroup is not None and self._cgroup.is_dir():
-            for root, dirs, _files in os.walk(self._cgroup, topdown=False):
-                for d in dirs:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(os.path.join(root, d))
+        if self._cgroup is not None:
+            _remove_tree(self._cgroup)
+
+
+def _remove_tree(cgroup: Path) -> None:
+    """rmdir a cgroup subtree, leaves first (a cgroup directory goes only once it holds no process)."""
+    if not cgroup.is_dir():
+        return
+    for root, dirs, _files in os.walk(cgroup, topdown=False):
+        for d in dirs:
             with contextlib.suppress(OSError):
-                os.rmdir(self._cgroup)
+                os.rmdir(os.path.join(root, d))
+    with contextlib.suppress(OSError):
+        os.rmdir(cgroup)
+
+
+def _remove_if_abandoned(cgroup: Path) -> None:
+    """The subtree of an earlier run of this test that was killed before it could clean up: its test
+    process (the pid in the name) is gone and no process is left in it."""
+    try:
+        owner = int(cgroup.name.split("-")[2])
+    except (IndexError, ValueError):
+        return
+    if Path(f"/proc/{owner}").exists():
+        return
+    for procs in cgroup.rglob("cgroup.procs"):
+        with contextlib.suppress(OSError):
+            if procs.read_text().strip():
+                return
+    _remove_tree(cgroup)
