@@ -29,8 +29,8 @@ from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, SUPERVISOR_PID_ENV
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
-from clankie.secrets import SECRETS_FD_ENV, hand_over
 from clankie.protocol import Heartbeat, Record, Stopping
+from clankie.secrets import SECRETS_FD_ENV, hand_over
 from supervisor.environment import for_child
 from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.output import Capture, Forwarder, RotatingLog
