@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 
@@ -13,6 +14,7 @@ from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import supervisor_link
 from clankie.logs import configure
+from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings, load
 
 
@@ -45,7 +47,7 @@ async def run(settings: Settings) -> int:
 def main() -> int:
     arm_parent_death()
     try:
-        settings = load()
+        settings = load(receive_secrets(os.environ))  # the token arrives on a pipe, never in our environment
     except ConfigError as exc:
         print(f"bridge: {exc}", file=sys.stderr)
         return EX_CONFIG

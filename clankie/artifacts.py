@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clankie.errors import ClankieError
+from clankie.paths import ensure_private_dir
 
 SUBDIRS = ("browser", "tldraw", "generated")
 EXTENSIONS = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "svg": "image/svg+xml", "tldr": "application/json"}
@@ -55,14 +56,16 @@ def parse_ref(ref: str) -> tuple[str, str, str]:
 
 
 def write_artifact(root: Path, sub: str, data: bytes, ext: str) -> str:
-    """Write ``data`` under the root (dirs 0700, file 0600, atomically) and return its ref."""
+    """Write ``data`` under the root (dirs 0700, file 0600, atomically) and return its ref.
+
+    Raises :class:`ConfigError` if the root or its subdirectory exists but is
+    not private to us, and ``OSError`` if the write fails (a full disk).
+    """
     if sub not in SUBDIRS or ext not in EXTENSIONS:
         raise ValueError(f"unsupported artifact {sub}/{ext}")
     digest = hashlib.sha256(data).hexdigest()
-    directory = root / sub
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(root, 0o700)
-    os.chmod(directory, 0o700)
+    ensure_private_dir(root)  # refuses (ConfigError) a root that is not ours and private; never chmods it
+    directory = ensure_private_dir(root / sub)
     final = directory / f"{digest}.{ext}"
     tmp = directory / f".{digest}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)

@@ -81,6 +81,7 @@ class Connection(asyncio.Protocol):
         self._done = asyncio.Event()
         self._hello_seen: asyncio.Future[None] = self._loop.create_future()
         self._stall_timer: asyncio.TimerHandle | None = None
+        self.last_activity = self._loop.time()  # loop time of the last byte received or reply sent
 
     # ------------------------------------------------------------ public API
 
@@ -91,6 +92,11 @@ class Connection(asyncio.Protocol):
     @property
     def close_reason(self) -> BaseException | None:
         return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """A call is in flight in either direction (an idle timeout must not cut it)."""
+        return bool(self._handling or self._pending)
 
     @property
     def peer_role(self) -> str | None:
@@ -122,6 +128,10 @@ class Connection(asyncio.Protocol):
         """Close from our side; pending calls fail with :class:`ChannelClosed`."""
         self._shutdown(ChannelClosed("connection closed by us"))
         await self.wait_closed()
+
+    def abort(self, why: str) -> None:
+        """Drop the connection now (the server's idle timeout or eviction); pending calls fail as broken."""
+        self._shutdown(ChannelBroken(why), abort=True)
 
     async def wait_closed(self) -> None:
         await self._done.wait()
@@ -165,6 +175,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed is not None:
             return
+        self.last_activity = self._loop.time()
         self._decoder.feed(data)
         try:
             while (msg := self._decoder.next_message()) is not framing.NEED_DATA:
@@ -387,6 +398,7 @@ class Connection(asyncio.Protocol):
                 self._reply_error(msgid, code, f"the reply to {method} could not be sent: {exc}")
         finally:
             self._handling.pop(msgid, None)
+            self.last_activity = self._loop.time()
 
     def _reply_error(self, msgid: int, code: str, message: str) -> None:
         with contextlib.suppress(ChannelBroken, ChannelClosed):

@@ -30,15 +30,17 @@ from typing import Any
 from clankie import framing
 from clankie.connection import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT, HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
+from clankie.limits import Held, Limits, Refuse, decide
 
 __all__ = [
-    "Connection", "Handler", "Server", "bind_listener", "connect", "from_socket", "peer_allowed", "peer_credentials",
-    "peer_uid", "serve",
+    "Connection", "Handler", "Limits", "Server", "bind_listener", "connect", "from_socket", "peer_allowed",
+    "peer_credentials", "peer_uid", "serve",
 ]
 
 log = logging.getLogger(__name__)
 
 OnConnect = Callable[[Connection], Awaitable[None] | None]
+_LOG_EVERY = 5.0  # seconds between two "refused" warnings
 _PEERCRED = struct.Struct("3i")
 
 
@@ -58,7 +60,13 @@ def peer_allowed(uid: int) -> bool:
 
 
 class Server:
-    """A listening Unix socket; each accepted peer gets its own :class:`Connection`."""
+    """A listening Unix socket; each accepted peer gets its own :class:`Connection`.
+
+    Admission follows :mod:`clankie.limits` (hello deadline, optional idle
+    timeout, per-pid and per-uid caps with slots reserved for root, optional
+    eviction of the idlest connection). ``max_connections`` alone is the old
+    spelling of ``limits=Limits(max_connections=...)``.
+    """
 
     def __init__(
         self,
@@ -70,13 +78,17 @@ class Server:
         max_frame: int = framing.DEFAULT_MAX_FRAME,
         max_output: int = DEFAULT_MAX_OUTPUT,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
-        max_connections: int = 128,
+        max_connections: int | None = None,
+        limits: Limits | None = None,
         sock: socket.socket | None = None,
     ) -> None:
         self.path = path
         self._sock = sock  # inherited: bound and owned by someone else (the supervisor)
         self.role = role
-        self.max_connections = max_connections
+        if limits is None:
+            limits = Limits() if max_connections is None else Limits.capped(max_connections)
+        self.limits = limits
+        self.max_connections = limits.max_connections
         self._handler = handler
         self._on_connect = on_connect
         self._max_frame = max_frame
@@ -85,7 +97,12 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._watchers: set[asyncio.Task[None]] = set()
         self.connections: set[Connection] = set()
+        self._peers: dict[Connection, tuple[int, int]] = {}
         self.refused = 0
+        self.evicted = 0
+        self.idle_closed = 0
+        self._unlogged = 0
+        self._logged_at = -_LOG_EVERY
 
     async def start(self) -> None:
         sock = self._sock if self._sock is not None else await bind_listener(self.path)
@@ -99,36 +116,75 @@ class Server:
     def _accepted(self, conn: Connection, transport: asyncio.BaseTransport) -> None:
         pid, uid, _gid = peer_credentials(transport.get_extra_info("socket"))
         if not peer_allowed(uid):
-            self.refused += 1
-            log.warning("refused a %s client: pid %d runs as uid %d", self.role, pid, uid)
-            transport.abort()
+            self._refuse(transport, "pid %d runs as uid %d", pid, uid)
             return
-        if len(self.connections) >= self.max_connections:
-            self.refused += 1
-            log.warning("refused a %s client: %d connections already open", self.role, len(self.connections))
-            transport.abort()
+        held = [
+            Held(key=id(c), pid=p, uid=u, busy=c.busy, idle_since=c.last_activity) for c, (p, u) in self._peers.items()
+        ]
+        verdict = decide(self.limits, pid, uid, held)
+        if isinstance(verdict, Refuse):
+            self._refuse(transport, "%s (pid %d, uid %d)", verdict.reason, pid, uid)
             return
+        if verdict.evict is not None:
+            victim = next(c for c in self._peers if id(c) == verdict.evict)
+            self.evicted += 1
+            log.info("closing the %s connection idle longest to admit pid %d", self.role, pid)
+            self._forget(victim)
+            victim.abort("evicted: the idlest connection made room for a new one")
         self.connections.add(conn)
+        self._peers[conn] = (pid, uid)
         task = asyncio.get_running_loop().create_task(self._watch(conn))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
+    def _refuse(self, transport: asyncio.BaseTransport, fmt: str, *args: object) -> None:
+        """Close before reading a byte; log at most once per few seconds (a flood must not flood the journal)."""
+        self.refused += 1
+        transport.abort()
+        now = asyncio.get_running_loop().time()
+        if now - self._logged_at < _LOG_EVERY:
+            self._unlogged += 1
+            return
+        more = f" (and {self._unlogged} more refused since the last such line)" if self._unlogged else ""
+        log.warning("refused a %s client: " + fmt + "%s", self.role, *args, more)
+        self._logged_at, self._unlogged = now, 0
+
+    def _forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._peers.pop(conn, None)
+
     async def _watch(self, conn: Connection) -> None:
         try:
-            await conn.server_hello()
+            await conn.server_hello(self.limits.hello_timeout)
             if self._on_connect is not None:
                 result = self._on_connect(conn)
                 if result is not None:
                     await result
-            await conn.wait_closed()
+            await self._until_closed_or_idle(conn)
         except (ChannelBroken, ChannelClosed, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("%s connection hook failed", self.role)
         finally:
-            self.connections.discard(conn)
+            self._forget(conn)
             if not conn.closed:
                 await conn.aclose()
+
+    async def _until_closed_or_idle(self, conn: Connection) -> None:
+        idle = self.limits.idle_timeout
+        if idle is None:
+            await conn.wait_closed()
+            return
+        loop = asyncio.get_running_loop()
+        while not conn.closed:
+            left = idle if conn.busy else conn.last_activity + idle - loop.time()
+            if left <= 0:
+                self.idle_closed += 1
+                log.info("closing a %s connection idle for %.0fs", self.role, idle)
+                conn.abort(f"idle for {idle:g}s")
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(conn.wait_closed(), left)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -168,6 +224,10 @@ class _Accepted(Connection):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._server_ref._accepted(self, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._server_ref._forget(self)  # its slot is free at once, not when its watcher gets round to it
 
 
 async def bind_listener(path: Path, backlog: int = 128) -> socket.socket:

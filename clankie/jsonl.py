@@ -30,6 +30,26 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+# -- issue 14 (full disk): a failed append leaves no torn line --------------------------------------
+
+
+def append_all(fd: int, data: bytes) -> None:
+    """:func:`write_all` to an append-only file; if it fails part-way (``ENOSPC``), cut the file back.
+
+    The file is truncated to the length it had before this call, so a full
+    disk costs the whole line being written and never leaves half of it.
+    """
+    start = os.fstat(fd).st_size
+    try:
+        write_all(fd, data)
+    except OSError:
+        try:
+            os.ftruncate(fd, start)
+        except OSError:
+            pass  # readers still skip a torn last line
+        raise
+
+
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """Every complete, readable line; a torn or garbled line is skipped."""
     try:

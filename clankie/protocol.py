@@ -308,6 +308,7 @@ class ChildStatus(Record):
     spare: str = ""  # the warm spare: off / warming / parked pid N / backoff (why)
     spare_pid: int | None = None
     waiting: str = ""  # in backoff: why it waits (crashes in a row) or that it did not
+    log_error: str = ""  # why its log file cannot be written right now (a full disk), "" when it can
 
 
 class SupervisorInfo(Record):
@@ -316,6 +317,7 @@ class SupervisorInfo(Record):
     state: str
     ready: bool = False
     stderr_dropped: int = 0  # forwarded lines dropped because the supervisor's stderr was too slow
+    disk: str = ""  # the state filesystem is full or a child's log cannot be written; "" when all is well
 
 
 class StatusReply(Record):

@@ -21,7 +21,11 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
+from clankie import urls
 from clankie.errors import ConfigError
+
+MAX_SECONDS = 10_000_000.0
+"""Upper bound of every duration setting (about 115 days): finite, and far inside what timers accept."""
 
 CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key"}
 
@@ -109,7 +113,12 @@ class Settings(BaseSettings):
     """Every operator-facing setting (ARCHITECTURE §5). Build it with :func:`load`."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLANKIE_", extra="ignore", frozen=True, env_ignore_empty=True, populate_by_name=True
+        env_prefix="CLANKIE_",
+        extra="ignore",
+        frozen=True,
+        env_ignore_empty=True,
+        populate_by_name=True,
+        allow_inf_nan=False,  # every number is finite: an `inf` stall or heartbeat would never fire
     )
 
     # paths: derived by the functions above, filled in by load()
@@ -165,14 +174,20 @@ class Settings(BaseSettings):
     browser_pinned_hosts: str = ""  # name=ip,... resolved by the browser policy proxy and trusted (tests; docs/hosts.md)
 
     # supervision
-    stall_seconds: float = Field(default=300.0, gt=0)
-    stall_tick_seconds: float = Field(default=5.0, gt=0)
-    stall_abort_grace_seconds: float = Field(default=15.0, gt=0)
-    heartbeat_seconds: float = Field(default=2.0, gt=0)
-    heartbeat_timeout_seconds: float = Field(default=20.0, gt=0)
+    stall_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
+    stall_tick_seconds: float = Field(default=5.0, gt=0, le=3600)
+    stall_abort_grace_seconds: float = Field(default=15.0, gt=0, le=MAX_SECONDS)
+    heartbeat_seconds: float = Field(default=2.0, gt=0, le=3600)
+    heartbeat_timeout_seconds: float = Field(default=20.0, gt=0, le=MAX_SECONDS)
     max_frame_bytes: int = Field(default=1024 * 1024, ge=4096, le=64 * 1024 * 1024)
     handover: bool = True  # the supervisor holds the listening sockets and keeps warm spares (docs/supervision.md)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    # local sockets (docs/operations.md, "Security model")
+    ipc_hello_seconds: float = Field(default=5.0, gt=0, le=300)
+    control_idle_seconds: float = Field(default=60.0, gt=0, le=MAX_SECONDS)
+    control_max_connections: int = Field(default=64, ge=4, le=4096)
+    control_per_pid_connections: int = Field(default=8, ge=1, le=4096)
 
     @field_validator(
         "discord_guild_ids",
@@ -207,6 +222,27 @@ class Settings(BaseSettings):
     def _retention_covers_horizon(self) -> Settings:
         if self.bridge_retention_seconds < self.recovery_horizon_seconds:
             raise ValueError("CLANKIE_BRIDGE_RETENTION_SECONDS must be at least CLANKIE_RECOVERY_HORIZON_SECONDS")
+        return self
+
+    @field_validator("discord_api_base")
+    @classmethod
+    def _api_base(cls, value: str | None) -> str | None:
+        return None if value is None else urls.discord_api_base(value)
+
+    @field_validator("anthropic_base_url")
+    @classmethod
+    def _anthropic_base(cls, value: str | None) -> str | None:
+        return None if value is None else urls.http_base(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.heartbeat_seconds >= self.heartbeat_timeout_seconds:
+            raise ValueError(
+                f"CLANKIE_HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}) must be below "
+                f"CLANKIE_HEARTBEAT_TIMEOUT_SECONDS ({self.heartbeat_timeout_seconds:g})"
+            )
+        if self.control_per_pid_connections > self.control_max_connections:
+            raise ValueError("CLANKIE_CONTROL_PER_PID_CONNECTIONS must not exceed CLANKIE_CONTROL_MAX_CONNECTIONS")
         return self
 
     @classmethod
@@ -265,11 +301,21 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            name = "CLANKIE_" + str(err["loc"][0]).upper() if err["loc"] else "settings"
-            lines.append(f"{name}: {str(err['msg']).removeprefix('Value error, ')}")
+            if not err["loc"]:  # a cross-field check: its message names the variables
+                lines.append(str(err["msg"]).removeprefix("Value error, "))
+                continue
+            message = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(f"{_variable(str(err['loc'][0]))}: {message}")
         raise ConfigError("invalid settings: " + "; ".join(lines)) from None
     finally:
         _ENV.reset(token)
+
+
+def _variable(loc: str) -> str:
+    """The environment variable an operator sets for an error location (a field name or its alias)."""
+    if loc not in Settings.model_fields:
+        return loc.upper()  # pydantic reports an aliased field by its alias: DISCORD_TOKEN, ANTHROPIC_BASE_URL
+    return "CLANKIE_" + loc.upper()
 
 
 def child_environment(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:

@@ -33,7 +33,7 @@ import collections
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
 from clankie.protocol import Artifact, Heartbeat, Record
+from clankie.secrets import SECRET_VARIABLES
 from hosts.probe import probe_png
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,8 @@ class HostRuntime:
         paths.ensure_private_dir(self.settings.runtime_dir)
         listener = inherited_listener(self.host.name, self.environ)
         self.server = await ipc.serve(
-            path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes, sock=listener
+            path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes, sock=listener,
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
         )
         log.info("serving on %s", path)
 
@@ -183,8 +185,22 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
     except OSError as exc:
         log.error("cannot write a %s artifact under the attachment root: %s", sub, exc.strerror)
         raise RemoteError("artifact_write_failed", "the artifact could not be written") from None
+    except ConfigError as exc:  # the root is not ours and private: refused, and left as it is
+        log.error("not writing a %s artifact: %s", sub, exc)
+        raise RemoteError("artifact_write_failed", "the attachment root is not usable") from None
     digest, _sub, _ext = artifacts.parse_ref(ref)
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
+
+
+def drop_secrets(environ: Mapping[str, str]) -> None:
+    """A host needs no secret: remove any from the environment Chromium, Node and the rasterizer inherit.
+
+    Under the supervisor there is none to remove (it hands hosts an
+    allowlisted environment); this covers a host started by hand.
+    """
+    if isinstance(environ, MutableMapping):
+        for name in SECRET_VARIABLES:
+            environ.pop(name, None)
 
 
 async def _amain(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
@@ -208,4 +224,5 @@ async def _amain(factory: HostFactory, name: str, environ: Mapping[str, str]) ->
 def main(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
     """The whole life of a host process; returns its exit status (the host's module is imported already)."""
     arm_parent_death(environ)
+    drop_secrets(environ)
     return asyncio.run(_amain(factory, name, environ))

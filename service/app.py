@@ -29,6 +29,7 @@ from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
 from clankie.paths import ensure_private_dir, socket_path
+from clankie.secrets import receive as receive_secrets
 from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
 from clankie.settings import Settings
 
@@ -108,7 +109,8 @@ class ServiceApp:
             log.info("pruned %d expired delivery records", pruned)
         ensure_private_dir(self.settings.runtime_dir)
         self.server = await ipc.serve(
-            self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes, sock=listener
+            self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes, sock=listener,
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
         )
         log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
 
@@ -190,6 +192,7 @@ async def _amain(environ: Mapping[str, str]) -> int:
         if not await link.activation():  # a spare parks here; a cold start goes straight on
             return 0
         try:
+            environ = receive_secrets(environ)  # the model key, handed over by the supervisor (never in our env)
             settings = settings_mod.load(environ)  # read once, for this life
         except ConfigError as exc:
             print(f"service: {exc}", file=sys.stderr, flush=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 from clankie import logs
 from clankie.clock import SystemClock
 from clankie.errors import EX_CONFIG, ConfigError
-from clankie.paths import ensure_private_dir, socket_path
+from clankie.paths import child_log_dir, ensure_private_dir, socket_path
 from clankie.settings import Settings, load
 from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
@@ -60,16 +60,29 @@ async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float,
     return 0
 
 
+def prepare_directories(settings: Settings) -> None:
+    """Check (or create, 0700) every directory the tree writes; a bad one is a ConfigError (exit 78).
+
+    The state dir, the runtime dir and the attachment root may be named by
+    the operator: an existing one is checked, never chmodded (see
+    :func:`clankie.paths.ensure_private_dir`).
+    """
+    ensure_private_dir(settings.state_dir)
+    ensure_private_dir(child_log_dir(settings.state_dir))
+    ensure_private_dir(settings.runtime_dir)
+    ensure_private_dir(settings.attachment_root)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    os.umask(0o077)  # everything the tree creates (children, Chromium's profile included) is ours alone
     stderr: StderrQueue | None = None
     try:
         settings = load()
         logs.configure("supervisor", settings.log_level)
         stderr = StderrQueue(2)  # our log records and the children's lines: never a blocking write
         route_logging(stderr)
-        ensure_private_dir(settings.state_dir)
-        ensure_private_dir(settings.runtime_dir)
+        prepare_directories(settings)
         if args.spec_file is not None:
             specs = load_spec_file(args.spec_file)
         else:

@@ -32,6 +32,7 @@ from clankie.protocol import (
     StatusReply,
     SupervisorInfo,
 )
+from clankie.settings import Settings
 from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
@@ -92,7 +93,15 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         spare=spare[:200],
         waiting=life.waiting if life.state is State.BACKOFF else "",
         spare_pid=spare_pid,
+        log_error=_log_error(child),
     )
+
+
+def _log_error(child: Child) -> str:
+    log_file = child.log
+    if not log_file.problem:
+        return ""
+    return f"{log_file.problem}; {log_file.lost_bytes} bytes not written to {log_file.path.name}"
 
 
 def status(tree: Tree) -> StatusReply:
@@ -103,8 +112,20 @@ def status(tree: Tree) -> StatusReply:
             state=tree.state,
             ready=tree.ready_sent,
             stderr_dropped=tree.stderr.dropped if tree.stderr is not None else 0,
+            disk=tree.disk_problem(),
         ),
         children=tuple(child_status(tree, tree.children[n]) for n in tree.order),
+    )
+
+
+def control_limits(settings: Settings) -> ipc.Limits:
+    """control.sock's admission: short hello, idle timeout, per-pid cap, root's reserve, idle eviction."""
+    return ipc.Limits.capped(
+        settings.control_max_connections,
+        per_pid=settings.control_per_pid_connections,
+        hello_timeout=settings.ipc_hello_seconds,
+        idle_timeout=settings.control_idle_seconds,
+        evict_idle=True,
     )
 
 
@@ -123,6 +144,7 @@ class Control:
             self.handle,
             max_frame=self.tree.settings.max_frame_bytes,
             partial_frame_timeout=self._partial_frame_timeout,
+            limits=control_limits(self.tree.settings),
         )
 
     async def close(self) -> None:

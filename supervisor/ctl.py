@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
-from clankie.paths import socket_path
+from clankie.paths import SYSTEM_RUNTIME_DIR, socket_path
 from clankie.protocol import (
     AbortReply,
     AbortRun,
@@ -72,7 +72,10 @@ class Unreachable(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clankiectl", description="Control a running Clankie supervisor.")
-    p.add_argument("--socket", type=Path, help="control socket (default: <runtime dir>/control.sock)")
+    p.add_argument(
+        "--socket", type=Path,
+        help="control socket (default: <runtime dir>/control.sock, else the unit's /run/clankie/control.sock)",
+    )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the supervisor (default 10)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     st = sub.add_parser("status", help="state of every child")
@@ -119,6 +122,11 @@ async def _connect(path: Path, timeout: float) -> ipc.Connection:
         cause = exc.__cause__ or exc
         if isinstance(cause, ConnectionRefusedError):
             raise Unreachable(f"the supervisor is not running ({path} refuses connections)") from None
+        if isinstance(exc, ChannelBroken) and not isinstance(cause, OSError):
+            raise Unreachable(
+                f"the supervisor closed the connection on {path} before answering "
+                "(its connection limits refused this client: see its log)"
+            ) from None
         raise Unreachable(f"the supervisor is not answering on {path}: {type(cause).__name__}") from None
 
 
@@ -180,6 +188,8 @@ def format_status(reply: StatusReply, now: float) -> str:
     if sup.stderr_dropped:
         head += f"; stderr too slow, {sup.stderr_dropped} lines dropped (the log files have them)"
     lines = [head]
+    if sup.disk:
+        lines.append(f"!! disk: {sup.disk}")
     lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")
     for c in reply.children:
         cpu = "-" if c.cpu_percent is None else f"{c.cpu_percent:.1f}"
@@ -194,6 +204,8 @@ def format_status(reply: StatusReply, now: float) -> str:
             detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
         if c.spare and c.spare != "off":
             detail = f"{detail} [spare: {c.spare}]"
+        if c.log_error:
+            detail = f"{detail} [log: {c.log_error}]" if detail else f"[log: {c.log_error}]"
         lines.append(
             f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {_age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
             f"{_mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"
@@ -231,8 +243,23 @@ def _dump(record: Record) -> Any:
     return record.model_dump(mode="json")
 
 
+def default_socket(env: Mapping[str, str], system_dir: Path = SYSTEM_RUNTIME_DIR) -> Path:
+    """The control socket clankiectl dials without ``--socket``.
+
+    ``CLANKIE_RUNTIME_DIR`` or ``RUNTIME_DIRECTORY`` decide if set. Otherwise
+    the per-user default (``$XDG_RUNTIME_DIR/clankie``, ``<state>/run``) if a
+    supervisor is there, else the systemd unit's ``/run/clankie`` if one is
+    there: an operator needs no variable for the shipped unit.
+    """
+    own = socket_path(runtime_dir(env), "control")
+    if any((env.get(name) or "").strip() for name in ("CLANKIE_RUNTIME_DIR", "RUNTIME_DIRECTORY")) or own.exists():
+        return own
+    unit = system_dir / "control.sock"
+    return unit if unit.exists() else own
+
+
 async def _run(args: argparse.Namespace) -> int:
-    path = args.socket or socket_path(runtime_dir(os.environ), "control")
+    path = args.socket or default_socket(os.environ)
     conn = await _connect(path, args.timeout)
     try:
         return await _command(conn, args)

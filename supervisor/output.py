@@ -2,7 +2,10 @@
 
 Each child gets two pipes. Their read ends are non-blocking and watched with
 ``loop.add_reader``. Bytes go to ``<state>/logs/<name>.log`` unchanged
-(invalid UTF-8 and a missing final newline included) and, line by line, to
+(invalid UTF-8 and a missing final newline included), a whole line at a
+time (the end of an unfinished line waits for its newline or the child's
+exit), so a full disk costs whole lines and never leaves half of one; and,
+line by line, to
 the supervisor's stderr as ``<name>| <line>`` (journald under systemd)
 through the non-blocking, drop-oldest :class:`supervisor.forward.StderrQueue`.
 When the child exits its pipes are drained to EAGAIN/EOF before they are
@@ -19,52 +22,116 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from clankie.jsonl import append_all
+from clankie.paths import make_private_dirs
 from supervisor.forward import StderrQueue
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 65536
+LINE_MAX = 65536
+"""A line longer than this goes to the log file in pieces (the file otherwise gets whole lines only)."""
 
 
 class RotatingLog:
-    """An append-only log file that rolls to ``.1`` … ``.N`` past ``max_bytes``."""
+    """An append-only log file that rolls to ``.1`` … ``.N`` past ``max_bytes`` and survives a full disk.
 
-    def __init__(self, path: Path, max_bytes: int = 10 * 1024 * 1024, backups: int = 5) -> None:
+    A write that fails (``ENOSPC``, ``EIO``, a vanished directory) never
+    raises: the file is cut back to its length before the write
+    (:func:`clankie.jsonl.append_all`), the bytes are counted as lost,
+    :attr:`problem` says why (shown by ``status`` and systemd's ``STATUS=``)
+    and ``on_problem`` is called. The first write that works again puts a
+    ``[clankie: N bytes … were not written …]`` line in front of its data and
+    clears the problem. The child's lines still reach the journal meanwhile.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int = 10 * 1024 * 1024,
+        backups: int = 5,
+        on_problem: Callable[[], None] | None = None,
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._fd = self._open()
-        self._size = os.fstat(self._fd).st_size
+        self.on_problem = on_problem
+        self.problem = ""  # why writes fail right now ("" while they work)
+        self.lost_bytes = 0  # bytes not written since the problem began
+        self.lost_total = 0
+        self._fd = -1
+        self._size = 0
+        self._ends_line = True
+        try:
+            self._open()
+        except OSError as exc:
+            self._failed(exc, 0)
 
-    def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    def _open(self) -> None:
+        make_private_dirs(self.path.parent)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd, self._size = fd, os.fstat(fd).st_size
 
     def write(self, data: bytes) -> None:
-        if self._size and self._size + len(data) > self.max_bytes:
-            self.rotate()
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        self._size += len(data)
+        payload = data
+        try:
+            if self._fd < 0:
+                self._open()
+            if self.problem:
+                payload = self._gap_notice() + data
+            if self._size and self._size + len(payload) > self.max_bytes:
+                self.rotate()
+                self._open()
+            append_all(self._fd, payload)
+        except OSError as exc:
+            self._failed(exc, len(data))
+            return
+        self._size += len(payload)
+        self._ends_line = payload.endswith(b"\n")
+        if self.problem:
+            log.info("writing %s again; %d bytes of its output were not written", self.path.name, self.lost_bytes)
+            self.problem, self.lost_bytes = "", 0
+            if self.on_problem is not None:
+                self.on_problem()
+
+    def _gap_notice(self) -> bytes:
+        lead = b"" if self._ends_line else b"\n"
+        return lead + f"[clankie: {self.lost_bytes} bytes of output were not written here: {self.problem}]\n".encode()
+
+    def _failed(self, exc: OSError, lost: int) -> None:
+        self.lost_bytes += lost
+        self.lost_total += lost
+        why = exc.strerror or type(exc).__name__
+        if why == self.problem:
+            return
+        first = not self.problem
+        self.problem = why
+        if first:
+            log.warning("cannot write %s: %s; its lines still reach the journal", self.path.name, why)
+        if self.on_problem is not None:
+            self.on_problem()
 
     def rotate(self) -> None:
-        os.close(self._fd)
+        """Roll the files; the caller opens the new one. Raises ``OSError`` (handled by :meth:`write`)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         if self.backups > 0:
             for i in range(self.backups - 1, 0, -1):
                 older = self.path.with_name(f"{self.path.name}.{i}")
                 if older.exists():
                     older.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
-            self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+            if self.path.exists():
+                self.path.replace(self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)
-        self._fd = self._open()
         self._size = 0
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
 
 
 class Forwarder:
@@ -112,6 +179,7 @@ class Capture:
         self.on_data = on_data
         self.last_line = b""
         self._tail = b""
+        self._partial = b""  # the end of an unfinished line, held back from the log file
         self.closed = False
         os.set_blocking(fd, False)
         asyncio.get_running_loop().add_reader(fd, self._readable)
@@ -137,7 +205,13 @@ class Capture:
                 return
 
     def _consume(self, data: bytes) -> None:
-        self.sink.write(data)
+        buf = self._partial + data
+        cut = buf.rfind(b"\n") + 1
+        if len(buf) - cut > LINE_MAX:
+            cut = len(buf)
+        if cut:
+            self.sink.write(buf[:cut])  # whole lines: a full disk costs lines, never half of one
+        self._partial = buf[cut:]
         if self.forward is not None:
             self.forward.feed(data)
         text = self._tail + data
@@ -161,6 +235,9 @@ class Capture:
             asyncio.get_running_loop().remove_reader(self.fd)
         with contextlib.suppress(OSError):
             os.close(self.fd)
+        if self._partial:
+            self.sink.write(self._partial)  # the child is gone: its last bytes, newline or not
+            self._partial = b""
         if self.forward is not None:
             self.forward.flush()
 

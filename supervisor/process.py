@@ -30,6 +30,8 @@ from clankie.child import SUPERVISOR_PID_ENV
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Empty, Heartbeat, Record, Stopping
+from clankie.secrets import hand_over
+from supervisor.environment import for_child
 from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.output import RotatingLog
 from supervisor.spare import Spare
@@ -68,7 +70,7 @@ class Child:
         self._ps: psutil.Process | None = None
         self.spare = Spare(self, rand=rand)
         logs = tree.log_dir
-        self.log = RotatingLog(logs / f"{self.name}.log", tree.log_max_bytes, tree.log_backups)
+        self.log = RotatingLog(logs / f"{self.name}.log", tree.log_max_bytes, tree.log_backups, on_problem=tree.changed)
 
     @property
     def log_path(self) -> Path:
@@ -115,8 +117,8 @@ class Child:
         self.tree.changed()
 
     def env(self, *, spare: bool = False) -> dict[str, str]:
-        """The environment of one of this child's processes (a spare's says so)."""
-        env = dict(self.tree.child_env)
+        """The environment of one of this child's processes (a spare's says so): allowlisted, no secret."""
+        env = for_child(self.tree.child_env, self.tree.full_env, self.spec.passthrough)
         env.update(self.spec.env)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         env["CLANKIE_CHILD_NAME"] = self.name
@@ -127,19 +129,34 @@ class Child:
             env["CLANKIE_SPARE"] = "1"
         return env
 
+    def _secrets_fd(self) -> int | None:
+        """A one-shot pipe with the secrets this child's spec names and the settings hold, or None."""
+        values = {}
+        for name in self.spec.secrets:
+            secret = getattr(self.tree.settings, name, None)
+            if secret is not None:
+                values[name] = secret.get_secret_value()
+        return hand_over(values) if values else None
+
     def spawn_proc(self, on_link: LinkHandler, *, spare: bool = False) -> Proc:
         """A new process of this child (cold, or a spare); raises ``OSError`` when the exec fails."""
-        return spawn(
-            self.spec.argv,
-            self.env(spare=spare),
-            name=self.name,
-            log_file=self.log,
-            forward=self.tree.stderr,
-            listeners=self.tree.listeners_for(self.spec),
-            on_link=on_link,
-            reap=self.tree.reap,
-            hello_timeout=self.liveness.timeout,
-        )
+        secrets_fd = self._secrets_fd()
+        try:
+            return spawn(
+                self.spec.argv,
+                self.env(spare=spare),
+                name=self.name,
+                log_file=self.log,
+                forward=self.tree.stderr,
+                listeners=self.tree.listeners_for(self.spec),
+                on_link=on_link,
+                reap=self.tree.reap,
+                hello_timeout=self.liveness.timeout,
+                secrets_fd=secrets_fd,
+            )
+        finally:
+            if secrets_fd is not None:
+                os.close(secrets_fd)  # the child has its copy; ours must not reach the next spawn
 
     def _spawn(self) -> None:
         proc = self.spare.take()

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV
 from clankie.handover import LISTEN_FDS_ENV, listen_fds_value
+from clankie.secrets import SECRETS_FD_ENV
 from clankie.protocol import Record
 from supervisor.forward import StderrQueue
 from supervisor.output import Capture, Forwarder, RotatingLog
@@ -123,6 +124,7 @@ def spawn(
     on_link: LinkHandler,
     reap: Callable[[], None],
     hello_timeout: float,
+    secrets_fd: int | None = None,
 ) -> Proc:
     """Start one process (see the module docstring); raises ``OSError`` when the exec fails."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -138,6 +140,9 @@ def spawn(
         full_env[SUPERVISOR_FD_ENV] = str(child_end.fileno())
         if handed:
             full_env[LISTEN_FDS_ENV] = listen_fds_value(handed)
+        if secrets_fd is not None:  # the one-shot pipe of its secrets (clankie.secrets), for this spawn only
+            os.set_inheritable(secrets_fd, True)
+            full_env[SECRETS_FD_ENV] = str(secrets_fd)
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_DUP2, out_w, 1),
@@ -155,6 +160,8 @@ def spawn(
         os.close(err_w)
         for fd in handed.values():
             os.close(fd)
+        if secrets_fd is not None:
+            os.set_inheritable(secrets_fd, False)
     loop = asyncio.get_running_loop()
     pidfd: int | None
     try:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from clankie.errors import ConfigError
+from clankie.secrets import VARIABLE
+from supervisor.environment import BRIDGE_PASSTHROUGH, SERVICE_PASSTHROUGH
 from supervisor.lifecycle import Policy
 
 
@@ -34,11 +37,18 @@ class ChildSpec:
     sockets: tuple[str, ...] = ()  # listening sockets (clankie.paths names) the supervisor binds and hands down
     spare: bool = False  # keep a warm spare parked for it (with the hand-over on)
     policy: Policy = field(default_factory=Policy)
+    secrets: tuple[str, ...] = ()  # secret fields handed over on a pipe (clankie.secrets), never in the env
+    passthrough: tuple[str, ...] = ()  # extra variables of the supervisor's env this child gets (environment.py)
 
 
 def module_argv(module: str) -> tuple[str, ...]:
     return (sys.executable, "-m", module)
 
+
+SECRETS_OF = {"service": ("anthropic_api_key",), "bridge": ("discord_token",)}
+"""Which child needs which secret; every other child gets none."""
+
+PASSTHROUGH_OF = {"service": SERVICE_PASSTHROUGH, "bridge": BRIDGE_PASSTHROUGH}
 
 DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
     ("browser", "hosts.browser"),
@@ -84,12 +94,15 @@ def default_specs() -> tuple[list[ChildSpec], list[str]]:
                 proxy=name == "service",
                 sockets=DEFAULT_SOCKETS.get(name, ()),
                 spare=name in DEFAULT_SPARES,
+                secrets=SECRETS_OF.get(name, ()),
+                passthrough=PASSTHROUGH_OF.get(name, ()),
             )
         )
     return specs, missing
 
 
 _POLICY_KEYS = {f.name for f in fields(Policy)}
+_DURATIONS = ("stop_timeout", "start_timeout", "heartbeat_timeout", "heartbeat_seconds")
 
 
 def specs_from_json(data: Any) -> list[ChildSpec]:
@@ -110,6 +123,16 @@ def specs_from_json(data: Any) -> list[ChildSpec]:
         extra = {k: v for k, v in item.items() if k not in ("name", "argv", "policy")}
         if "sockets" in extra:
             extra["sockets"] = tuple(str(name) for name in extra["sockets"])
+        for key in ("secrets", "passthrough"):
+            if key in extra:
+                extra[key] = tuple(str(v) for v in extra[key])
+        bad = [k for k in ("secrets",) if not set(extra.get(k, ())) <= set(VARIABLE)]
+        if bad:
+            raise ConfigError(f"child spec {item['name']!r}: secrets must be among {sorted(VARIABLE)}")
+        for key in _DURATIONS:
+            value = extra.get(key)
+            if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"child spec {item['name']!r}: {key} must be a finite number of seconds above 0")
         out.append(replace(spec, policy=policy, **extra))
     names = [s.name for s in out]
     if len(set(names)) != len(names):

@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import Any
 
 from clankie import ipc
@@ -32,25 +33,38 @@ from clankie import ipc
 from clankie.child import become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
-from clankie.paths import socket_path
+from clankie.paths import child_log_dir, make_private_dirs, socket_path
 from clankie.protocol import AbortReply, AbortRun
-from clankie.settings import Settings, child_environment
+from clankie.settings import Settings
+from supervisor.environment import minimal
 from supervisor.forward import StderrQueue
 from supervisor.lifecycle import State
 from supervisor.lifecycle import Exit
 from supervisor.process import Child, exit_from_waitid
 from supervisor.spawn import Proc
 from supervisor.spec import ChildSpec
-from supervisor.systemd import Notifier, scrub
+from supervisor.systemd import Notifier
 from supervisor.watchdog import Abort, KillService
 
 log = logging.getLogger(__name__)
+
+LOW_SPACE = 64 * 1024
+"""Below this many free bytes on the state filesystem, status says the disk is full."""
 
 STOP_BUDGET = 25.0
 """Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""
 
 SPARE_DELAY = 0.5
 """Seconds after a child is ready before its next spare is spawned (its imports then miss the first turns)."""
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``path``'s filesystem (None if it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 class Tree:
@@ -85,12 +99,11 @@ class Tree:
         self.stderr = stderr if stderr is not None else (StderrQueue(forward_fd) if forward_fd is not None else None)
         self._own_stderr = stderr is None and self.stderr is not None
         self.stop_budget = stop_budget
-        self.log_dir = settings.state_dir / "logs"
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.log_dir = make_private_dirs(child_log_dir(settings.state_dir))
         self.log_max_bytes = log_max_bytes
         self.log_backups = log_backups
-        self.child_env = child_environment(settings, scrub(env))
-        self.child_env.setdefault("CLANKIE_HEARTBEAT_SECONDS", str(settings.heartbeat_seconds))
+        self.full_env = dict(env)  # read only for a spec's passthrough names
+        self.child_env = minimal(env, settings)
         self.started_at = clock.monotonic()
         self.stopping = False
         self.state = "starting"
@@ -331,10 +344,25 @@ class Tree:
             self._status_line = line
             self.notifier.status(line)
 
+    def disk_problem(self) -> str:
+        """One line when the state filesystem is full or a child's log cannot be written, else ""."""
+        failing = [c.name for c in self.children.values() if c.log.problem]
+        why = next((c.log.problem for c in self.children.values() if c.log.problem), "")
+        free = free_bytes(self.settings.state_dir)
+        parts = []
+        if free is not None and free < LOW_SPACE:
+            parts.append(f"state filesystem full ({free} bytes free)")
+        if failing:
+            parts.append(f"logs not written ({why}): {', '.join(failing)}")
+        return "; ".join(parts)
+
     def status_line(self) -> str:
         states = [c.life.state for c in self.children.values()]
         running = sum(1 for s in states if s is State.RUNNING)
         parts = [f"{running}/{len(states)} running"]
+        disk = self.disk_problem()
+        if disk:
+            parts.append(disk)
         now = self.clock.monotonic()
         for child in self.children.values():
             st = child.life.state

@@ -33,6 +33,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from clankie.clock import Clock
 from clankie.errors import RemoteError
+from clankie.paths import make_private_dirs
 from clankie.protocol import Record, ScreenshotRequest, Viewport
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
@@ -98,7 +99,7 @@ class BrowserHost:
     async def start(self) -> None:
         """Empty the private temp dir, open the proxy, and try a first launch (failure is not fatal)."""
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True, mode=0o700)
+        make_private_dirs(self.tmp)
         # The Node driver and Chromium put their profiles under TMPDIR; give them ours.
         os.environ["TMPDIR"] = str(self.tmp)
         tempfile.tempdir = None

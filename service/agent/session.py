@@ -32,7 +32,8 @@ from typing import Any
 from clankie.appender import sync_fd_later
 from clankie.clock import Clock
 from clankie.errors import ClankieError
-from clankie.jsonl import encode_line, write_all
+from clankie.jsonl import append_all, encode_line, write_all
+from clankie.paths import make_private_dirs
 
 from service.agent.content import Message
 from service.agent.transcript import Entry, context_messages
@@ -69,7 +70,7 @@ class SessionTree:
     @classmethod
     def create(cls, directory: Path, clock: Clock) -> SessionTree:
         """Start a new, empty session tree in ``directory``."""
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(directory)
         now = clock.wall()
         session_id = uuid.uuid4().hex
         stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -162,7 +163,7 @@ class SessionTree:
         }
         line = encode_line(entry)
         try:
-            write_all(self._fd, b"\n" + line if self._torn else line)
+            append_all(self._fd, b"\n" + line if self._torn else line)
         except OSError:
             self._torn = True  # the next line starts fresh; this half one is skipped on load
             raise

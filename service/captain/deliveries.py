@@ -33,6 +33,7 @@ from pathlib import Path
 
 from clankie.appender import DiskError
 from clankie.clock import Clock
+from clankie.paths import make_private_dirs
 from clankie.protocol import TurnResult, TurnSubmit
 
 from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog, fields
@@ -144,7 +145,7 @@ class DeliveryStore:
         self._clock = clock
         self.retention = retention
         self._open: dict[str, Retained] = {}
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(directory)
         self.log = DeliveryLog(directory, now=clock.wall(), retention=retention, max_retained=max_retained,
                                segment_bytes=segment_bytes)
 

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from clankie.clock import Clock
-from clankie.paths import ensure_private_dir
+from clankie.paths import make_private_dirs
 from clankie.protocol import HistoryMessage, ImageAttachment
 
 from service.captain.image_size import MAX_SIDE, dimensions, fits_model
@@ -289,7 +289,7 @@ class ImageFetcher:
         return self._session
 
     def _store(self, data: bytes, ext: str) -> Path:
-        ensure_private_dir(self.root)
+        make_private_dirs(self.root)
         path = self.root / f"{hashlib.sha256(data).hexdigest()}.{ext}"
         if path.exists():
             os.utime(path, (self._clock.wall(), self._clock.wall()))  # in use again: keep it another day

@@ -14,7 +14,8 @@ from typing import Any
 
 from clankie.appender import sync_fd_later
 from clankie.clock import Clock
-from clankie.jsonl import encode_line, read_lines, write_all
+from clankie.jsonl import append_all, encode_line, read_lines
+from clankie.paths import make_private_dirs
 from clankie.protocol import Room
 
 from service.captain.keys import target_id
@@ -26,10 +27,10 @@ LANE_ENTRIES_MAX = 40
 
 
 def append_line(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dirs(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        write_all(fd, encode_line(record))
+        append_all(fd, encode_line(record))
         sync_fd_later(fd)
     finally:
         os.close(fd)

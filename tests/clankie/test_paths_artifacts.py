@@ -25,12 +25,68 @@ def test_a_socket_path_over_107_bytes_is_a_clear_startup_error(tmp_path: Path) -
         paths.socket_path(deep, "control")
 
 
-def test_private_dirs_are_0700(tmp_path: Path) -> None:
-    """The runtime dir is made private even if it existed with looser bits."""
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_an_existing_dir_open_to_group_or_other_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A 0755 dir the project did not create is named in the refusal and keeps its mode and contents."""
     d = tmp_path / "run"
-    d.mkdir(mode=0o755)
-    paths.ensure_private_dir(d)
-    assert d.stat().st_mode & 0o777 == 0o700
+    d.mkdir()
+    d.chmod(0o755)
+    (d / "theirs").write_text("keep me")
+    with pytest.raises(ConfigError, match=r"refusing .*/run: mode 0755 gives group/other access"):
+        paths.ensure_private_dir(d)
+    assert _mode(d) == 0o755 and (d / "theirs").read_text() == "keep me"
+
+
+def test_a_dir_owned_by_another_uid_is_refused_and_its_owner_kept(tmp_path: Path) -> None:
+    """Ownership is checked, never changed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a directory owned by another uid")
+    d = tmp_path / "theirs"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)
+    with pytest.raises(ConfigError, match="belongs to uid 65534"):
+        paths.ensure_private_dir(d)
+    assert d.stat().st_uid == 65534 and _mode(d) == 0o700
+
+
+def test_a_file_where_a_dir_should_be_is_refused(tmp_path: Path) -> None:
+    """A plain file at the path (or in the way of its parents) is a configuration error, not a traceback."""
+    f = tmp_path / "state"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match="not a directory"):
+        paths.ensure_private_dir(f)
+    with pytest.raises(ConfigError, match="cannot create or reach"):
+        paths.ensure_private_dir(f / "sub")
+    assert f.read_text() == "x"
+
+
+def test_every_directory_the_project_creates_is_0700_parents_included(tmp_path: Path) -> None:
+    """Missing components are created 0700 whatever the umask, existing ones are left alone."""
+    base = tmp_path / "base"
+    base.mkdir()
+    base.chmod(0o755)
+    old = os.umask(0)
+    try:
+        paths.ensure_private_dir(base / "a" / "b")
+        paths.make_private_dirs(base / "c" / "d" / "e")
+    finally:
+        os.umask(old)
+    for d in (base / "a", base / "a" / "b", base / "c", base / "c" / "d", base / "c" / "d" / "e"):
+        assert _mode(d) == 0o700, d
+    assert _mode(base) == 0o755
+
+
+def test_an_attachment_root_open_to_others_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """write_artifact never chmods the root it was pointed at, and writes nothing under a refused one."""
+    root = tmp_path / "pictures"
+    root.mkdir()
+    root.chmod(0o755)
+    with pytest.raises(ConfigError, match="pictures: mode 0755"):
+        artifacts.write_artifact(root, "browser", b"png", "png")
+    assert _mode(root) == 0o755 and list(root.iterdir()) == []
 
 
 def test_written_artifact_resolves_to_the_same_bytes(tmp_path: Path) -> None:

@@ -101,6 +101,23 @@ def test_comma_lists_are_split_and_trimmed() -> None:
         ("CLANKIE_POISON_RUNS", "0"),
         ("CLANKIE_POISON_RUNS", "three"),
         ("CLANKIE_DELIVERY_MAX_RETAINED", "99"),
+        ("CLANKIE_STALL_SECONDS", "inf"),
+        ("CLANKIE_STALL_SECONDS", "nan"),
+        ("CLANKIE_STALL_TICK_SECONDS", "-inf"),
+        ("CLANKIE_STALL_ABORT_GRACE_SECONDS", "NaN"),
+        ("CLANKIE_HEARTBEAT_SECONDS", "inf"),
+        ("CLANKIE_HEARTBEAT_TIMEOUT_SECONDS", "nan"),
+        ("CLANKIE_HEARTBEAT_TIMEOUT_SECONDS", "1e300"),
+        ("CLANKIE_DISCORD_CATCH_UP_SECONDS", "inf"),
+        ("CLANKIE_CONTROL_IDLE_SECONDS", "inf"),
+        ("CLANKIE_IPC_HELLO_SECONDS", "0"),
+        ("CLANKIE_DISCORD_API_BASE", "not a url"),
+        ("CLANKIE_DISCORD_API_BASE", "ftp://127.0.0.1/api/v10"),
+        ("CLANKIE_DISCORD_API_BASE", "http://127.0.0.1:99999/api/v10"),
+        ("CLANKIE_DISCORD_API_BASE", "http://127.0.0.1:8080"),
+        ("CLANKIE_DISCORD_API_BASE", "http:///api/v10"),
+        ("CLANKIE_DISCORD_API_BASE", "http://127.0.0.1:8080/api/v10?x=1"),
+        ("ANTHROPIC_BASE_URL", "127.0.0.1:8080"),
     ],
 )
 def test_bad_values_are_a_config_error_naming_the_setting(name: str, value: str) -> None:
@@ -108,6 +125,20 @@ def test_bad_values_are_a_config_error_naming_the_setting(name: str, value: str)
     with pytest.raises(ConfigError) as info:
         settings.load({name: value, "HOME": "/h"})
     assert name in str(info.value)
+
+
+def test_a_good_discord_api_base_is_kept_without_a_trailing_slash() -> None:
+    """The documented shape (REST base including /api/v10) loads, normalised."""
+    got = settings.load({"CLANKIE_DISCORD_API_BASE": "http://127.0.0.1:8080/api/v10/", "HOME": "/h"})
+    assert got.discord_api_base == "http://127.0.0.1:8080/api/v10"
+
+
+def test_a_heartbeat_no_faster_than_its_timeout_is_refused_naming_both() -> None:
+    """Children beating slower than the supervisor's timeout would be killed forever: one line names both settings."""
+    with pytest.raises(ConfigError) as info:
+        settings.load({"CLANKIE_HEARTBEAT_SECONDS": "30", "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "20", "HOME": "/h"})
+    text = str(info.value)
+    assert "CLANKIE_HEARTBEAT_SECONDS" in text and "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS" in text and "\n" not in text
 
 
 def test_secrets_come_from_the_credentials_directory(tmp_path: Path) -> None:

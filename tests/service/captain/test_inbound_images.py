@@ -318,7 +318,7 @@ def test_the_owners_image_reaches_the_model(env: dict[str, str]) -> None:
     """A message with a picture starts a run whose model request carries the picture as an image block."""
 
     async def body() -> None:
-        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base + "/api/v10") as app:
             fake.script(fa.text("nice red square"))
             bridge = FakeBridge()
             await bridge.connect(app)
@@ -335,7 +335,7 @@ def test_a_steered_messages_image_reaches_the_merged_run(env: dict[str, str]) ->
     """A picture sent while the room's run is live is steered in with its message and the merged call sees it."""
 
     async def body() -> None:
-        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base + "/api/v10") as app:
             gate = asyncio.Event()
             fake.script(fa.text("hm, first thoughts", stall_after=3, stall_until=gate), fa.text("green, got it"))
             bridge = FakeBridge()
@@ -358,7 +358,7 @@ def test_a_failed_fetch_still_settles_and_says_the_image_could_not_load(env: dic
     """An image that cannot be fetched costs the picture only: the turn settles and the prompt says so."""
 
     async def body() -> None:
-        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base + "/api/v10") as app:
             fake.script(fa.text("I can't see the picture, but sure"))
             bridge = FakeBridge()
             await bridge.connect(app)
@@ -392,7 +392,7 @@ def test_a_catch_up_backlogs_image_reaches_the_model_but_cold_historys_is_not_fe
     while a picture that only appears in the cold lane's history is named but never fetched."""
 
     async def body() -> None:
-        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base + "/api/v10") as app:
             fake.script(fa.text("what a chart"))
             pic = backlog_entry("b1", "", [server.url("b.png")], 1_799_999_900.0)
             old = backlog_entry("h0", "an older picture", [server.url("a.png")], 1_799_999_000.0)
@@ -415,7 +415,7 @@ def test_backlog_images_are_capped_per_turn_and_the_prompt_says_which_were_not_l
     messages'), and the prompt names the ones left out or failed next to their messages."""
 
     async def body() -> None:
-        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base) as app:
+        async with image_server() as server, FakeAnthropic() as fake, service(env, fake, discord_api_base=server.base + "/api/v10") as app:
             fake.script(fa.text("lots of pictures"))
             a = server.url("a.png")
             backlog = [

@@ -1,0 +1,59 @@
+"""What each child's environment holds: an allowlist, never the supervisor's whole environment.
+
+Every child gets the basics (``PATH``, locale, ``HOME``, ``TMPDIR``,
+``PYTHONPATH``…), the ``CLANKIE_*`` settings with the paths made absolute,
+and the variables its spec passes through (the service: ``ANTHROPIC_BASE_URL``
+and the proxy variables; the bridge: the proxy variables). No secret is ever
+in a child's environment (:data:`clankie.secrets.SECRET_VARIABLES`): the
+service and the bridge get theirs on a one-shot pipe (:mod:`clankie.secrets`),
+hosts get none, and so neither do Chromium, Playwright's Node driver or the
+rasterizer they start. Nor do systemd's variables for the supervisor
+(``NOTIFY_SOCKET``, ``WATCHDOG_*``, ``LISTEN_*``, ``JOURNAL_STREAM``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from clankie.secrets import SECRET_VARIABLES
+from clankie.settings import Settings, child_environment
+from supervisor.systemd import NOTIFY_ENV
+
+BASE_VARIABLES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+        "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONFAULTHANDLER",
+        "SSL_CERT_FILE", "SSL_CERT_DIR",
+    }
+)
+BASE_PREFIXES = ("LC_", "CLANKIE_")
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+"""Passed to the two children that talk to the internet (service, bridge); hosts go through the browser policy."""
+
+SERVICE_PASSTHROUGH = ("ANTHROPIC_BASE_URL", *PROXY_VARIABLES)
+BRIDGE_PASSTHROUGH = PROXY_VARIABLES
+
+
+def _never(name: str) -> bool:
+    return name in SECRET_VARIABLES or name in NOTIFY_ENV
+
+
+def minimal(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """The environment every child starts from: the allowlisted variables of ``env`` and the settings' paths."""
+    kept = {
+        k: v for k, v in env.items()
+        if not _never(k) and (k in BASE_VARIABLES or k.startswith(BASE_PREFIXES))
+    }
+    out = child_environment(settings, kept)
+    out.setdefault("CLANKIE_HEARTBEAT_SECONDS", str(settings.heartbeat_seconds))
+    return out
+
+
+def for_child(base: Mapping[str, str], full: Mapping[str, str], passthrough: tuple[str, ...]) -> dict[str, str]:
+    """``base`` (from :func:`minimal`) plus the names in ``passthrough`` taken from the supervisor's ``full`` env."""
+    out = dict(base)
+    for name in passthrough:
+        if name in full and not _never(name):
+            out[name] = full[name]
+    return out
