@@ -12,11 +12,12 @@ plain ``discord.Client`` never asks for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import io
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 import yarl
@@ -176,7 +177,7 @@ class DiscordPort:
                 fail_if_not_exists=False,
             )
         dfiles = [discord.File(io.BytesIO(f.data), filename=f.filename) for f in files]
-        try:
+        with _rest_errors():
             sent = await channel.send(
                 content or None,
                 reference=reference,  # type: ignore[arg-type]
@@ -184,12 +185,6 @@ class DiscordPort:
                 files=dfiles or None,  # type: ignore[arg-type]
                 nonce=nonce,  # type: ignore[arg-type]
             )
-        except discord.RateLimited as exc:
-            raise Transient(429, "rate_limited", exc.retry_after) from None
-        except discord.HTTPException as exc:
-            raise _post_error(exc) from None
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise Transient(0, type(exc).__name__.lower()) from None
         return str(sent.id)
 
     async def react(self, channel_id: str, message_id: str, emoji: str) -> None:
@@ -216,12 +211,8 @@ class DiscordPort:
                     after: int | None = None) -> list[HistoryMessage]:
         client = self._client()
         me = client.user.id if client.user else None
-        try:
+        with _rest_errors():
             raw = await client.http.logs_from(int(channel_id), limit, before=before, after=after)
-        except discord.HTTPException as exc:
-            raise _post_error(exc) from None
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise Transient(0, type(exc).__name__.lower()) from None
         out = []
         for m in reversed(raw):  # Discord answers newest first, before or after alike
             author = m.get("author", {})
@@ -248,7 +239,7 @@ class DiscordPort:
             cid, guild_id=int(room.guild_id) if room.guild_id else None
         )
         out: list[tuple[Inbound, Room, Trigger]] = []
-        try:
+        with _rest_errors():
             async for message in channel.history(limit=limit, after=discord.Object(int(after)), oldest_first=True):  # type: ignore[union-attr]
                 try:
                     inbound, _, trigger = convert(message, self_id, self.system_actors, self.trusted_rooms)
@@ -256,10 +247,6 @@ class DiscordPort:
                     continue
                 # the journaled room is the truth: a REST message may not say which guild it is in
                 out.append((dataclasses.replace(inbound, guild_id=room.guild_id), room, trigger))
-        except discord.HTTPException as exc:
-            raise _post_error(exc) from None
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise Transient(0, type(exc).__name__.lower()) from None
         return out
 
     def active_rooms(self) -> list[tuple[Room, int]]:
@@ -285,16 +272,23 @@ class DiscordPort:
         return self.default_limit
 
 
-async def _rest(call: Awaitable[object]) -> None:
-    """Await one REST call, mapping its failures onto :class:`PostError` as :meth:`DiscordPort.post` does."""
+@contextlib.contextmanager
+def _rest_errors() -> Iterator[None]:
+    """Map a REST call's failures onto :class:`PostError`: 429, 5xx and connection trouble are transient."""
     try:
-        await call
+        yield
     except discord.RateLimited as exc:
         raise Transient(429, "rate_limited", exc.retry_after) from None
     except discord.HTTPException as exc:
         raise _post_error(exc) from None
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise Transient(0, type(exc).__name__.lower()) from None
+
+
+async def _rest(call: Awaitable[object]) -> None:
+    """Await one REST call whose answer does not matter, its failures mapped by :func:`_rest_errors`."""
+    with _rest_errors():
+        await call
 
 
 def _post_error(exc: discord.HTTPException) -> Transient | Rejected:
