@@ -102,14 +102,14 @@ def test_three_kills_lose_nothing_and_charge_only_the_runs_a_message_was_part_of
 
             # kill 3: A is answered first; B's re-submitted run and C's new one are live with everything in them
             answering.add("A")
-            await until(lambda: all(t.outcome_of(d) for d in sent["A"]), 60, "room A's outcomes")
+            await until(lambda: all(t.outcome_of(d) for d in sent["A"]), 120, "room A's outcomes")
             await t.wait_lane(lambda i: i.state == "running" and i.turns == 3, ROOMS["B"])
             sent["C"] = await live_burst(t, "C", 1)
             restarted = await t.kill("service")
 
             answering.update(ROOMS)
             everyone = [d for ids in sent.values() for d in ids]
-            await until(lambda: all(t.outcome_of(d) for d in everyone), 60, "every message's outcome")
+            await until(lambda: all(t.outcome_of(d) for d in everyone), 120, "every message's outcome")
 
             outcomes = {d: [r["outcome"] for r in t.receipts() if r["delivery_id"] == d and r["outcome"] != "accepted"]
                         for d in everyone}
