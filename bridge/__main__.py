@@ -8,9 +8,14 @@ import os
 import signal
 import sys
 
+# Arm the parent-death signal before the heavy imports below: a process (a warm spare above all)
+# still importing when the supervisor dies must die with it, not linger holding a listening socket.
+from clankie.child import arm_parent_death  # noqa: E402  (light: stdlib only)
+
+arm_parent_death(os.environ)
+
 from bridge.app import BridgeApp
 from bridge.doctor import link_handler
-from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import supervisor_link
 from clankie.logs import configure

@@ -25,13 +25,14 @@ from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
 from bridge.journal import Entry, Journal
-from bridge.port import DiscordPort, PostError
+from bridge.port import DiscordPort, PostError, Transient
 from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
 from bridge.typing_loop import typing_loop
 from clankie import ipc
 from clankie.appender import DiskError
+from clankie.backoff import Backoff
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import (
@@ -300,13 +301,29 @@ class Bridge:
             log.error("delivery %s: outcome not journaled (%s); a restart runs it again", held.submit.delivery_id, exc.code)
 
     async def _posted_before(self, held: Held) -> tuple[tuple[str, str], ...]:
-        """Messages this bridge already posted after the trigger (a reply cut short by a crash), oldest first."""
-        try:
-            after = await self.port.history_after(held.room.channel_id, held.trigger_id, 100)
-        except PostError as exc:
-            log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces", held.submit.delivery_id, exc.code)
-            return ()
-        return tuple((m.id, m.text) for m in after if m.is_self)
+        """Messages this bridge already posted after the trigger (a reply cut short by a crash), oldest first.
+
+        A resumed delivery can come back settled before the gateway is up, so
+        a transient failure (not connected yet, 429, 5xx) is retried on the
+        same schedule as a post.
+        """
+        backoff = Backoff(self.retry.base, self.retry.cap, reset_after=float("inf"))
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                after = await self.port.history_after(held.room.channel_id, held.trigger_id, 100)
+            except Transient as exc:
+                if attempt == self.retry.attempts:
+                    log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces",
+                                held.submit.delivery_id, exc.code)
+                    return ()
+                await self.clock.sleep(max(backoff.delay(self.clock.monotonic()), exc.retry_after))
+                continue
+            except PostError as exc:
+                log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces",
+                            held.submit.delivery_id, exc.code)
+                return ()
+            return tuple((m.id, m.text) for m in after if m.is_self)
+        return ()
 
     # ------------------------------------------------------------ typing
 

@@ -230,6 +230,10 @@ class _Accepted(Connection):
         self._server_ref._forget(self)  # its slot is free at once, not when its watcher gets round to it
 
 
+LIVE_SOCKET_CHECKS = 6
+LIVE_SOCKET_PAUSE = 0.5
+
+
 async def bind_listener(path: Path, backlog: int = 128) -> socket.socket:
     """A listening socket at ``path``: 0600 from the first moment, a stale file replaced, a live server refused."""
     await _clear_stale_socket(path)
@@ -255,13 +259,16 @@ async def _clear_stale_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise ConfigError(f"{path} exists and is not a socket; refusing to replace it")
-    try:
-        _reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(os.fspath(path)), 1.0)
-    except (OSError, TimeoutError):
-        log.info("removing stale socket %s", path)
-        path.unlink(missing_ok=True)
-        return
-    writer.close()
+    for attempt in range(LIVE_SOCKET_CHECKS):  # a dying tree's last process may still hold it: give it a moment
+        try:
+            _reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(os.fspath(path)), 1.0)
+        except (OSError, TimeoutError):
+            log.info("removing stale socket %s", path)
+            path.unlink(missing_ok=True)
+            return
+        writer.close()
+        if attempt + 1 < LIVE_SOCKET_CHECKS:
+            await asyncio.sleep(LIVE_SOCKET_PAUSE)
     raise ConfigError(f"another server is already listening on {path}")
 
 
