@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from bridge.chunks import split_reply, with_picture_note
 from bridge.port import DiscordPort, File, PostError, Transient
@@ -24,6 +26,7 @@ from clankie.backoff import Backoff
 from clankie.clock import Clock
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_FILES = 10
 
@@ -81,15 +84,23 @@ async def post_once(
     nonce: str | None = None,
 ) -> str:
     """Post one message, retrying transient failures on ``clock``; raises the last :class:`PostError`."""
+    return await retry_transient(
+        clock, policy, f"post to channel {channel_id}",
+        lambda: port.post(channel_id, content, guild_id=guild_id, reply_to=reply_to, files=files, nonce=nonce),
+    )
+
+
+async def retry_transient(clock: Clock, policy: RetryPolicy, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Run one Discord call, retrying a :class:`Transient` failure on ``policy``'s schedule; raises the last error."""
     backoff = Backoff(policy.base, policy.cap, reset_after=float("inf"))
     for attempt in range(1, policy.attempts + 1):
         try:
-            return await port.post(channel_id, content, guild_id=guild_id, reply_to=reply_to, files=files, nonce=nonce)
+            return await call()
         except Transient as exc:
             if attempt == policy.attempts:
                 raise
             wait = max(backoff.delay(clock.monotonic()), min(exc.retry_after, policy.max_retry_after))
-            log.warning("post to channel %s failed (%s), attempt %d; retrying in %.2fs", channel_id, exc.code, attempt, wait)
+            log.warning("%s failed (%s), attempt %d; retrying in %.2fs", what, exc.code, attempt, wait)
             await clock.sleep(wait)
     raise AssertionError("unreachable")
 

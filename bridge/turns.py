@@ -23,16 +23,15 @@ from typing import Any
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
-from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once
+from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once, retry_transient
 from bridge.journal import Entry, Journal
-from bridge.port import DiscordPort, PostError, Transient
+from bridge.port import DiscordPort, PostError
 from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
 from bridge.typing_loop import typing_loop
 from clankie import ipc
 from clankie.appender import DiskError
-from clankie.backoff import Backoff
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import (
@@ -307,23 +306,16 @@ class Bridge:
         a transient failure (not connected yet, 429, 5xx) is retried on the
         same schedule as a post.
         """
-        backoff = Backoff(self.retry.base, self.retry.cap, reset_after=float("inf"))
-        for attempt in range(1, self.retry.attempts + 1):
-            try:
-                after = await self.port.history_after(held.room.channel_id, held.trigger_id, 100)
-            except Transient as exc:
-                if attempt == self.retry.attempts:
-                    log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces",
-                                held.submit.delivery_id, exc.code)
-                    return ()
-                await self.clock.sleep(max(backoff.delay(self.clock.monotonic()), exc.retry_after))
-                continue
-            except PostError as exc:
-                log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces",
-                            held.submit.delivery_id, exc.code)
-                return ()
-            return tuple((m.id, m.text) for m in after if m.is_self)
-        return ()
+        try:
+            after = await retry_transient(
+                self.clock, self.retry, f"read-back of channel {held.room.channel_id}",
+                lambda: self.port.history_after(held.room.channel_id, held.trigger_id, 100),
+            )
+        except PostError as exc:
+            log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces",
+                        held.submit.delivery_id, exc.code)
+            return ()
+        return tuple((m.id, m.text) for m in after if m.is_self)
 
     # ------------------------------------------------------------ typing
 
