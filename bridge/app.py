@@ -19,7 +19,7 @@ from bridge import recovery
 from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
 from bridge.journal import Journal
-from bridge.receipts import Receipts
+from bridge.receipts import Receipts, audit_rotation
 from bridge.turns import Bridge
 from clankie import paths
 from clankie.backoff import Backoff
@@ -84,7 +84,7 @@ class BridgeApp:
         self._heartbeat_seq = 0
         self.ready = asyncio.Event()
         paths.ensure_private_dir(settings.runtime_dir)
-        self.receipts = Receipts(settings.state_dir, wall=self.clock.wall)
+        self.receipts = Receipts(settings.state_dir, wall=self.clock.wall, rotation=audit_rotation(settings))
         self.journal = Journal(settings.state_dir, retention=settings.bridge_retention_seconds)
         self.limits = limits(settings)
         self.ingress = Ingress(policy(settings))

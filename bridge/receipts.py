@@ -7,7 +7,9 @@ without following symlinks. Each line reaches the kernel in one ``write``
 when it is recorded (a crash of the bridge cannot lose it) and the disk with
 the next group sync (:mod:`clankie.appender`), which runs off the event
 loop: no receipt ever holds up a message. A write the disk refuses is cut
-back, never left torn.
+back, never left torn. The file is rotated by size into numbered segments
+``bridge.jsonl.000001``, … with a total cap (``CLANKIE_AUDIT_ROTATE_BYTES``,
+``CLANKIE_AUDIT_KEEP_BYTES``; :mod:`clankie.rotation`), only between whole lines.
 """
 
 from __future__ import annotations
@@ -20,16 +22,24 @@ from typing import Any
 
 from clankie.appender import Appender, DiskError
 from clankie.paths import ensure_private_dir, receipts_dir
+from clankie.rotation import Rotation
+from clankie.settings import Settings
 
 log = logging.getLogger(__name__)
 
 FILENAME = "bridge.jsonl"
+ROTATION = Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024)
 _CODE = re.compile(r"[^a-z0-9_]+")
 _ID = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
 OUTCOMES = frozenset(
     {"dropped", "buffered", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed", "reply_failed",
      "expired", "recovered", "reacted"}
 )
+
+
+def audit_rotation(settings: Settings) -> Rotation:
+    """The receipts' rotation from ``CLANKIE_AUDIT_ROTATE_BYTES`` and ``CLANKIE_AUDIT_KEEP_BYTES``."""
+    return Rotation(rotate_bytes=settings.audit_rotate_bytes, keep_bytes=settings.audit_keep_bytes)
 
 
 def code(reason: str) -> str:
@@ -41,11 +51,11 @@ def code(reason: str) -> str:
 class Receipts:
     """Append-only receipt file; the only writer of ``<state>/receipts/bridge.jsonl``."""
 
-    def __init__(self, state_dir: Path, *, wall: Any = time.time) -> None:
+    def __init__(self, state_dir: Path, *, wall: Any = time.time, rotation: Rotation = ROTATION) -> None:
         directory = ensure_private_dir(receipts_dir(state_dir))
         self.path = directory / FILENAME
         self._wall = wall
-        self._appender = Appender(self.path)
+        self._appender = Appender(self.path, rotation=rotation)
 
     @property
     def last_error(self) -> str | None:

@@ -13,6 +13,12 @@ never N (group commit), and the event loop never waits on the disk.
 A write that fails part-way (``ENOSPC``, ``EIO``) is cut back to the file's
 previous length, so no torn line is left behind, and raises
 :class:`DiskError`; the next append works again once space returns.
+
+With a :class:`~clankie.rotation.Rotation` the file is rotated by size
+(:mod:`clankie.rotation`): right after the whole line that reached
+``rotate_bytes``, under the lock every append takes. The rotated file's
+descriptor is kept until the next sync round has synced it, so
+:meth:`Appender.durable` still covers the lines written before the rotation.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import contextlib
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +36,7 @@ from typing import Any
 
 from clankie.errors import ClankieError
 from clankie.jsonl import encode_line, write_all
+from clankie.rotation import Rotation, rotate
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +80,13 @@ def _open(path: Path) -> int:
 class Appender:
     """The only writer of one append-only JSONL file."""
 
-    def __init__(self, path: Path, *, sync: Sync = os.fdatasync) -> None:
+    def __init__(self, path: Path, *, sync: Sync = os.fdatasync, rotation: Rotation | None = None) -> None:
         self.path = path
         self._sync = sync
+        self._rotation = rotation
+        self._lock = threading.Lock()  # one line at a time, and rotation only between lines
+        self._retired: list[int] = []  # rotated files' descriptors, closed once a sync round has synced them
+        self.rotations = 0
         self._fd = _open(path)
         self._size = os.fstat(self._fd).st_size
         self._written = 0  # sequence number of the last line handed to the kernel
@@ -114,10 +126,29 @@ class Appender:
         self.last_error = None
 
     def append(self, *records: dict[str, Any]) -> int:
-        """Write ``records`` as whole lines in one write; returns the sequence number to wait on."""
-        self._write(b"".join(encode_line(r) for r in records))
-        self._written += 1
-        return self._written
+        """Write ``records`` as whole lines in one write; returns the sequence number to wait on.
+
+        With a rotation, the file is rotated right after the line that reached its size.
+        """
+        data = b"".join(encode_line(r) for r in records)
+        with self._lock:
+            self._write(data)
+            self._written += 1
+            if self._rotation is not None and self._size >= self._rotation.rotate_bytes:
+                self._rotate(self._rotation)
+            return self._written
+
+    def _rotate(self, rotation: Rotation) -> None:
+        if rotate(self.path, rotation) is None:
+            return  # logged; the file goes on growing and no line is lost
+        try:
+            fresh = _open(self.path)
+        except OSError as exc:  # the next lines go on into the segment the old descriptor now names
+            log.error("cannot start a new %s after rotating: %s", self.path.name, exc.strerror)
+            return
+        self._retired.append(self._fd)
+        self._fd, self._size = fresh, 0
+        self.rotations += 1
 
     async def durable(self, seq: int | None = None) -> None:
         """Wait until line ``seq`` (default: the last one written) is on the disk; raises :class:`DiskError`."""
@@ -146,10 +177,17 @@ class Appender:
         self._round = asyncio.ensure_future(self._sync_round())
         self._round.add_done_callback(_log_failure)
 
+    def _take_fds(self) -> list[int]:
+        """Descriptors for one sync round (closed by it): the rotated files' and a duplicate of the current one."""
+        with self._lock:
+            fds, self._retired = [*self._retired, os.dup(self._fd)], []
+        return fds
+
     async def _sync_round(self) -> None:
         upto = self._written
         try:
-            await asyncio.get_running_loop().run_in_executor(sync_pool(), self._sync, self._fd)
+            fds = self._take_fds()
+            await asyncio.get_running_loop().run_in_executor(sync_pool(), _sync_all, self._sync, fds, self.path.parent)
         except OSError as exc:
             self.failures += 1
             error = DiskError(exc)
@@ -164,7 +202,7 @@ class Appender:
 
     def _sync_now(self) -> None:
         try:
-            self._sync(self._fd)
+            _sync_all(self._sync, self._take_fds(), self.path.parent)
         except OSError as exc:
             self.failures += 1
             self.last_error = DiskError(exc).code
@@ -214,9 +252,31 @@ class Appender:
     def close(self) -> None:
         """Close the file; its last lines reach the disk on the sync threads, not on the caller's."""
         if self._fd >= 0:
+            for fd in self._retired:
+                sync_pool().submit(_sync_and_close, fd)
+            self._retired = []
             sync_fd_later(self._fd)
             os.close(self._fd)
             self._fd = -1
+
+
+def _sync_all(sync: Sync, fds: list[int], directory: Path) -> None:
+    """Sync and close every descriptor (the last is the live file's); with rotated ones, the directory too."""
+    error: OSError | None = None
+    for fd in fds:
+        try:
+            sync(fd)
+        except OSError as exc:
+            error = error or exc
+        finally:
+            os.close(fd)
+    if len(fds) > 1:
+        try:
+            _sync_dir(directory)
+        except OSError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -275,3 +335,39 @@ def _sync_and_close(fd: int) -> None:
         log.error("background sync failed: %s", exc.strerror)
     finally:
         os.close(fd)
+
+
+_pending_paths: set[Path] = set()
+_pending_lock = threading.Lock()
+
+
+def sync_path_later(path: Path) -> None:
+    """fsync the file at ``path`` soon, on the sync threads, holding no descriptor until then.
+
+    For files written by open-write-close (one lane log per room): requests
+    for a path already waiting are merged, and the file is opened only while
+    its sync runs, so a backlog of syncs never holds descriptors open, however
+    many lines or rooms there are. fsync flushes the file whichever descriptor
+    wrote it. A file gone by then (rotated away, removed) needs nothing.
+    """
+    with _pending_lock:
+        if path in _pending_paths:
+            return
+        _pending_paths.add(path)
+    sync_pool().submit(_sync_path, path)
+
+
+def _sync_path(path: Path) -> None:
+    with _pending_lock:
+        _pending_paths.discard(path)  # a line written from now on asks for a sync of its own
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        log.error("background sync of %s failed: %s", path.name, exc.strerror)
+        return
+    _sync_and_close(fd)
+
+
+os.register_at_fork(after_in_child=_pending_paths.clear)

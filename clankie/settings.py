@@ -168,6 +168,15 @@ class Settings(BaseSettings):
     poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison
     delivery_max_retained: int = Field(default=100_000, ge=100)  # delivery records kept; past it the oldest settled go
 
+    # files and their bounds (docs/operations.md, "Files and their bounds")
+    lane_log_rotate_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 40)  # service: lane logs
+    lane_log_keep_bytes: int = Field(default=512 * 1024 * 1024, ge=4096, le=1 << 50)  # all lane logs together
+    audit_rotate_bytes: int = Field(default=16 * 1024 * 1024, ge=4096, le=1 << 40)  # evidence (service), receipts (bridge)
+    audit_keep_bytes: int = Field(default=256 * 1024 * 1024, ge=4096, le=1 << 50)  # each of them
+    delivery_record_retention_seconds: float = Field(default=7 * 3600.0, gt=0, le=MAX_SECONDS)
+    discord_engagement_idle_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
+    discord_engagement_max_rooms: int = Field(default=10_000, ge=1, le=10_000_000)
+
     # hosts
     browser_allow_private: bool = False
     chromium_path: Path | None = None
@@ -241,6 +250,9 @@ class Settings(BaseSettings):
                 f"CLANKIE_HEARTBEAT_SECONDS ({self.heartbeat_seconds:g}) must be below "
                 f"CLANKIE_HEARTBEAT_TIMEOUT_SECONDS ({self.heartbeat_timeout_seconds:g})"
             )
+        for rotate, keep in (("LANE_LOG_ROTATE", "LANE_LOG_KEEP"), ("AUDIT_ROTATE", "AUDIT_KEEP")):
+            if getattr(self, f"{keep.lower()}_bytes") < getattr(self, f"{rotate.lower()}_bytes"):
+                raise ValueError(f"CLANKIE_{keep}_BYTES must be at least CLANKIE_{rotate}_BYTES")
         if self.control_per_pid_connections > self.control_max_connections:
             raise ValueError("CLANKIE_CONTROL_PER_PID_CONNECTIONS must not exceed CLANKIE_CONTROL_MAX_CONNECTIONS")
         return self

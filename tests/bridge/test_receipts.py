@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.receipts import Receipts, code
+from bridge.receipts import Receipts, audit_rotation, code
 from clankie.jsonl import read_lines as read
+from clankie.rotation import Rotation, read_all, segments
+from clankie.settings import load
 
 
 def test_receipt_lines_carry_ids_and_codes_only(state_dir: Path) -> None:
@@ -60,3 +62,18 @@ def test_unknown_outcome_is_a_bug(state_dir: Path) -> None:
         Receipts(state_dir).record("posted_text", delivery_id="1", channel_id="2")
     assert code("") == "unknown"
     assert code("Delivery ID Conflict!") == "delivery_id_conflict"
+
+
+def test_receipts_rotate_by_size_under_a_total_cap_and_lose_no_line_between(state_dir: Path) -> None:
+    """Past CLANKIE_AUDIT_ROTATE_BYTES the file goes to a numbered segment; past the cap the oldest segment goes."""
+    rotation = Rotation(rotate_bytes=4096, keep_bytes=16_384)
+    r = Receipts(state_dir, wall=lambda: 12.0, rotation=rotation)
+    for n in range(1000):
+        r.record("settled", delivery_id=str(n), channel_id="7")
+        total = sum(p.stat().st_size for p in r.path.parent.iterdir())
+        assert total <= rotation.keep_bytes + 200
+    r.close()
+    ids = [int(line["delivery_id"]) for line in read_all(r.path)]
+    assert len(segments(r.path)) >= 2 and ids == list(range(ids[0], 1000))  # the newest, contiguous
+    s = load({"HOME": "/h", "CLANKIE_AUDIT_ROTATE_BYTES": "8192", "CLANKIE_AUDIT_KEEP_BYTES": "65536"})
+    assert audit_rotation(s) == Rotation(rotate_bytes=8192, keep_bytes=65536)
