@@ -39,6 +39,7 @@ from service.captain.deliveries import DeliveryStore
 from service.captain.hosts import HostClient
 from service.captain.keys import CaptainPaths
 from service.captain.records import Evidence
+from service.captain.records import configure as configure_records
 from service.captain.service import TurnService
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class ServiceApp:
         self.browser = HostClient("browser", socket_path(rt, "browser"), self.clock)
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
         paths = CaptainPaths.under(settings.state_dir)
+        configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
         self.store = DeliveryStore(paths.deliveries, self.clock, max_retained=settings.delivery_max_retained)
         self.captain = Captain(

@@ -1,23 +1,33 @@
 """The captain's small append-only files: the lane log and content-free delivery evidence.
 
-Each line is one ``write`` on an ``O_APPEND`` descriptor; its fsync runs on
-the sync threads (:func:`clankie.appender.sync_fd_later`), never on the
-event loop. A crash leaves at most a torn last line, which readers skip.
+Each line is one ``write`` on an ``O_APPEND`` descriptor opened for that line
+and closed at once; its fsync runs on the sync threads
+(:func:`clankie.appender.sync_path_later`), never on the event loop, and no
+descriptor is held while it waits, so open files never grow with turns or
+rooms. A crash leaves at most a torn last line, which readers skip.
+
+Both files rotate by size (:mod:`clankie.rotation`), right after a whole
+line: a lane log at ``CLANKIE_LANE_LOG_ROTATE_BYTES`` with one cap for all
+lane logs together (``CLANKIE_LANE_LOG_KEEP_BYTES``), the evidence at
+``CLANKIE_AUDIT_ROTATE_BYTES`` under ``CLANKIE_AUDIT_KEEP_BYTES``. The
+service sets both from its settings at start (:func:`configure`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import sync_fd_later
+from clankie.appender import sync_dir_later, sync_path_later
 from clankie.clock import Clock
-from clankie.jsonl import append_all, encode_line, read_lines
+from clankie.jsonl import append_all, encode_line
 from clankie.paths import make_private_dirs
 from clankie.protocol import Room
-
+from clankie.rotation import Rotation, read_all, read_tail, rotate
+from clankie.settings import Settings
 from service.captain.keys import target_id
 
 log = logging.getLogger(__name__)
@@ -25,24 +35,50 @@ log = logging.getLogger(__name__)
 LANE_TEXT_MAX = 16_384
 LANE_ENTRIES_MAX = 40
 
+_rotations = {
+    "lane": Rotation(rotate_bytes=1024 * 1024, keep_bytes=512 * 1024 * 1024, shared=True),
+    "audit": Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024),
+}
+_lock = threading.Lock()  # a line and the rotation after it, one at a time
 
-def append_line(path: Path, record: dict[str, Any]) -> None:
+
+def configure(settings: Settings) -> None:
+    """Take the rotation of lane logs and evidence from the service's settings (once, at start)."""
+    _rotations["lane"] = Rotation(settings.lane_log_rotate_bytes, settings.lane_log_keep_bytes, shared=True)
+    _rotations["audit"] = Rotation(settings.audit_rotate_bytes, settings.audit_keep_bytes)
+
+
+def append_line(path: Path, record: dict[str, Any], rotation: Rotation | None = None) -> None:
+    """Append one whole line to ``path``; rotate it right after if it reached ``rotation.rotate_bytes``.
+
+    ``rotation`` defaults to the lane logs'.
+    """
+    rotation = rotation or _rotations["lane"]
     make_private_dirs(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        append_all(fd, encode_line(record))
-        sync_fd_later(fd)
-    finally:
-        os.close(fd)
+    data = encode_line(record)
+    with _lock:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            append_all(fd, data)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        segment = rotate(path, rotation) if size >= rotation.rotate_bytes else None
+    if segment is None:
+        sync_path_later(path)
+        return
+    sync_path_later(segment)
+    sync_dir_later(path.parent)
 
 
 class LaneLog:
     """``heard`` for every turn, ``said`` for every reply, per room."""
 
-    def __init__(self, path: Path, room: Room, clock: Clock) -> None:
+    def __init__(self, path: Path, room: Room, clock: Clock, *, rotation: Rotation | None = None) -> None:
         self.path = path
         self._target = target_id(room)
         self._clock = clock
+        self._rotation = rotation
 
     def heard(self, text: str) -> None:
         self._append("heard", text)
@@ -51,12 +87,11 @@ class LaneLog:
         self._append("said", text)
 
     def recent(self) -> list[dict[str, Any]]:
-        return read_lines(self.path)[-LANE_ENTRIES_MAX:]
+        return read_tail(self.path, LANE_ENTRIES_MAX)
 
     def _append(self, kind: str, text: str) -> None:
-        append_line(
-            self.path, {"at": self._clock.wall(), "kind": kind, "text": text[:LANE_TEXT_MAX], "targetId": self._target}
-        )
+        record = {"at": self._clock.wall(), "kind": kind, "text": text[:LANE_TEXT_MAX], "targetId": self._target}
+        append_line(self.path, record, self._rotation or _rotations["lane"])
 
 
 class Evidence:
@@ -65,9 +100,10 @@ class Evidence:
     Carries ids and codes only, never message or reply text.
     """
 
-    def __init__(self, path: Path, clock: Clock) -> None:
+    def __init__(self, path: Path, clock: Clock, *, rotation: Rotation | None = None) -> None:
         self.path = path
         self._clock = clock
+        self._rotation = rotation
 
     def record(
         self,
@@ -85,9 +121,10 @@ class Evidence:
         optional = {"code": code, "turn_id": turn_id, "cause": cause, "crashed_runs": crashed_runs}
         entry.update((key, value) for key, value in optional.items() if value is not None)
         try:
-            append_line(self.path, entry)
+            append_line(self.path, entry, self._rotation or _rotations["audit"])
         except OSError as exc:
             log.error("could not write evidence for delivery %s: %s", delivery_id, exc.strerror)
 
     def of(self, delivery_id: str) -> list[str]:
-        return [e["event"] for e in read_lines(self.path) if e.get("delivery_id") == delivery_id]
+        """The events of one delivery, from every segment still kept (a test's and a tool's read, not the service's)."""
+        return [e["event"] for e in read_all(self.path) if e.get("delivery_id") == delivery_id]
