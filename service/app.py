@@ -88,7 +88,8 @@ class ServiceApp:
         paths = CaptainPaths.under(settings.state_dir)
         configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
-        self.store = DeliveryStore(paths.deliveries, self.clock, max_retained=settings.delivery_max_retained)
+        self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
+                                   max_retained=settings.delivery_max_retained)
         self.captain = Captain(
             CaptainDeps(
                 settings=settings,

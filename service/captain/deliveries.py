@@ -2,9 +2,11 @@
 
 The same delivery id with the same body gets the same result: while the turn
 runs (a reconnected bridge attaches to it), after it ended, and after a
-service restart (results are kept on disk for seven hours, at most
-``CLANKIE_DELIVERY_MAX_RETAINED`` of them). The same id with a different body
-is a conflict.
+service restart (results are kept on disk
+``CLANKIE_DELIVERY_RECORD_RETENTION_SECONDS``, seven hours by default, pruned
+by age as the service goes, at most ``CLANKIE_DELIVERY_MAX_RETAINED`` of
+them; a delivery not yet finished is never pruned by age). The same id with a
+different body is a conflict.
 
 A delivery accepted but never finished (the service died) is run again when
 it is re-submitted. A crash counts against it only if it was **part of the
@@ -35,7 +37,6 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.paths import make_private_dirs
 from clankie.protocol import TurnResult, TurnSubmit
-
 from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog, fields
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,8 @@ class DeliveryStore:
     :meth:`accept` and :meth:`settle` and changes nothing; :meth:`join` and
     :meth:`release` log it.
 
-    Records are retained ``retention`` seconds after acceptance and at most
+    Settled records are retained ``retention`` seconds after acceptance
+    (expired on every accept and settle; unsettled ones at any age) and at most
     ``max_retained`` of them (past that the oldest settled ones are forgotten
     first: re-submitted, such a delivery runs again as new). Keeps the records
     of the deliveries this process accepted and has not finished, so
@@ -156,8 +158,8 @@ class DeliveryStore:
         ``run``) read as never having joined a run.
         """
         entry = self.log.get(delivery_id)
-        if entry is None or self._clock.wall() - entry.accepted_at > self.retention:
-            return None
+        if entry is None or (entry.settled and self._clock.wall() - entry.accepted_at > self.retention):
+            return None  # an unfinished delivery's record is kept at any age (nothing lost)
         result = None
         if entry.settled:
             try:
@@ -219,6 +221,7 @@ class DeliveryStore:
         if rec is None:
             raise KeyError(f"delivery {delivery_id} was not accepted here")
         self._write(replace(rec, result=result, run=None))
+        self.log.expire(self._clock.wall())
 
     def prune(self) -> int:
         """Forget records older than the retention, and tidy the directory once; returns how many records went.

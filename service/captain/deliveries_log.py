@@ -13,9 +13,13 @@ that is read back with ``pread`` when a re-submission asks for it. The index
 is in ``accepted_at`` order, so expiry pops from the front. A segment rotates
 at ``segment_bytes`` and is unlinked as soon as no indexed delivery's latest
 line is in it, so the directory holds at most what the last retention window
-wrote, plus one segment. Past ``max_retained`` records the oldest settled ones
-are forgotten first (then the oldest unsettled ones no turn of this process is
-running): a re-submission of a forgotten delivery runs it again, as new.
+wrote, plus one segment. Expiry by age (:meth:`DeliveryLog.expire`, on every
+accept and settle, with ``now`` passed in) forgets only *settled* records: a
+delivery not yet finished keeps its record however old, so its crashed runs
+are still counted when it is re-submitted. Past ``max_retained`` records the
+oldest settled ones are forgotten first (then the oldest unsettled ones no
+turn of this process is running): a re-submission of a forgotten delivery
+runs it again, as new.
 
 Start-up reads the segments in order: a torn last line (a crash mid-write) is
 skipped, a garbled line is logged and skipped. Records of the old
@@ -165,7 +169,7 @@ class DeliveryLog:
                 continue
             self._found.append(path)
             self._read_segment(path, raw, entries)
-        live = sorted((item for item in entries.items() if now - item[1].accepted_at <= self.retention),
+        live = sorted((item for item in entries.items() if self._kept(item[1], now)),
                       key=lambda item: item[1].accepted_at)
         self.expired_at_start = len(entries) - len(live)
         for did, entry in live:
@@ -242,7 +246,7 @@ class DeliveryLog:
             if old.accepted_at != entry.accepted_at:  # accepted again: now the newest
                 self._index.move_to_end(delivery_id)
             self._let_go(old.file)
-        elif now - entry.accepted_at <= self.retention:
+        elif self._kept(entry, now):
             self._index[delivery_id] = entry
         else:  # a turn that outlived the retention: its line is dead already
             return
@@ -302,16 +306,25 @@ class DeliveryLog:
 
     # ------------------------------------------------------------ bounds
 
+    def _kept(self, entry: Entry, now: float) -> bool:
+        """Age keeps a record within the retention; a delivery not yet finished is kept at any age."""
+        return not entry.settled or now - entry.accepted_at <= self.retention
+
     def expire(self, now: float) -> int:
-        """Forget the records older than the retention (they are at the front); returns how many went."""
-        gone = 0
-        while self._index:
-            did, entry = next(iter(self._index.items()))
+        """Forget the settled records older than the retention (they are at the front); returns how many went.
+
+        An unsettled one among them is stepped over and kept: its delivery is
+        not finished (only ``max_retained`` bounds those).
+        """
+        victims: list[str] = []
+        for did, entry in self._index.items():
             if now - entry.accepted_at <= self.retention:
                 break
+            if entry.settled:
+                victims.append(did)
+        for did in victims:
             self._forget(did)
-            gone += 1
-        return gone
+        return len(victims)
 
     def bound(self, keep: Container[str]) -> int:
         """Forget records past ``max_retained``: the oldest settled first, then unsettled ones not in ``keep``."""

@@ -39,6 +39,7 @@ _rotations = {
     "lane": Rotation(rotate_bytes=1024 * 1024, keep_bytes=512 * 1024 * 1024, shared=True),
     "audit": Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024),
 }
+read_lines = read_all  # a rotated file read whole: its kept segments, oldest first, then the live file
 _lock = threading.Lock()  # a line and the rotation after it, one at a time
 
 

@@ -186,14 +186,22 @@ def test_a_malformed_run_field_is_an_unreadable_record(store: DeliveryStore, clo
     assert restart(store, clock).load("d2") is None
 
 
-def test_records_expire_after_the_retention(store: DeliveryStore, clock: FakeClock) -> None:
-    """Seven hours after acceptance a record is gone, crashed runs and all, and prune forgets it."""
+def test_settled_records_expire_after_the_retention_and_an_unfinished_one_is_kept(
+    store: DeliveryStore, clock: FakeClock
+) -> None:
+    """Seven hours after acceptance a settled record is gone; one whose delivery never finished stays, crashed runs and all."""
     store.accept("d1", FP)
     store.join("r1", ["d1"])
+    store.accept("d2", FP)
+    store.settle("d2", SETTLED)
     clock.advance(RETENTION_SECONDS + 1)
-    assert store.load("d1") is None
-    assert store.prune() == 1 and store.log.get("d1") is None
-    assert restart(store, clock).load("d1") is None and restart(store, clock).prune() == 1  # what a restart sees
+    assert store.load("d2") is None
+    assert store.prune() == 1 and store.log.get("d2") is None
+    assert store.load("d1") == Retained("d1", FP, clock.wall() - RETENTION_SECONDS - 1, None, "r1", ())
+    again = restart(store, clock)  # what a restart sees: the unfinished one, its crashed run counted
+    assert again.load("d2") is None and again.prune() == 1  # it read the settled one, and counts it gone
+    loaded = again.load("d1")
+    assert loaded is not None and loaded.crashed_so_far == ("r1",)
 
 
 def test_a_join_that_cannot_be_written_is_logged_not_raised(

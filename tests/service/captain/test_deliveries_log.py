@@ -228,6 +228,7 @@ def test_a_delivery_accepted_again_is_the_newest_for_expiry(directory: Path, clo
     first.accept("d1", FP)
     clock.advance(60)
     first.accept("d2", FP)
+    first.settle("d2", SETTLED)  # finished: age may take it (an unfinished one it never does)
     clock.advance(60)
     second = store_on(directory, clock)
     second.accept("d1", FP)  # re-submitted to the restarted service
@@ -299,7 +300,7 @@ def test_old_format_records_are_read_once_then_moved_into_the_log(directory: Pat
     old("d1", run=None, crashed_runs=["r0"], result=SETTLED.to_wire())
     old("d2", run="r1", crashed_runs=[], result=None)
     old("d3", attempts=2, result=None)
-    old("d4", accepted_at=clock.wall() - RETENTION_SECONDS - 1, run=None, result=None)  # expired
+    old("d4", accepted_at=clock.wall() - RETENTION_SECONDS - 1, run=None, result=SETTLED.to_wire())  # expired
     (directory / legacy_name("d5")).write_text("{not json")
     (directory / (legacy_name("d6")[:-5] + ".tmp")).write_text("{}")  # a half-done replacement
     expected = {
