@@ -30,22 +30,27 @@ turn for its tail (ADR 0118). A
 messages without an answer the room drifts and unaddressed chatter is
 buffered instead of read live. The catch-up timer turns each room's backlog
 into one turn (newest message as trigger, the rest as context).
+
+The engaged rooms are held by :class:`bridge.engagement.Rooms`, for any
+number of rooms, bounded by age and count (settings, never a silent cap).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 import re
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
+
+__all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission is where they are used
 
 DEFAULT_RETENTION_S = 7 * 3600.0
 DEFAULT_MAX_RETAINED = 50_000
 BACKLOG_CAP = 20
-MAX_TRACKED_ROOMS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class Policy:
     names: tuple[str, ...] = ("clankie",)
     retention_s: float = DEFAULT_RETENTION_S
     max_retained: int = DEFAULT_MAX_RETAINED
+    engagement_idle_s: float = DEFAULT_IDLE_S
+    engagement_max_rooms: int = DEFAULT_MAX_ROOMS
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +100,9 @@ class Inbound:
     @classmethod
     def from_wire(cls, data: dict[str, object]) -> Inbound:
         fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        fields["attachment_ids"] = tuple(str(a) for a in fields.get("attachment_ids", ()))  # type: ignore[union-attr]
-        return cls(**fields)  # type: ignore[arg-type]
+        ids = fields.get("attachment_ids", ())
+        fields["attachment_ids"] = tuple(str(a) for a in ids) if isinstance(ids, (list, tuple)) else ()
+        return cls(**fields)  # type: ignore[arg-type]  # wire values: the journal wrote them from an Inbound
 
 
 # ------------------------------------------------------------------ decisions
@@ -135,50 +143,6 @@ Decision = Drop | Duplicate | Buffered | Run
 # ------------------------------------------------------------------ engagement
 
 
-class Engagement(enum.Enum):
-    UNTRACKED = "untracked"  # never answered here
-    ENGAGED = "engaged"  # answered recently: read everything live
-    DRIFTED = "drifted"  # `window` messages without an answer: buffer chatter
-
-
-class RoomEvent(enum.Enum):
-    HEARD = "heard"  # an admitted message was read live
-    ANSWERED = "answered"  # settled or absorbed
-    DECLINED = "declined"  # silent or failed
-
-
-@dataclass(slots=True)
-class _Room:
-    since_reply: int = 0
-    tracked: bool = False
-    backlog: list[Inbound] = field(default_factory=list)
-
-    def state(self, window: int) -> Engagement:
-        if not self.tracked:
-            return Engagement.UNTRACKED
-        return Engagement.ENGAGED if self.since_reply < window else Engagement.DRIFTED
-
-
-# Where each event may lead from each state (the counter decides ENGAGED vs DRIFTED).
-TRANSITIONS: dict[Engagement, dict[RoomEvent, frozenset[Engagement]]] = {
-    Engagement.UNTRACKED: {
-        RoomEvent.HEARD: frozenset({Engagement.UNTRACKED}),
-        RoomEvent.ANSWERED: frozenset({Engagement.ENGAGED}),
-        RoomEvent.DECLINED: frozenset({Engagement.UNTRACKED}),
-    },
-    Engagement.ENGAGED: {
-        RoomEvent.HEARD: frozenset({Engagement.ENGAGED, Engagement.DRIFTED}),
-        RoomEvent.ANSWERED: frozenset({Engagement.ENGAGED}),
-        RoomEvent.DECLINED: frozenset({Engagement.ENGAGED, Engagement.DRIFTED}),
-    },
-    Engagement.DRIFTED: {
-        RoomEvent.HEARD: frozenset({Engagement.DRIFTED}),
-        RoomEvent.ANSWERED: frozenset({Engagement.ENGAGED}),
-        RoomEvent.DECLINED: frozenset({Engagement.DRIFTED}),
-    },
-}
-
-
 @dataclass(slots=True)
 class _Retained:
     fingerprint: str
@@ -198,7 +162,7 @@ class Ingress:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._names = name_pattern(policy.names)
-        self._rooms: OrderedDict[str, _Room] = OrderedDict()
+        self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
         self._retained: OrderedDict[str, _Retained] = OrderedDict()
 
     # -------------------------------------------------------------- queries
@@ -209,12 +173,22 @@ class Ingress:
         return bool(self._names and self._names.search(msg.text.lower()))
 
     def engagement(self, channel_id: str) -> Engagement:
-        room = self._rooms.get(channel_id)
+        room = self._rooms.peek(channel_id)
         return room.state(self.policy.window) if room else Engagement.UNTRACKED
 
     def backlog(self, channel_id: str) -> int:
-        room = self._rooms.get(channel_id)
+        room = self._rooms.peek(channel_id)
         return len(room.backlog) if room else 0
+
+    @property
+    def engaged_rooms(self) -> int:
+        """Rooms whose engagement is held (bounded by ``engagement_max_rooms`` and ``engagement_idle_s``)."""
+        return len(self._rooms)
+
+    @property
+    def engagement_evicted(self) -> int:
+        """Rooms forgotten at either bound since start."""
+        return self._rooms.evicted
 
     @property
     def retained(self) -> int:
@@ -247,6 +221,7 @@ class Ingress:
                 return Drop("guild_not_allowlisted")
             if p.channel_ids and msg.channel_id not in p.channel_ids:
                 return Drop("channel_not_allowlisted")
+        self._rooms.expire(now)  # an idle room's engagement is gone before it is looked at
         addressed = self.addressed(msg)
         live_policy = p.reply_policy == "all" or msg.guild_id is None
         if not live_policy and not addressed and not self._tracked(msg.channel_id):
@@ -262,7 +237,7 @@ class Ingress:
         if len(self._retained) >= p.max_retained:
             return Drop("delivery_backpressure")
         self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
-        room = self._rooms.get(msg.channel_id)
+        room = self._rooms.touch(msg.channel_id, now)
         if live_run:
             return Run(msg, unprompted=not addressed)
         if not live_policy and not addressed and room is not None and room.since_reply >= p.window:
@@ -283,10 +258,10 @@ class Ingress:
         return None if author_id in p.dm_user_ids else "dm_not_allowlisted"
 
     def _tracked(self, channel_id: str) -> bool:
-        room = self._rooms.get(channel_id)
+        room = self._rooms.peek(channel_id)
         return room is not None and room.tracked
 
-    def _hear(self, room: _Room) -> None:
+    def _hear(self, room: Room[Inbound]) -> None:
         if room.tracked:
             room.since_reply += 1
 
@@ -299,16 +274,14 @@ class Ingress:
 
     # -------------------------------------------------------------- results
 
-    def settle(self, channel_id: str, outcome: str) -> Engagement:
-        """Record a turn's outcome for its room; returns the room's new engagement."""
+    def settle(self, channel_id: str, outcome: str, now: float) -> Engagement:
+        """Record a turn's outcome for its room at ``now``; returns the room's new engagement."""
+        self._rooms.expire(now)
         before = self.engagement(channel_id)
         event = RoomEvent.ANSWERED if outcome in ("settled", "absorbed") else RoomEvent.DECLINED
+        room = self._rooms.touch(channel_id, now, create=event is RoomEvent.ANSWERED)
         if event is RoomEvent.ANSWERED:
-            room = self._rooms.get(channel_id)
-            if room is None:
-                room = self._rooms[channel_id] = _Room()
-                while len(self._rooms) > MAX_TRACKED_ROOMS:
-                    self._rooms.popitem(last=False)
+            assert room is not None
             room.tracked = True
             room.since_reply = 0
             room.backlog.clear()
@@ -324,13 +297,10 @@ class Ingress:
         """Restore one retained delivery after a restart (call in order of admission)."""
         self._retained[delivery_id] = _Retained(fingerprint, expires)
 
-    def restore_buffered(self, msg: Inbound) -> None:
+    def restore_buffered(self, msg: Inbound, now: float) -> None:
         """Put a journaled, still-unanswered buffered message back into its drifted room's backlog."""
-        room = self._rooms.get(msg.channel_id)
-        if room is None:
-            room = self._rooms[msg.channel_id] = _Room()
-            while len(self._rooms) > MAX_TRACKED_ROOMS:
-                self._rooms.popitem(last=False)
+        room = self._rooms.touch(msg.channel_id, now, create=True)
+        assert room is not None
         room.tracked = True
         room.since_reply = max(room.since_reply, self.policy.window)
         room.backlog.append(msg)
@@ -350,7 +320,7 @@ class Ingress:
     def catch_up(self) -> list[Run]:
         """One turn per room with a backlog: newest as trigger, the rest as context; backlogs cleared."""
         runs: list[Run] = []
-        for room in self._rooms.values():
+        for room in self._rooms:
             if not room.backlog:
                 continue
             *context, trigger = room.backlog

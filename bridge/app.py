@@ -53,6 +53,8 @@ def policy(settings: Settings) -> Policy:
         window=settings.discord_engagement_declines,
         names=(settings.character_id,),
         retention_s=settings.bridge_retention_seconds,
+        engagement_idle_s=settings.discord_engagement_idle_seconds,
+        engagement_max_rooms=settings.discord_engagement_max_rooms,
     )
 
 
@@ -141,6 +143,8 @@ class BridgeApp:
             "expired": c.expired,
             "journal_open": sum(1 for e in self.journal.state.entries.values() if e.open),
             "missed_fetched": self.recovered.fetched,
+            "engaged_rooms": self.ingress.engaged_rooms,
+            "engagement_evicted": self.ingress.engagement_evicted,
         }
         disk = self.journal.last_error or self.receipts.last_error
         if disk is not None:

@@ -96,7 +96,7 @@ def expire(bridge: Bridge, entry: Entry, now: float) -> None:
 def restore_buffered(bridge: Bridge, entry: Entry) -> None:
     """Put a journaled buffered message back where the catch-up timer will find it."""
     assert entry.buffered is not None
-    bridge.ingress.restore_buffered(Inbound.from_wire(entry.buffered["inbound"]))
+    bridge.ingress.restore_buffered(Inbound.from_wire(entry.buffered["inbound"]), bridge.clock.wall())
     bridge.keep_trigger(entry.delivery_id, entry.room, Trigger.model_validate(entry.buffered["trigger"]))
 
 

@@ -258,7 +258,7 @@ class Bridge:
             result = await submit
         finally:
             submit.cancel()
-        self.ingress.settle(room.channel_id, result.outcome)
+        self.ingress.settle(room.channel_id, result.outcome, self.clock.wall())
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
         if result.outcome == "settled":

@@ -115,10 +115,10 @@ def test_absorbed_keeps_him_in_the_room() -> None:
     """Scenario 2: after a settled turn and two absorbed ones, unaddressed chatter is still read live."""
     ing = addressed()
     assert isinstance(ing.admit(msg("1", text="clankie?"), 0), Run)
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     for mid in ("2", "3"):
         assert isinstance(ing.admit(msg(mid, text="more"), 0), Run)
-        ing.settle(C, "absorbed")
+        ing.settle(C, "absorbed", 0)
     assert ing.engagement(C) is Engagement.ENGAGED
     assert isinstance(ing.admit(msg("4", text="and another thing"), 0), Run)
 
@@ -127,10 +127,10 @@ def test_silence_ages_the_room_out() -> None:
     """Scenario 3: two declines after a reply and the next unaddressed message is buffered, not read."""
     ing = addressed()
     ing.admit(msg("1", text="clankie?"), 0)
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     for mid in ("2", "3"):
         assert isinstance(ing.admit(msg(mid, text="chatter"), 0), Run)
-        ing.settle(C, "silent")
+        ing.settle(C, "silent", 0)
     assert ing.engagement(C) is Engagement.DRIFTED
     assert ing.admit(msg("4", text="more chatter"), 0) == Buffered(1)
     # a direct address in a drifted room is still answered live
@@ -141,17 +141,17 @@ def test_a_message_during_a_live_run_is_steered_whatever_the_count() -> None:
     """Issue 16: with the room at the edge of drifting, a burst's tail during a live run is a Run and does not count."""
     ing = addressed(window=3)
     ing.admit(msg("1", text="clankie?"), 0)
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     for mid in ("2", "3"):
         ing.admit(msg(mid, text="chatter"), 0)
-        ing.settle(C, "silent")
+        ing.settle(C, "silent", 0)
     assert isinstance(ing.admit(msg("4", text="the burst begins"), 0), Run)  # third heard: the room is now at the edge
     assert ing.engagement(C) is Engagement.DRIFTED
     tail = ing.admit(msg("5", text="and its tail"), 0, live_run=True)
     assert isinstance(tail, Run) and tail.unprompted
     assert ing.backlog(C) == 0
-    ing.settle(C, "settled")  # the owner answers; the steered one is absorbed
-    ing.settle(C, "absorbed")
+    ing.settle(C, "settled", 0)  # the owner answers; the steered one is absorbed
+    ing.settle(C, "absorbed", 0)
     assert ing.engagement(C) is Engagement.ENGAGED and ing.catch_up() == []
 
 
@@ -160,13 +160,13 @@ def test_engagement_follows_replies_per_room() -> None:
     ing = addressed()
     assert ing.engagement(C) is Engagement.UNTRACKED
     ing.admit(msg("1", text="clankie hi"), 0)
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     assert ing.engagement(C) is Engagement.ENGAGED
     assert ing.engagement(C2) is Engagement.UNTRACKED
     ing.admit(msg("2", text="x"), 0)
-    ing.settle(C, "failed")
+    ing.settle(C, "failed", 0)
     ing.admit(msg("3", text="y"), 0)
-    ing.settle(C, "silent")
+    ing.settle(C, "silent", 0)
     assert ing.engagement(C) is Engagement.DRIFTED
 
 
@@ -174,9 +174,9 @@ def test_catch_up_answers_a_backlog_in_one_turn() -> None:
     """Scenario 43: three buffered messages become one catch-up turn on the newest, the rest as context."""
     ing = addressed(window=1)
     ing.admit(msg("1", text="clankie hi"), 0)
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     ing.admit(msg("2", text="x"), 0)
-    ing.settle(C, "silent")
+    ing.settle(C, "silent", 0)
     for mid in ("3", "4", "5"):
         assert isinstance(ing.admit(msg(mid, text="chat"), 0), Buffered)
     [run] = ing.catch_up()
@@ -184,7 +184,7 @@ def test_catch_up_answers_a_backlog_in_one_turn() -> None:
     assert run.delivery_id == "5"
     assert [m.message_id for m in run.context] == ["3", "4"]
     assert ing.catch_up() == []  # backlog cleared even before the turn answers
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     assert ing.engagement(C) is Engagement.ENGAGED
 
 
@@ -192,7 +192,7 @@ def test_backlog_is_bounded() -> None:
     """A drifted room keeps only its newest twenty buffered messages."""
     ing = addressed(window=1)
     ing.admit(msg("0", text="clankie"), 0)
-    ing.settle(C, "settled")
+    ing.settle(C, "settled", 0)
     ing.admit(msg("x", text="x"), 0)
     for i in range(30):
         ing.admit(msg(f"b{i}", text="chat"), 0)
