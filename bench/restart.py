@@ -23,6 +23,7 @@ Last line: ``bench restart: p50_ms=… p99_ms=… supervisord_p50_ms=… speedup
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -100,6 +101,11 @@ def thread_stats(pid: int) -> tuple[int, float, int]:
     cpu = (int(fields[11]) + int(fields[12])) / tick
     rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
     return switches, cpu, rss
+
+
+def all_started(sup: Ours | Supervisord) -> bool:
+    """Every one of the four children has written its start line."""
+    return all(starts(sup.starts_file(i)) for i in range(4))
 
 
 class Ours:
@@ -211,7 +217,7 @@ def main() -> int:
         ours = Ours(root / "ours", child)
         sd = Supervisord(root / "sd", child, exe)
         for sup in (ours, sd):
-            if not wait_until(lambda s=sup: all(starts(s.starts_file(i)) for i in range(4)), 15):
+            if not wait_until(functools.partial(all_started, sup), 15):
                 raise SystemExit(f"{sup.name}: children did not start")
         time.sleep(1.0)
         before = {s.name: (thread_stats(s.proc.pid), time.monotonic()) for s in (ours, sd)}
@@ -219,9 +225,9 @@ def main() -> int:
         idle = {}
         for s in (ours, sd):
             (sw0, cpu0, _), t0 = before[s.name]
-            sw1, cpu1, rss = thread_stats(s.proc.pid)
+            sw1, cpu1, rss_bytes = thread_stats(s.proc.pid)
             span = time.monotonic() - t0
-            idle[s.name] = ((sw1 - sw0) / span, 100 * (cpu1 - cpu0) / span, rss / 1048576)
+            idle[s.name] = ((sw1 - sw0) / span, 100 * (cpu1 - cpu0) / span, rss_bytes / 1048576)
         for name, (wk, cpu, rss) in idle.items():
             print(f"idle {name:<11} wakeups/s={wk:.2f} cpu%={cpu:.3f} rss_mib={rss:.1f} ({args.idle_seconds:g}s, 4 idle children)")
         print(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 import hashlib
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,9 +15,9 @@ from bridge import delivery
 from bridge.chunks import PICTURE_NOTE
 from bridge.delivery import nonce_for
 from clankie import ipc
-from clankie.artifacts import Resolved, write_artifact
+from clankie.artifacts import Resolved, resolve_artifact, write_artifact
 from clankie.protocol import TurnResult, TurnSubmit
-from tests.bridge.harness import CHAN, CHAN2, GUILD, PERSON, running
+from tests.bridge.harness import CHAN, CHAN2, GUILD, PERSON, Harness, running
 
 MSGS = "POST /channels/{id}/messages"
 
@@ -79,6 +79,7 @@ def test_long_reply_arrives_whole_in_discord_sized_messages(env: dict[str, str])
 
 def test_burst_of_three_gets_one_reply_threaded_to_the_first(env: dict[str, str]) -> None:
     """Three quick messages: the run owner's reply answers all three; the absorbed two post nothing."""
+    h: Harness  # bound by main(); the script it runs reads it
     first_id: list[str] = []
     all_in = asyncio.Event()
 
@@ -100,7 +101,6 @@ def test_burst_of_three_gets_one_reply_threaded_to_the_first(env: dict[str, str]
             [post] = h.fake.posts
             assert str(post.message_reference["message_id"]) == ids[0]  # type: ignore[index]
 
-    h = None  # type: ignore[assignment]
     asyncio.run(main())
 
 
@@ -240,7 +240,7 @@ def test_a_slow_picture_read_does_not_hold_up_other_rooms(env: dict[str, str], m
     root = Path(env["CLANKIE_STATE"]) / "attachments"
     ref = write_artifact(root, "browser", b"picture", "png")
     reading, release = threading.Event(), threading.Event()
-    real = delivery.resolve_artifact
+    real = resolve_artifact
 
     def slow_resolve(root: Path, ref: str, max_bytes: int) -> Resolved:
         reading.set()

@@ -60,7 +60,7 @@ def test_records_are_frozen() -> None:
     """Records cannot be changed after validation."""
     hello = protocol.Hello(role="bridge", pid=1, protocol=1)
     with pytest.raises(Exception):
-        hello.role = "x"  # type: ignore[misc]
+        hello.role = "x"
 
 
 def test_every_method_names_records() -> None:

@@ -21,7 +21,8 @@ import pytest
 
 from clankie.jsonl import read_lines
 from clankie.testing.fake_discord import Post
-from tests.integration.tree import PERSON, Tree, real_tree, until
+from tests.integration.tree import PERSON, Tree, real_tree
+from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

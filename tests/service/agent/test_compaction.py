@@ -8,14 +8,12 @@ from typing import Any
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.agent import AgentConfig
 from service.agent.compaction import SUMMARY_SYSTEM, context_tokens, plan
 from service.agent.events import CompactionEnd, CompactionStart, TextDelta
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.transcript import SUMMARY_PREFIX, repair
-
 from tests.service.agent.helpers import arun, harness, user_texts
 
 BIG = "x" * 1600  # about 400 tokens

@@ -7,9 +7,7 @@ from typing import Any
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.events import StreamProgress, TextDelta
-
 from tests.service.agent.helpers import arun, harness
 
 
