@@ -64,12 +64,11 @@ import psutil
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.restart import ensure_supervisord, pct  # noqa: E402  (the same supervisord the restart bench uses)
-
-from clankie import ipc  # noqa: E402
-from clankie.protocol import Empty, StatusReply  # noqa: E402
-from clankie.testing import fake_anthropic as fa  # noqa: E402
-from clankie.testing.fake_discord import FakeDiscord, Post  # noqa: E402
+from bench.restart import ensure_supervisord, pct
+from clankie import ipc
+from clankie.protocol import Empty, StatusReply
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_discord import FakeDiscord, Post
 
 REPO = Path(__file__).resolve().parents[1]
 GUILD, CHAN = "100", "101"

@@ -47,7 +47,7 @@ def test_reply_is_threaded_and_pings_nobody(env: dict[str, str]) -> None:
             assert sub.delivery_id == m["id"] and sub.room.guild_id == GUILD and sub.room.channel_id == CHAN
             assert sub.trigger.text == "what's up @everyone" and sub.trigger.unprompted is True
             assert h.outcomes(m["id"]) == ["accepted", "settled"]
-            settled = [r for r in h.receipts() if r["outcome"] == "settled"][0]
+            settled = next(r for r in h.receipts() if r["outcome"] == "settled")
             assert settled["message_ids"] == [post.id] and settled["turn_id"] == "turn-1-" + m["id"]
             raw = (h.state_dir / "receipts" / "bridge.jsonl").read_text()
             assert "everyone" not in raw and "said hi" not in raw
@@ -72,7 +72,7 @@ def test_long_reply_arrives_whole_in_discord_sized_messages(env: dict[str, str])
             assert [p.message_reference for p in posts[1:]] == [None, None]
             assert len({p.nonce for p in posts}) == 3
             assert all(p.allowed_mentions == {"parse": []} for p in posts)
-            assert [r for r in h.receipts() if r["outcome"] == "settled"][0]["message_ids"] == [p.id for p in posts]
+            assert next(r for r in h.receipts() if r["outcome"] == "settled")["message_ids"] == [p.id for p in posts]
 
     asyncio.run(main())
 

@@ -331,7 +331,7 @@ def test_typing_gives_up_at_the_backstop_for_a_turn_that_never_returns(env: dict
             await h.until(lambda: h.fake.typing_in(CHAN) == 1 and clock.sleepers == 1)
             for n in (2, 3):  # still composing: refreshed every 8 s
                 clock.advance(TYPING_REFRESH_S)
-                await h.until(lambda: h.fake.typing_in(CHAN) == n and clock.sleepers == 1)
+                await h.until(lambda: h.fake.typing_in(CHAN) == n and clock.sleepers == 1)  # noqa: B023 (awaited within the iteration)
             clock.advance(TYPING_BACKSTOP_S)
             held = h.app.bridge.held[m["id"]]
             await h.until(lambda: held.typing is not None and held.typing.done())

@@ -16,7 +16,6 @@ from clankie.testing.fake_discord import FakeDiscord
 from tests.bridge.harness import CHAN, CHAN2, GUILD, OTHER_CHAN, OTHER_GUILD, PERSON, Harness, running
 
 
-
 def settled(h: Harness, delivery_id: str) -> bool:
     return "settled" in h.outcomes(delivery_id)
 

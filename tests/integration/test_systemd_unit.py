@@ -36,11 +36,10 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
 from hosts.tldraw.examples import er_example
-
-T = TypeVar("T")
-
 from tests.integration.systemd_ns import NamespacedSystemd, missing_tools, unmet_prerequisite, unreachable_reason
 from tests.integration.tree import CHAN, GUILD, PERSON, Site
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 
