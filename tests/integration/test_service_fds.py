@@ -1,0 +1,61 @@
+"""Turns leave no files open: a real service, one room, many turns, the same descriptors after as before."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import Counter
+
+from clankie.appender import SYNC_THREADS, sync_pool
+from clankie.rotation import segments
+from clankie.settings import load
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_anthropic import FakeAnthropic
+from service.captain import records
+from service.captain.records import LaneLog
+from tests.service.captain.harness import FakeBridge, msg, run, service
+
+
+async def _open_files() -> Counter[str]:
+    """Files held open, once every sync already asked for has run (sockets and pipes left out: connections come and go).
+
+    A sync works on a duplicate descriptor while it runs; one job per sync
+    thread, all waiting for each other, start only after every job queued
+    before them has ended.
+    """
+    barrier = threading.Barrier(SYNC_THREADS)
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(*(loop.run_in_executor(sync_pool(), barrier.wait) for _ in range(SYNC_THREADS)))
+    out: Counter[str] = Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/"):
+            out[target] += 1
+    return out
+
+
+def test_many_turns_open_no_more_files_and_the_lane_log_rotates(env: dict[str, str]) -> None:
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, lane_log_rotate_bytes=4096, lane_log_keep_bytes=65536) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            for n in range(60):
+                fake.script(fa.text(f"reply {n} " + "x" * 200))
+                result = await bridge.submit(msg(f"m{n}", f"message {n}"))
+                assert result.outcome == "settled"
+                if n == 9:
+                    after_ten = await _open_files()
+            assert await _open_files() == after_ten
+            lane_log = app.captain.paths.lane_log(msg("m0", "").room)
+            assert segments(lane_log)  # 60 turns of about 300 bytes rotated the 4 kB lane log
+            last = LaneLog(lane_log, msg("m0", "").room, app.clock).recent()[-1]
+            assert last["kind"] == "said" and last["text"].startswith("reply 59")
+
+    try:
+        run(body(), timeout=120)
+    finally:
+        records.configure(load(env))  # the rotation is the process's: give the next test the defaults back
