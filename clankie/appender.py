@@ -217,7 +217,10 @@ class Appender:
 
         Appends may go on meanwhile; the lines they add to the old file are
         carried over to the new one just before the rename, so none is lost.
+        A file rotated by size is never rewritten (its lines may be in segments).
         """
+        if self._rotation is not None:
+            raise ValueError("a file rotated by size is not rewritten")
         start, upto = self._size, self._written
         data = b"".join(encode_line(r) for r in records)
         tmp = self.path.with_name(self.path.name + ".new")
