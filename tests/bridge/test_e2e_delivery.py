@@ -99,7 +99,7 @@ def test_burst_of_three_gets_one_reply_threaded_to_the_first(env: dict[str, str]
             await h.until(lambda: all(len(h.outcomes(i)) == 2 for i in ids))
             assert [h.outcomes(i)[1] for i in ids] == ["settled", "absorbed", "absorbed"]
             [post] = h.fake.posts
-            assert str(post.message_reference["message_id"]) == ids[0]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == ids[0]  # type: ignore[index]  # a reply always carries its reference
 
     asyncio.run(main())
 
@@ -135,7 +135,7 @@ def test_pictures_ride_with_the_words_or_the_words_go_alone_with_a_note(env: dic
         async with running(env, script=script, overrides={"CLANKIE_DISCORD_UPLOAD_LIMIT_BYTES": "4096"}) as h:
             ids = {k: (await h.fake.message(CHAN, f"show {k}", author_id=PERSON))["id"] for k in refs}
             await h.until(lambda: len(h.fake.posts) == 5)
-            posts = {str(p.message_reference["message_id"]): p for p in h.fake.posts}  # type: ignore[index]
+            posts = {str(p.message_reference["message_id"]): p for p in h.fake.posts}  # type: ignore[index]  # a reply always carries its reference
             good = posts[ids["good"]]
             assert good.content == "here it is: show good" and len(good.files) == 1
             assert good.files[0][1] == b"\x89PNG good picture"
@@ -160,7 +160,7 @@ def test_picture_refused_by_discord_still_posts_the_words(env: dict[str, str]) -
             await h.until(lambda: "settled" in h.outcomes(m["id"]))
             [post] = h.fake.posts
             assert post.content == f"words matter\n\n{PICTURE_NOTE}" and post.files == []
-            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
 
     asyncio.run(main())
 
@@ -228,7 +228,7 @@ def test_a_fifo_planted_as_the_picture_costs_only_the_picture(env: dict[str, str
             await h.until(lambda: "settled" in h.outcomes(m["id"]))
             [post] = h.fake.posts
             assert post.content == f"look at this\n\n{PICTURE_NOTE}" and post.files == []
-            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             again = await h.fake.message(CHAN, "still there?", author_id=PERSON)
             await h.until(lambda: "settled" in h.outcomes(again["id"]))
 

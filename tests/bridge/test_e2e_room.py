@@ -141,7 +141,7 @@ def test_a_slow_tool_turn_shows_the_card_edits_it_and_removes_it_at_the_end(
             trigger = await speak(h, "show me example.com", mention_bot=True)
             card = h.fake.posts[0]
             assert card.content == "Taking a screenshot of example.com\u2026"
-            assert str(card.message_reference["message_id"]) == trigger  # type: ignore[index]
+            assert str(card.message_reference["message_id"]) == trigger  # type: ignore[index]  # a reply always carries its reference
             assert h.fake.edits == [(card.id, "Drawing a diagram\u2026")]
             assert h.fake.deleted == [card.id]
             assert [p.content for p in h.fake.live_posts(CHAN)] == posted

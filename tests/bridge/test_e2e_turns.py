@@ -95,7 +95,7 @@ def test_typing_works_in_a_dm(env: dict[str, str]) -> None:
             m = await h.fake.message(dm, "you around?", author_id=OWNER)
             await h.until(lambda: "settled" in h.outcomes(m["id"]))
             [post] = h.fake.posts
-            assert post.channel_id == dm and str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert post.channel_id == dm and str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             assert h.service.submits[0].room.guild_id is None
 
     asyncio.run(main())
@@ -132,7 +132,7 @@ def test_text_update_and_history_are_served_on_the_same_connection(env: dict[str
             update, reply = h.fake.posts
             assert update.id == seen["update"] and update.content == "hang on, looking @everyone"
             assert update.allowed_mentions == {"parse": []} and update.files == []
-            assert str(update.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert str(update.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             assert reply.content == "found it"
 
     asyncio.run(main())
@@ -246,7 +246,7 @@ def test_declined_room_ages_out_and_buffered_room_is_caught_up_in_one_turn(env: 
             assert catch_up.delivery_id == b3 and catch_up.trigger.unprompted
             assert [m.text for m in catch_up.backlog] == ["so anyway", "did you see"]
             assert len(h.service.submits) == 4
-            assert str(h.fake.posts[-1].message_reference["message_id"]) == b3  # type: ignore[index]
+            assert str(h.fake.posts[-1].message_reference["message_id"]) == b3  # type: ignore[index]  # a reply always carries its reference
             assert h.fake.typing_in(CHAN) == 0 and typing_refused == [b3]  # catch-up never types
             clock.advance(30.0)  # an idle tick starts nothing
             after = await say("back in the conversation")
@@ -368,7 +368,7 @@ def test_replies_in_two_rooms_go_to_their_own_triggers_when_the_second_settles_f
             assert len(h.fake.posts) == 2
             for chan, m in ((CHAN, m1), (CHAN2, m2)):
                 assert posts[chan].content == f"answer for {chan}"
-                assert str(posts[chan].message_reference["message_id"]) == m["id"]  # type: ignore[index]
+                assert str(posts[chan].message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             settled = [r for r in h.receipts() if r["outcome"] == "settled"]
             assert [(r["delivery_id"], r["channel_id"]) for r in settled] == [(m2["id"], CHAN2), (m1["id"], CHAN)]
             assert [r["message_ids"] for r in settled] == [[posts[CHAN2].id], [posts[CHAN].id]]
@@ -403,7 +403,7 @@ def test_a_buffered_image_without_words_reaches_the_catch_up_turn(env: dict[str,
             assert catch_up.delivery_id == pic and catch_up.trigger.unprompted and catch_up.trigger.text == ""
             assert [(a.filename, a.content_type) for a in catch_up.trigger.attachments] == [("meme.png", "image/png")]
             assert [m.text for m in catch_up.backlog] == ["look at this"]
-            assert str(h.fake.posts[-1].message_reference["message_id"]) == pic  # type: ignore[index]
+            assert str(h.fake.posts[-1].message_reference["message_id"]) == pic  # type: ignore[index]  # a reply always carries its reference
 
     asyncio.run(main())
 

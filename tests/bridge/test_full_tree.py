@@ -105,7 +105,7 @@ def test_burst_of_three_is_one_reply_threaded_to_the_first(env: dict[str, str]) 
             assert [t.h.outcomes(i)[1] for i in ids] == ["settled", "absorbed", "absorbed"]
             [post] = t.h.fake.posts
             assert post.content == "one answer for all three"
-            assert str(post.message_reference["message_id"]) == m1["id"]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == m1["id"]  # type: ignore[index]  # a reply always carries its reference
             assert len(t.anthropic.requests) == 2
 
     asyncio.run(main())
@@ -192,7 +192,7 @@ def test_declined_room_ages_out_and_its_chatter_is_caught_up_in_one_model_run(en
             last = said_to_model(t.anthropic.requests[-1])
             assert all(x in last for x in ("so anyway", "did you see", "the game"))
             assert [p.content for p in t.h.fake.posts] == ["hi!", "caught up on all that"]
-            assert str(t.h.fake.posts[-1].message_reference["message_id"]) == buffered[-1]  # type: ignore[index]
+            assert str(t.h.fake.posts[-1].message_reference["message_id"]) == buffered[-1]  # type: ignore[index]  # a reply always carries its reference
 
     asyncio.run(main())
 
@@ -208,7 +208,7 @@ def test_owner_dm_is_answered(env: dict[str, str]) -> None:
             await t.h.until(lambda: "settled" in t.h.outcomes(m["id"]), timeout=30)
             [post] = t.h.fake.posts
             assert post.channel_id == dm and post.content == "always"
-            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             assert "you around?" in said_to_model(t.anthropic.requests[0])
 
     asyncio.run(main())
@@ -230,7 +230,7 @@ def test_owner_dm_is_answered_with_the_last_context_messages(env: dict[str, str]
             await t.h.until(lambda: "settled" in t.h.outcomes(m["id"]), timeout=30)
             [post] = t.h.fake.posts
             assert post.channel_id == dm and post.content == "here for you"
-            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             history = [c for c in t.h.fake.calls if c.route == "GET /channels/{id}/messages"]
             assert len(history) == 1
             seen = said_to_model(t.anthropic.requests[0])

@@ -109,7 +109,7 @@ def test_real_process_answers_and_stops_cleanly_on_sigterm(env: dict[str, str]) 
             m = await fake.message(CHAN, "ping", author_id=PERSON)
             await fake.wait_for(lambda: bool(fake.posts), timeout=20)
             [post] = fake.posts
-            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]
+            assert str(post.message_reference["message_id"]) == m["id"]  # type: ignore[index]  # a reply always carries its reference
             proc.send_signal(signal.SIGTERM)
             async with asyncio.timeout(20):
                 await proc.wait()

@@ -120,7 +120,7 @@ def test_three_kills_lose_nothing_and_charge_only_the_runs_a_message_was_part_of
             for room, ids in sent.items():
                 replies = [p for p in t.discord.posts_in(ROOMS[room])]
                 assert len(replies) == 1, f"room {room} got {len(replies)} replies"
-                assert str(replies[0].message_reference["message_id"]) in ids  # type: ignore[index]
+                assert str(replies[0].message_reference["message_id"]) in ids  # type: ignore[index]  # a reply always carries its reference
                 assert [outcomes[d][0] for d in ids].count("settled") == 1
                 for n in (1, 2, 3):
                     assert any(f"room {room} message {n}:" in said(b) for b in t.anthropic.requests), f"{room}{n} unheard"
@@ -189,7 +189,7 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_the_res
             reply = await t.reply_to(after_poison)
             assert reply.content == "Sure, room C: noon on Saturday."
             for room, other in others:
-                assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(ROOMS[room])].count(other) == 1  # type: ignore[index]
+                assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(ROOMS[room])].count(other) == 1  # type: ignore[index]  # a reply always carries its reference
             now = await t.child("service")
             assert (now.pid, now.restarts) == (before.pid, 3)
 

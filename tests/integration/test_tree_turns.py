@@ -81,7 +81,7 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
             # the outcome receipt is written after the reply is posted: wait for it, as for the others
             got = await until(lambda: outcome_of(t, first["id"]), 20, "the first message's outcome")
             assert got["outcome"] == "settled"
-            assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(CHAN)] == [first["id"]]  # type: ignore[index]
+            assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(CHAN)] == [first["id"]]  # type: ignore[index]  # a reply always carries its reference
             assert len(t.anthropic.requests) == 2
             merged = user_texts(t.anthropic.requests[1])
             assert any("same one as last week" in text for text in merged[-2:])
