@@ -27,6 +27,7 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import ConfigError
 from clankie.protocol import Heartbeat
 from clankie.settings import Settings
+from clankie.shards import describe as describe_shards
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class BridgeApp:
         self.discord_status = "disabled (no token)" if settings.discord_token is None else "connecting"
         self._guild_ready_timeout = guild_ready_timeout
         self._heartbeat_seq = 0
+        self.shards = describe_shards(settings.discord_shard_ids, settings.discord_shard_count)  # "" unless sharded
         self.ready = asyncio.Event()
         paths.ensure_private_dir(settings.runtime_dir)
         self.receipts = Receipts(settings.state_dir, wall=self.clock.wall, rotation=audit_rotation(settings))
@@ -150,6 +152,9 @@ class BridgeApp:
         if disk is not None:
             report["disk"] = disk
         detail = f"discord: {self.discord_status}; service: {self.bridge.link.status}"
+        if self.shards:
+            report["shards"] = self.shards
+            detail += f"; shards: {self.shards}"
         if disk is not None:
             detail += f"; disk: {disk}"
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
@@ -228,16 +233,7 @@ class BridgeApp:
         backoff = Backoff(base=1.0, cap=60.0, reset_after=300.0)
         while True:
             self.set_status("connecting")
-            client = dc.BridgeClient(
-                on_message_cb=self._on_message,
-                on_status=self.set_status,
-                on_owner=self.ingress.owner,
-                on_session=self._on_session,
-                on_quiet=self._on_quiet,
-                on_resumed=self._on_resumed,
-                discover_gateway=bool(self.settings.discord_api_base),
-                guild_ready_timeout=self._guild_ready_timeout,
-            )
+            client = self._client()
             self.port.client = client
             try:
                 async with client:
@@ -261,6 +257,26 @@ class BridgeApp:
             delay = backoff.delay(self.clock.monotonic())
             log.warning("discord connection failed; retrying in %.1fs", delay)
             await self.clock.sleep(delay)
+
+    def _client(self) -> dc.BridgeClient | dc.ShardedBridgeClient:
+        """One plain gateway session, or discord.py's sharded client on the configured shards."""
+        discover = bool(self.settings.discord_api_base)
+        count = self.settings.discord_shard_count
+        if count is None:
+            return dc.BridgeClient(
+                on_message_cb=self._on_message,
+                on_status=self.set_status,
+                on_owner=self.ingress.owner,
+                on_session=self._on_session,
+                on_quiet=self._on_quiet,
+                on_resumed=self._on_resumed,
+                discover_gateway=discover,
+                guild_ready_timeout=self._guild_ready_timeout,
+            )
+        hooks = dc.Hooks(on_message=self._on_message, on_status=self.set_status, on_owner=self.ingress.owner,
+                         on_session=self._on_session, on_quiet=self._on_quiet, on_resumed=self._on_resumed)
+        return dc.ShardedBridgeClient(hooks, shard_count=count, shard_ids=self.settings.discord_shard_ids,
+                                      discover_gateway=discover, guild_ready_timeout=self._guild_ready_timeout)
 
     def _on_message(self, message: Any) -> None:
         client = self.port.client

@@ -1,6 +1,6 @@
-"""discord.py at the edge: the gateway client, the REST port, and the conversions.
+"""discord.py at the edge: the REST port and the conversions (the gateway clients are :mod:`bridge.discord_gateway`).
 
-This is the only module that imports ``discord``. It turns a
+With :mod:`bridge.discord_gateway`, the only module that imports ``discord``. It turns a
 ``discord.Message`` into the records the core works with, and implements
 :class:`bridge.port.DiscordPort` on discord.py's HTTP client (replies threaded
 with ``fail_if_not_exists=False``, ``AllowedMentions.none()``, a caller-given
@@ -11,16 +11,14 @@ plain ``discord.Client`` never asks for.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import io
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 
 import aiohttp
-import yarl
 
 with warnings.catch_warnings():
     # discord.py 2.7 imports the stdlib audioop for voice, which we do not use (deprecated in 3.11)
@@ -29,6 +27,33 @@ with warnings.catch_warnings():
     from discord.http import MultipartParameters
 
 from bridge.admission import Inbound
+from bridge.discord_gateway import (  # re-exported: the app reaches the gateway clients through this module
+    BridgeClient as BridgeClient,
+)
+from bridge.discord_gateway import (
+    ConnectionClosed as ConnectionClosed,
+)
+from bridge.discord_gateway import (
+    GatewayNotFound as GatewayNotFound,
+)
+from bridge.discord_gateway import (
+    Hooks as Hooks,
+)
+from bridge.discord_gateway import (
+    HTTPException as HTTPException,
+)
+from bridge.discord_gateway import (
+    LoginFailure as LoginFailure,
+)
+from bridge.discord_gateway import (
+    PrivilegedIntentsRequired as PrivilegedIntentsRequired,
+)
+from bridge.discord_gateway import (
+    ShardedBridgeClient as ShardedBridgeClient,
+)
+from bridge.discord_gateway import (
+    intents as intents,
+)
 from bridge.port import File, Rejected, Transient
 from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trigger
 
@@ -39,16 +64,6 @@ MAX_HISTORY_TEXT = 2000
 MAX_IMAGES = 4
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-
-
-def intents() -> discord.Intents:
-    """Guilds, guild and DM messages, and message content (0x9201)."""
-    wanted = discord.Intents.none()
-    wanted.guilds = True
-    wanted.guild_messages = True
-    wanted.dm_messages = True
-    wanted.message_content = True
-    return wanted
 
 
 def point_at(api_base: str | None) -> None:
@@ -146,12 +161,12 @@ class DiscordPort:
 
     def __init__(self, default_limit: int, *, system_actors: frozenset[str] = frozenset(),
                  trusted_rooms: frozenset[str] = frozenset()) -> None:
-        self.client: BridgeClient | None = None
+        self.client: discord.Client | None = None  # a BridgeClient or a ShardedBridgeClient
         self.default_limit = default_limit
         self.system_actors = system_actors
         self.trusted_rooms = trusted_rooms
 
-    def _client(self) -> BridgeClient:
+    def _client(self) -> discord.Client:
         if self.client is None or self.client.is_closed():
             raise Transient(0, "discord_not_connected")
         return self.client
@@ -281,7 +296,7 @@ def _rest_errors() -> Iterator[None]:
         raise Transient(429, "rate_limited", exc.retry_after) from None
     except discord.HTTPException as exc:
         raise _post_error(exc) from None
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise Transient(0, type(exc).__name__.lower()) from None
 
 
@@ -306,75 +321,3 @@ def _post_error(exc: discord.HTTPException) -> Transient | Rejected:
     if status >= 500:
         return Transient(status, code)
     return Rejected(status, code)
-
-
-# ---------------------------------------------------------------- the gateway client
-
-
-class BridgeClient(discord.Client):
-    """The gateway client: reports connection status and hands messages to ``on_inbound``."""
-
-    def __init__(
-        self,
-        *,
-        on_message_cb: Callable[[discord.Message], None],
-        on_status: Callable[[str], None],
-        on_owner: Callable[[str], None],
-        discover_gateway: bool,
-        guild_ready_timeout: float = 2.0,
-        on_session: Callable[[], None] = lambda: None,
-        on_quiet: Callable[[], None] = lambda: None,
-        on_resumed: Callable[[], None] = lambda: None,
-    ) -> None:
-        super().__init__(
-            intents=intents(),
-            allowed_mentions=discord.AllowedMentions.none(),
-            guild_ready_timeout=guild_ready_timeout,
-            enable_debug_events=False,
-        )
-        self._on_message_cb = on_message_cb
-        self._on_status = on_status
-        self._on_owner = on_owner
-        self._on_session = on_session
-        self._on_quiet = on_quiet
-        self._on_resumed_cb = on_resumed
-        self._discover = discover_gateway
-
-    async def setup_hook(self) -> None:
-        if self._discover:
-            _shards, url, _limits = await self.http.get_bot_gateway()
-            discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
-            log.info("gateway discovered from the configured API base")
-        try:
-            info = await self.application_info()
-        except discord.HTTPException as exc:
-            log.warning("could not read the application's owner (%s)", exc.status)
-            return
-        owner = info.team.owner_id if info.team is not None else (info.owner.id if info.owner else None)
-        if owner is not None:
-            self._on_owner(str(owner))
-
-    async def on_ready(self) -> None:
-        """A new gateway session (not a RESUME): Discord will not replay what came before it."""
-        self._on_status("connected")
-        self._on_session()
-
-    async def on_resumed(self) -> None:
-        self._on_status("connected")
-        self._on_resumed_cb()
-
-    async def on_disconnect(self) -> None:
-        self._on_quiet()
-        if not self.is_closed():
-            self._on_status("connecting")
-
-    async def on_message(self, message: discord.Message) -> None:
-        self._on_message_cb(message)
-
-
-# re-exported so the app can classify start-up failures without importing discord itself
-LoginFailure = discord.LoginFailure
-PrivilegedIntentsRequired = discord.PrivilegedIntentsRequired
-ConnectionClosed = discord.ConnectionClosed
-GatewayNotFound = discord.GatewayNotFound
-HTTPException = discord.HTTPException

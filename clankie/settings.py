@@ -21,7 +21,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.sources.utils import parse_env_vars
 
-from clankie import urls
+from clankie import shards, urls
 from clankie.errors import ConfigError
 
 MAX_SECONDS = 10_000_000.0
@@ -150,6 +150,9 @@ class Settings(BaseSettings):
     discord_upload_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     discord_failure_reaction: str = Field(default="\u26a0\ufe0f", max_length=64)  # ⚠️; set empty to disable
     discord_tool_card: bool = True
+    # sharding (docs/operations.md, "Running N trees on N machines"): unset runs one unsharded gateway session
+    discord_shard_count: int | None = Field(default=None, ge=1, le=shards.MAX_SHARD_COUNT)
+    discord_shard_ids: Annotated[tuple[int, ...], NoDecode] = ()  # "0,1" or "0-3"; empty: every shard of the count
     character_id: str = Field(default="clankie", pattern=r"^[a-z0-9_-]{1,32}$")
 
     # bridge durability (docs/bridge.md, "Nothing lost")
@@ -231,6 +234,18 @@ class Settings(BaseSettings):
     def _retention_covers_horizon(self) -> Settings:
         if self.bridge_retention_seconds < self.recovery_horizon_seconds:
             raise ValueError("CLANKIE_BRIDGE_RETENTION_SECONDS must be at least CLANKIE_RECOVERY_HORIZON_SECONDS")
+        return self
+
+    @field_validator("discord_shard_ids", mode="before")
+    @classmethod
+    def _shard_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return shards.parse_ids(value) if value.strip() else ()
+        return value
+
+    @model_validator(mode="after")
+    def _shards_fit(self) -> Settings:
+        shards.check(self.discord_shard_ids, self.discord_shard_count)
         return self
 
     @field_validator("discord_api_base")

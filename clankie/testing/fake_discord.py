@@ -3,17 +3,18 @@
 Real discord.py connects to it when ``Route.BASE`` points at :attr:`FakeDiscord.api_base`
 and the gateway is taken from ``GET /gateway/bot``. It serves what the bridge
 uses: login (``/users/@me``, ``/oauth2/applications/@me``), gateway
-discovery, channel messages (JSON and multipart with files, Discord's 2,000
-character limit as 50035, nonce de-duplication with ``enforce_nonce``),
-typing, history, channel lookup; and a gateway that says HELLO, answers
-IDENTIFY with READY and one GUILD_CREATE per guild, ACKs heartbeats, RESUMEs
-(replaying missed dispatches) and dispatches MESSAGE_CREATE for messages a
-test injects with :meth:`FakeDiscord.message`. Faults are scripted per route
+discovery (``shards``: the recommended shard count), channel messages (JSON
+and multipart with files, Discord's 2,000 character limit as 50035, nonce
+de-duplication with ``enforce_nonce``), typing, history, channel lookup; and a
+gateway (:mod:`clankie.testing.fake_discord_gateway`, shards included) that
+dispatches MESSAGE_CREATE for messages a test injects with
+:meth:`FakeDiscord.message`. Faults are scripted per route
 (:meth:`FakeDiscord.fail`): 429 with ``retry_after`` (and ``Via: 1.1 google``),
 503, 500; a route can also be held until the test releases it
 (:meth:`FakeDiscord.hold`). Every REST call is recorded in :attr:`FakeDiscord.calls`, every
 posted message in :attr:`FakeDiscord.posts` (content, reference, allowed
-mentions, nonce, file bytes). Responses say exactly ``Content-Type: application/json``.
+mentions, nonce, file bytes); :meth:`FakeDiscord.delivered_to` says which shards a
+message was sent to. Responses say exactly ``Content-Type: application/json``.
 """
 
 from __future__ import annotations
@@ -21,63 +22,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-DISCORD_EPOCH_MS = 1_420_070_400_000
-JSON = "application/json"
-NONCE_WINDOW_S = 300.0
-TIER_LIMITS = {0: 10 * 1024 * 1024, 1: 10 * 1024 * 1024, 2: 50 * 1024 * 1024, 3: 100 * 1024 * 1024}
+from clankie.testing.fake_discord_gateway import FakeGateway, Shard
+from clankie.testing.fake_discord_records import (
+    DISCORD_EPOCH_MS,
+    Call,
+    Fault,
+    Post,
+    message_payload,
+    user,
+)
+from clankie.testing.fake_discord_rest import RestHandlers
 
-
-@dataclass
-class Call:
-    """One REST request as the fake saw it."""
-
-    method: str
-    route: str  # template, e.g. "POST /channels/{id}/messages"
-    path: str
-    status: int = 200
-    json: Any = None
-    at: float = 0.0
+__all__ = ["Call", "FakeDiscord", "Post"]
 
 
-@dataclass
-class Post:
-    """A message the bot created."""
-
-    id: str
-    channel_id: str
-    content: str
-    message_reference: dict[str, Any] | None
-    allowed_mentions: dict[str, Any] | None
-    nonce: str | None
-    files: list[tuple[str, bytes]] = field(default_factory=list)
-
-
-@dataclass
-class Fault:
-    status: int
-    retry_after: float = 0.0
-    via: bool = True
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _user(uid: str, name: str, *, bot: bool = False) -> dict[str, Any]:
-    return {"id": uid, "username": name, "discriminator": "0", "global_name": None, "avatar": None, "bot": bot}
-
-
-class FakeDiscord:
+class FakeDiscord(RestHandlers):
     """Start with ``await fake.start()``; stop with ``await fake.close()``."""
 
     def __init__(
@@ -89,10 +55,12 @@ class FakeDiscord:
         bot_name: str = "clankie",
         owner_id: str = "900000000000000002",
         premium_tier: int = 0,
+        shards: int = 1,
     ) -> None:
         self.token = token
-        self.bot = _user(bot_id, bot_name, bot=True)
-        self.owner = _user(owner_id, "owner")
+        self.bot = user(bot_id, bot_name, bot=True)
+        self.owner = user(owner_id, "owner")
+        self.shards = shards  # what GET /gateway/bot recommends; clients pick their own count in IDENTIFY
         self.guilds = guilds if guilds is not None else {"100": ["101", "102"]}
         self.premium_tier = premium_tier
         self.calls: list[Call] = []
@@ -113,9 +81,7 @@ class FakeDiscord:
         self._faults: dict[str, deque[Fault]] = {}
         self._holds: dict[str, asyncio.Event] = {}
         self._nonces: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
-        self._sockets: set[web.WebSocketResponse] = set()
-        self._dispatched: list[dict[str, Any]] = []
-        self._seq = itertools.count(1)
+        self.gateway = FakeGateway(self)
         self._ids = itertools.count()
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -126,33 +92,19 @@ class FakeDiscord:
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         r = app.router
-        r.add_get("/api/v10/gateway/bot", self._gateway_bot)
-        r.add_get("/api/v10/gateway", self._gateway_bot)
-        r.add_get("/api/v10/users/@me", self._me)
-        r.add_get("/api/v10/oauth2/applications/@me", self._application)
-        r.add_post("/api/v10/channels/{cid}/messages", self._create_message)
-        r.add_get("/api/v10/channels/{cid}/messages", self._history)
-        r.add_post("/api/v10/channels/{cid}/typing", self._typing)
-        r.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._edit_message)
-        r.add_delete("/api/v10/channels/{cid}/messages/{mid}", self._delete_message)
-        r.add_put("/api/v10/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._add_reaction)
-        r.add_get("/api/v10/channels/{cid}", self._channel)
-        r.add_get("/api/v10/guilds/{gid}", self._guild_rest)
-        r.add_get("/gateway", self._gateway)
+        self._routes(r)
+        r.add_get("/gateway", self.gateway.handle)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
 
     async def close(self) -> None:
         self.gateway_open.set()  # release held handlers, or the server's cleanup would wait on them
         self.post_answers.set()
         for gate in self._holds.values():
             gate.set()
-        for ws in list(self._sockets):
+        for ws in list(self.gateway.sockets):
             with contextlib.suppress(Exception):
                 await ws.close(code=1001)
         if self._runner is not None:
@@ -168,7 +120,15 @@ class FakeDiscord:
 
     @property
     def connected(self) -> int:
-        return len(self._sockets)
+        return len(self.gateway.sockets)
+
+    def shards_connected(self) -> list[Shard | None]:
+        """The shard ``(id, count)`` of every identified gateway session (``None``: not sharded)."""
+        return self.gateway.shards()
+
+    def delivered_to(self, message_id: str) -> list[Shard | None]:
+        """The shards whose gateway sessions were sent MESSAGE_CREATE for ``message_id`` (replays included)."""
+        return [shard for shard, event, mid in self.gateway.received if event == "MESSAGE_CREATE" and mid == message_id]
 
     # ------------------------------------------------------------ test API
 
@@ -223,7 +183,7 @@ class FakeDiscord:
         if mention_bot and f"<@{self.bot['id']}>" not in content:
             content = f"<@{self.bot['id']}> {content}"
         payload = self._message_payload(
-            message_id or self.snowflake(), channel_id, guild_id, _user(author_id, author_name, bot=bot), content
+            message_id or self.snowflake(), channel_id, guild_id, user(author_id, author_name, bot=bot), content
         )
         payload["mentions"] = mentions
         payload["attachments"] = attachments or []
@@ -236,18 +196,15 @@ class FakeDiscord:
 
     async def redeliver(self, payload: dict[str, Any]) -> None:
         """Dispatch a stored message again, as Discord sometimes does."""
-        await self._dispatch("MESSAGE_CREATE", payload)
+        await self.gateway.dispatch("MESSAGE_CREATE", payload)
 
     async def invalidate_sessions(self) -> None:
         """Send INVALID_SESSION (not resumable) on every gateway session: clients must IDENTIFY anew."""
-        for ws in list(self._sockets):
-            with contextlib.suppress(Exception):
-                await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
+        await self.gateway.invalidate()
 
     async def close_gateway(self, code: int = 4000) -> None:
         """Close every gateway session with ``code`` (4000 lets discord.py resume)."""
-        for ws in list(self._sockets):
-            await ws.close(code=code)
+        await self.gateway.close_all(code)
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         """Wait until ``predicate()`` holds after some call or message, or raise TimeoutError."""
@@ -273,310 +230,12 @@ class FakeDiscord:
     def _message_payload(
         self, mid: str, channel_id: str, guild_id: str | None, author: dict[str, Any], content: str
     ) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": mid,
-            "channel_id": channel_id,
-            "author": author,
-            "content": content,
-            "timestamp": _now_iso(),
-            "edited_timestamp": None,
-            "tts": False,
-            "mention_everyone": False,
-            "mentions": [],
-            "mention_roles": [],
-            "attachments": [],
-            "embeds": [],
-            "pinned": False,
-            "type": 0,
-            "flags": 0,
-        }
-        if guild_id is not None:
-            data["guild_id"] = guild_id
-        return data
+        return message_payload(mid, channel_id, guild_id, author, content)
 
     async def _store_and_dispatch(self, payload: dict[str, Any]) -> None:
         self.messages.setdefault(payload["channel_id"], []).append(payload)
-        await self._dispatch("MESSAGE_CREATE", payload)
+        await self.gateway.dispatch("MESSAGE_CREATE", payload)
         await self._notify()
-
-    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
-        frame = {"op": 0, "t": event, "s": next(self._seq), "d": data}
-        self._dispatched.append(frame)
-        for ws in list(self._sockets):
-            with contextlib.suppress(Exception):
-                await ws.send_str(json.dumps(frame))
-
-    def _json(self, data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-        body = json.dumps(data).encode()
-        return web.Response(body=body, status=status, headers={"Content-Type": JSON, **(headers or {})})
-
-    async def _record(self, request: web.Request, route: str, body: Any = None) -> web.Response | None:
-        """Record the call; answer with a scripted fault if one is queued for this route."""
-        call = Call(request.method, route, request.path, json=body, at=time.monotonic())
-        self.calls.append(call)
-        gate = self._holds.get(route)
-        if gate is not None and not gate.is_set():
-            await self._notify()
-            await gate.wait()
-        queue = self._faults.get(route)
-        if queue:
-            fault = queue.popleft()
-            call.status = fault.status
-            await self._notify()
-            if fault.status == 429:
-                headers = {"Via": "1.1 google"} if fault.via else {}
-                headers["Retry-After"] = str(fault.retry_after)
-                data = {"message": "You are being rate limited.", "retry_after": fault.retry_after, "global": False}
-                return self._json(data, 429, headers)
-            return self._json({"message": "Service Unavailable", "code": 0}, fault.status)
-        if request.headers.get("Authorization") != f"Bot {self.token}":
-            call.status = 401
-            await self._notify()
-            return self._json({"message": "401: Unauthorized", "code": 0}, 401)
-        return None
-
-    # ------------------------------------------------------------ REST handlers
-
-    async def _gateway_bot(self, request: web.Request) -> web.Response:
-        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
-        return self._json({"url": self.gateway_url, "shards": 1, "session_start_limit": limit})
-
-    async def _me(self, request: web.Request) -> web.Response:
-        fault = await self._record(request, "GET /users/@me")
-        return fault or self._json({**self.bot, "verified": True, "mfa_enabled": False, "flags": 0})
-
-    async def _application(self, request: web.Request) -> web.Response:
-        fault = await self._record(request, "GET /oauth2/applications/@me")
-        app = {"id": self.bot["id"], "name": self.bot["username"], "description": "", "icon": None,
-               "bot_public": False, "bot_require_code_grant": False, "owner": self.owner,
-               "verify_key": "0" * 64, "flags": 0, "team": None}
-        return fault or self._json(app)
-
-    def _guild_of(self, channel_id: str) -> str | None:
-        return next((g for g, chans in self.guilds.items() if channel_id in chans), None)
-
-    async def _create_message(self, request: web.Request) -> web.Response:
-        cid = request.match_info["cid"]
-        files: list[tuple[str, bytes]] = []
-        if request.content_type.startswith("multipart/"):
-            payload: dict[str, Any] = {}
-            reader = await request.multipart()
-            async for part in reader:
-                if part.name == "payload_json":
-                    payload = json.loads(await part.text())  # type: ignore[union-attr]
-                else:
-                    files.append((part.filename or "", bytes(await part.read())))  # type: ignore[union-attr]
-        else:
-            payload = await request.json()
-        recorded = {**payload, "files": [(n, len(b)) for n, b in files]}
-        fault = await self._record(request, "POST /channels/{id}/messages", recorded)
-        if fault:
-            return fault
-        content = payload.get("content") or ""
-        if len(content) > 2000:
-            errors = {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]}}
-            return self._json({"message": "Invalid Form Body", "code": 50035, "errors": errors}, 400)
-        if not content.strip() and not files:
-            return self._json({"message": "Cannot send an empty message", "code": 50006}, 400)
-        limit = TIER_LIMITS[self.premium_tier]
-        if sum(len(b) for _, b in files) > limit:
-            return self._json({"message": "Request entity too large", "code": 40005}, 413)
-        nonce = payload.get("nonce")
-        key = (cid, str(nonce))
-        now = time.monotonic()
-        if nonce is not None and payload.get("enforce_nonce") and key in self._nonces:
-            at, existing = self._nonces[key]
-            if now - at < NONCE_WINDOW_S:
-                return self._json(existing)
-        guild_id = self._guild_of(cid)
-        msg = self._message_payload(self.snowflake(), cid, guild_id, self.bot, content)
-        msg["attachments"] = [
-            {"id": str(i), "filename": n, "size": len(b), "url": f"https://cdn.invalid/{n}", "proxy_url": ""}
-            for i, (n, b) in enumerate(files)
-        ]
-        if payload.get("message_reference"):
-            msg["message_reference"] = payload["message_reference"]
-        if nonce is not None:
-            msg["nonce"] = nonce
-            self._nonces[key] = (now, msg)
-        self.posts.append(
-            Post(msg["id"], cid, content, payload.get("message_reference"), payload.get("allowed_mentions"), nonce, files)
-        )
-        await self._store_and_dispatch(msg)  # Discord echoes the bot's own posts
-        await self.post_answers.wait()
-        return self._json(msg)
-
-    async def _history(self, request: web.Request) -> web.Response:
-        cid = request.match_info["cid"]
-        fault = await self._record(request, "GET /channels/{id}/messages")
-        if fault:
-            return fault
-        limit = int(request.query.get("limit", "50"))
-        before, after = request.query.get("before"), request.query.get("after")
-        stored = self.messages.get(cid, [])
-        if after is not None:  # the `limit` messages right after `after`, newest first, as Discord answers
-            later = [m for m in stored if int(m["id"]) > int(after)]
-            return self._json(list(reversed(later[:limit])) if limit else [])
-        found = [m for m in stored if before is None or int(m["id"]) < int(before)]
-        return self._json(list(reversed(found[-limit:])) if limit else [])
-
-    async def _typing(self, request: web.Request) -> web.Response:
-        cid = request.match_info["cid"]
-        fault = await self._record(request, "POST /channels/{id}/typing")
-        if fault:
-            return fault
-        self.typing.append((cid, time.monotonic()))
-        await self._notify()
-        return web.Response(status=204)
-
-    def _find(self, channel_id: str, message_id: str) -> dict[str, Any] | None:
-        return next((m for m in self.messages.get(channel_id, []) if m["id"] == message_id), None)
-
-    async def _edit_message(self, request: web.Request) -> web.Response:
-        cid, mid = request.match_info["cid"], request.match_info["mid"]
-        payload = await request.json()
-        fault = await self._record(request, "PATCH /channels/{id}/messages/{id}", payload)
-        if fault:
-            return fault
-        stored = self._find(cid, mid)
-        if stored is None or mid in self.deleted:
-            return self._json({"message": "Unknown Message", "code": 10008}, 404)
-        if stored["author"]["id"] != self.bot["id"]:
-            return self._json({"message": "Cannot edit a message authored by another user", "code": 50005}, 403)
-        stored["content"] = payload.get("content") or ""
-        stored["edited_timestamp"] = _now_iso()
-        self.edits.append((mid, stored["content"]))  # posts keep what was created; edits say what changed
-        await self._notify()
-        return self._json(stored)
-
-    async def _delete_message(self, request: web.Request) -> web.Response:
-        cid, mid = request.match_info["cid"], request.match_info["mid"]
-        fault = await self._record(request, "DELETE /channels/{id}/messages/{id}")
-        if fault:
-            return fault
-        stored = self._find(cid, mid)
-        if stored is None or mid in self.deleted:
-            return self._json({"message": "Unknown Message", "code": 10008}, 404)
-        self.deleted.append(mid)
-        await self._notify()
-        return web.Response(status=204)
-
-    async def _add_reaction(self, request: web.Request) -> web.Response:
-        cid, mid, emoji = request.match_info["cid"], request.match_info["mid"], request.match_info["emoji"]
-        fault = await self._record(request, "PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me")
-        if fault:
-            return fault
-        if self._find(cid, mid) is None:
-            return self._json({"message": "Unknown Message", "code": 10008}, 404)
-        mine = self.reactions.setdefault(mid, [])
-        if emoji not in mine:  # Discord's PUT is idempotent: the same emoji twice is one reaction
-            mine.append(emoji)
-        await self._notify()
-        return web.Response(status=204)
-
-    async def _channel(self, request: web.Request) -> web.Response:
-        cid = request.match_info["cid"]
-        fault = await self._record(request, "GET /channels/{id}")
-        if fault:
-            return fault
-        gid = self._guild_of(cid)
-        if gid is None:
-            return self._json({"id": cid, "type": 1, "recipients": [self.owner], "last_message_id": None})
-        return self._json(self._channel_payload(gid, cid, 0))
-
-    async def _guild_rest(self, request: web.Request) -> web.Response:
-        gid = request.match_info["gid"]
-        fault = await self._record(request, "GET /guilds/{id}")
-        if fault:
-            return fault
-        if gid not in self.guilds:
-            return self._json({"message": "Unknown Guild", "code": 10004}, 404)
-        return self._json(self._guild_payload(gid))
-
-    def _channel_payload(self, gid: str, cid: str, position: int) -> dict[str, Any]:
-        stored = self.messages.get(cid)
-        return {"id": cid, "type": 0, "name": f"chan-{cid}", "position": position, "guild_id": gid,
-                "permission_overwrites": [], "nsfw": False, "parent_id": None, "topic": None,
-                "last_message_id": stored[-1]["id"] if stored else None}
-
-    def _guild_payload(self, gid: str) -> dict[str, Any]:
-        everyone = {"id": gid, "name": "@everyone", "permissions": "1024", "position": 0, "color": 0,
-                    "hoist": False, "managed": False, "mentionable": False}
-        return {
-            "id": gid, "name": f"guild-{gid}", "icon": None, "owner_id": self.owner["id"],
-            "premium_tier": self.premium_tier, "roles": [everyone], "emojis": [], "stickers": [],
-            "features": [], "member_count": 2, "large": False, "unavailable": False,
-            "joined_at": _now_iso(), "mfa_level": 0, "verification_level": 0, "explicit_content_filter": 0,
-            "default_message_notifications": 0, "system_channel_id": None, "afk_channel_id": None,
-            "afk_timeout": 300, "preferred_locale": "en-US", "nsfw_level": 0,
-            "channels": [self._channel_payload(gid, c, i) for i, c in enumerate(self.guilds[gid])],
-            "members": [], "threads": [], "voice_states": [], "presences": [], "stage_instances": [],
-            "guild_scheduled_events": [], "soundboard_sounds": [],
-        }
-
-    # ------------------------------------------------------------ gateway
-
-    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(autoping=True)
-        await ws.prepare(request)
-        if not self.gateway_open.is_set():  # an outage: no HELLO until it ends, or until the client gives up
-            opened = asyncio.ensure_future(self.gateway_open.wait())
-            incoming = asyncio.ensure_future(ws.receive())  # a client says nothing before HELLO but its close
-            await asyncio.wait({opened, incoming}, return_when=asyncio.FIRST_COMPLETED)
-            opened.cancel()
-            if incoming.done():
-                await ws.close()
-                return ws
-            incoming.cancel()
-        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}))
-        self._sockets.add(ws)
-        await self._notify()
-        try:
-            async for msg in ws:
-                if msg.type != WSMsgType.TEXT:
-                    continue
-                frame = json.loads(msg.data)
-                await self._on_frame(ws, frame)
-        finally:
-            self._sockets.discard(ws)
-            await self._notify()
-        return ws
-
-    async def _on_frame(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
-        op, data = frame.get("op"), frame.get("d")
-        if op == 1:
-            await ws.send_str(json.dumps({"op": 11, "d": None, "s": None, "t": None}))
-        elif op == 2:
-            self.identifies += 1
-            if data.get("token") != self.token:
-                await ws.close(code=4004, message=b"Authentication failed.")
-                return
-            if self.identify_close_code is not None:
-                await ws.close(code=self.identify_close_code, message=b"Disallowed intent(s).")
-                return
-            await self._send_ready(ws)
-        elif op == 6:
-            self.resumes += 1
-            seq = data.get("seq") or 0
-            for old in self._dispatched:
-                if old["s"] > seq:
-                    await ws.send_str(json.dumps(old))
-            await self._send(ws, "RESUMED", {})
-        await self._notify()
-
-    async def _send(self, ws: web.WebSocketResponse, event: str, data: dict[str, Any]) -> None:
-        frame = {"op": 0, "t": event, "s": next(self._seq), "d": data}
-        await ws.send_str(json.dumps(frame))
-
-    async def _send_ready(self, ws: web.WebSocketResponse) -> None:
-        ready = {"v": 10, "user": {**self.bot, "verified": True, "mfa_enabled": False, "flags": 0},
-                 "guilds": [{"id": g, "unavailable": True} for g in self.guilds],
-                 "session_id": f"session-{self.identifies}", "resume_gateway_url": self.gateway_url,
-                 "application": {"id": self.bot["id"], "flags": 0}, "private_channels": [], "relationships": []}
-        await self._send(ws, "READY", ready)
-        for gid in self.guilds:
-            await self._send(ws, "GUILD_CREATE", self._guild_payload(gid))
-        self.readies += 1
 
 
 def main() -> None:

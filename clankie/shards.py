@@ -1,0 +1,66 @@
+"""Discord's sharding arithmetic, pure: which shard a guild belongs to, and shard id lists.
+
+Discord splits a bot's guilds over ``count`` gateway connections ("shards"):
+guild ``g`` belongs to shard ``(g >> 22) % count``, and direct messages always
+arrive on shard 0. A tree that runs shards ``ids`` of ``count`` receives
+exactly the guilds whose shard is in ``ids``, and DMs only if 0 is among them.
+This lives in the kernel because both the settings (validation) and the fake
+Discord (dispatch) need it; the bridge's gateway bookkeeping is in
+:mod:`bridge.shards`.
+"""
+
+from __future__ import annotations
+
+DM_SHARD = 0
+"""Discord delivers every direct message on shard 0."""
+
+MAX_SHARD_COUNT = 65_536
+"""A generous upper bound for ``CLANKIE_DISCORD_SHARD_COUNT`` (Discord's largest bots run a few thousand)."""
+
+
+def shard_of(guild_id: int | str, count: int) -> int:
+    """The shard that carries ``guild_id``'s events when the bot runs ``count`` shards."""
+    if count < 1:
+        raise ValueError("the shard count must be at least 1")
+    return (int(guild_id) >> 22) % count
+
+
+def parse_ids(text: str) -> tuple[int, ...]:
+    """``"0,1"``, ``"0-3"`` or ``"0-1,4"`` as sorted unique shard ids; ``ValueError`` with a reason if malformed."""
+    ids: set[int] = set()
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+            raise ValueError(f"{part!r} is not a shard id or a range like 0-3")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"the range {part!r} runs backwards")
+        if last - first >= MAX_SHARD_COUNT:
+            raise ValueError(f"the range {part!r} is larger than any shard count")
+        ids.update(range(first, last + 1))
+    if not ids:
+        raise ValueError("no shard ids given")
+    return tuple(sorted(ids))
+
+
+def check(ids: tuple[int, ...], count: int | None) -> None:
+    """``ValueError`` unless ``ids`` (possibly empty: all shards) fit ``count`` (``None``: not sharded)."""
+    if ids and count is None:
+        raise ValueError("CLANKIE_DISCORD_SHARD_IDS needs CLANKIE_DISCORD_SHARD_COUNT")
+    if count is not None:
+        beyond = [i for i in ids if i >= count]
+        if beyond:
+            raise ValueError(
+                f"CLANKIE_DISCORD_SHARD_IDS has {beyond[0]}, but shard ids run from 0 to "
+                f"CLANKIE_DISCORD_SHARD_COUNT - 1 ({count - 1})"
+            )
+
+
+def describe(ids: tuple[int, ...], count: int | None) -> str:
+    """How status says which shards a tree runs: ``"0,1/4"``, ``"all/2"`` or ``""`` when not sharded."""
+    if count is None:
+        return ""
+    return f"{','.join(str(i) for i in ids) if ids else 'all'}/{count}"

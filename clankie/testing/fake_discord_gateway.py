@@ -1,0 +1,176 @@
+"""The fake Discord's gateway websocket, with shards.
+
+It says HELLO, answers IDENTIFY with READY and one GUILD_CREATE per guild,
+ACKs heartbeats, RESUMEs (replaying missed dispatches) and dispatches events.
+An IDENTIFY that carries ``shard: [id, count]`` makes that connection a shard,
+as on Discord: its READY says so, it is told only of the guilds with
+``(guild_id >> 22) % count == id``, it receives only their events, and direct
+messages (no guild) go to shard 0 alone. An invalid shard is closed with 4010.
+A connection that identifies without ``shard`` receives everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import WSMsgType, web
+
+from clankie.shards import DM_SHARD, shard_of
+
+if TYPE_CHECKING:
+    from clankie.testing.fake_discord import FakeDiscord
+
+Shard = tuple[int, int]  # (shard id, shard count), as in IDENTIFY's `shard`
+
+
+@dataclass
+class Session:
+    """One gateway connection: its session id and shard once identified or resumed."""
+
+    session_id: str | None = None
+    shard: Shard | None = None
+
+
+def carries(shard: Shard | None, guild_id: str | None) -> bool:
+    """Whether a connection on ``shard`` (``None``: not sharded) is sent events of ``guild_id`` (``None``: a DM)."""
+    if shard is None:
+        return True
+    shard_id, count = shard
+    return shard_id == (DM_SHARD if guild_id is None else shard_of(guild_id, count))
+
+
+class FakeGateway:
+    """The websocket side of :class:`clankie.testing.fake_discord.FakeDiscord`."""
+
+    def __init__(self, fake: FakeDiscord) -> None:
+        self.fake = fake
+        self.sockets: dict[web.WebSocketResponse, Session] = {}
+        self.sessions: dict[str, Shard | None] = {}  # session id -> its shard, for RESUME
+        self.dispatched: list[tuple[dict[str, Any], str | None]] = []  # (frame, guild id) for RESUME replays
+        self.received: list[tuple[Shard | None, str, str]] = []  # (shard, event, data id) of every dispatch sent
+        self._seq = itertools.count(1)
+
+    def shards(self) -> list[Shard | None]:
+        """The shard of every identified or resumed connection."""
+        return [s.shard for s in self.sockets.values() if s.session_id is not None]
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send one event to every connection that carries its guild."""
+        guild_id = data.get("guild_id")
+        frame = {"op": 0, "t": event, "s": next(self._seq), "d": data}
+        self.dispatched.append((frame, guild_id))
+        for ws, session in list(self.sockets.items()):
+            if session.session_id is not None and carries(session.shard, guild_id):
+                with contextlib.suppress(Exception):
+                    await ws.send_str(json.dumps(frame))
+                    self.received.append((session.shard, event, str(data.get("id", ""))))
+
+    async def invalidate(self) -> None:
+        for ws in list(self.sockets):
+            with contextlib.suppress(Exception):
+                await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
+
+    async def close_all(self, code: int) -> None:
+        for ws in list(self.sockets):
+            await ws.close(code=code)
+
+    async def handle(self, request: web.Request) -> web.WebSocketResponse:
+        fake = self.fake
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        if not fake.gateway_open.is_set():  # an outage: no HELLO until it ends, or until the client gives up
+            opened = asyncio.ensure_future(fake.gateway_open.wait())
+            incoming = asyncio.ensure_future(ws.receive())  # a client says nothing before HELLO but its close
+            await asyncio.wait({opened, incoming}, return_when=asyncio.FIRST_COMPLETED)
+            opened.cancel()
+            if incoming.done():
+                await ws.close()
+                return ws
+            incoming.cancel()
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}))
+        self.sockets[ws] = Session()
+        await fake._notify()
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                frame = json.loads(msg.data)
+                await self._on_frame(ws, frame)
+        finally:
+            self.sockets.pop(ws, None)
+            await fake._notify()
+        return ws
+
+    async def _on_frame(self, ws: web.WebSocketResponse, frame: dict[str, Any]) -> None:
+        fake = self.fake
+        op = frame.get("op")
+        data: dict[str, Any] = frame.get("d") or {}
+        if op == 1:
+            await ws.send_str(json.dumps({"op": 11, "d": None, "s": None, "t": None}))
+        elif op == 2:
+            fake.identifies += 1
+            if data.get("token") != fake.token:
+                await ws.close(code=4004, message=b"Authentication failed.")
+                return
+            if fake.identify_close_code is not None:
+                await ws.close(code=fake.identify_close_code, message=b"Disallowed intent(s).")
+                return
+            try:
+                shard = _shard(data.get("shard"))
+            except ValueError:
+                await ws.close(code=4010, message=b"Invalid shard.")
+                return
+            await self._send_ready(ws, shard)
+        elif op == 6:
+            fake.resumes += 1
+            session = self.sockets.get(ws)
+            if session is not None:
+                session.session_id = data.get("session_id")
+                session.shard = self.sessions.get(session.session_id or "")
+                seq = data.get("seq") or 0
+                for old, guild_id in self.dispatched:
+                    if old["s"] > seq and carries(session.shard, guild_id):
+                        await ws.send_str(json.dumps(old))
+                        self.received.append((session.shard, old["t"], str(old["d"].get("id", ""))))
+                await self._send(ws, "RESUMED", {})
+        await fake._notify()
+
+    async def _send(self, ws: web.WebSocketResponse, event: str, data: dict[str, Any]) -> None:
+        frame = {"op": 0, "t": event, "s": next(self._seq), "d": data}
+        await ws.send_str(json.dumps(frame))
+
+    async def _send_ready(self, ws: web.WebSocketResponse, shard: Shard | None) -> None:
+        fake = self.fake
+        session_id = f"session-{fake.identifies}"
+        self.sessions[session_id] = shard
+        guilds = [g for g in fake.guilds if carries(shard, g)]
+        ready: dict[str, Any] = {
+            "v": 10, "user": {**fake.bot, "verified": True, "mfa_enabled": False, "flags": 0},
+            "guilds": [{"id": g, "unavailable": True} for g in guilds],
+            "session_id": session_id, "resume_gateway_url": fake.gateway_url,
+            "application": {"id": fake.bot["id"], "flags": 0}, "private_channels": [], "relationships": [],
+        }
+        if shard is not None:
+            ready["shard"] = list(shard)
+        session = self.sockets.get(ws)
+        if session is not None:  # dispatches reach a connection from READY on
+            session.session_id, session.shard = session_id, shard
+        await self._send(ws, "READY", ready)
+        for gid in guilds:
+            await self._send(ws, "GUILD_CREATE", fake._guild_payload(gid))
+        fake.readies += 1
+
+
+def _shard(value: Any) -> Shard | None:
+    """IDENTIFY's ``shard``: ``None`` if absent, ``(id, count)`` if valid; ``ValueError`` if Discord would refuse it."""
+    if value is None:
+        return None
+    if (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and 0 <= value[0] < value[1]):
+        return (value[0], value[1])
+    raise ValueError(f"invalid shard {value!r}")
