@@ -22,7 +22,8 @@ from typing import TypeVar
 from bridge.chunks import split_reply, with_picture_note
 from bridge.port import DiscordPort, File, PostError, Transient
 from clankie.artifacts import ArtifactError, resolve_artifact
-from clankie.backoff import Backoff, RetryPolicy
+from clankie.backoff import Backoff
+from clankie.backoff import RetryPolicy as RetryPolicy  # re-exported: the bridge imports it from here
 from clankie.clock import Clock
 
 log = logging.getLogger(__name__)
