@@ -14,7 +14,8 @@ from clankie.paths import socket_path
 from clankie.protocol import Artifact, Record, ScreenshotRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
-from tests.service.captain.harness import FakeBridge, msg, run, service, until
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service
 
 ROOM = "discord:clankie:discord:1:2"
 
