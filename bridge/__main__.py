@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 
@@ -12,13 +11,14 @@ import sys
 # still importing when the supervisor dies must die with it, not linger holding a listening socket.
 from clankie.child import arm_parent_death  # noqa: E402  (light: stdlib only)
 
-arm_parent_death(os.environ)
+arm_parent_death()  # this process's environment
 
 from bridge.app import BridgeApp
 from bridge.doctor import link_handler
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import supervisor_link
 from clankie.logs import configure
+from clankie.paths import process_environment
 from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings, load
 
@@ -52,7 +52,7 @@ async def run(settings: Settings) -> int:
 def main() -> int:
     arm_parent_death()
     try:
-        settings = load(receive_secrets(os.environ))  # the token arrives on a pipe, never in our environment
+        settings = load(receive_secrets(process_environment()))  # the token arrives on a pipe, never in our environment
     except ConfigError as exc:
         print(f"bridge: {exc}", file=sys.stderr)
         return EX_CONFIG

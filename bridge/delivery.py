@@ -23,20 +23,13 @@ from bridge.chunks import split_reply, with_picture_note
 from bridge.port import DiscordPort, File, PostError, Transient
 from clankie.artifacts import ArtifactError, resolve_artifact
 from clankie.backoff import Backoff
+from clankie.backoff import RetryPolicy as RetryPolicy  # re-exported: the bridge imports it from here
 from clankie.clock import Clock
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_FILES = 10
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    attempts: int = 6
-    base: float = 1.0
-    cap: float = 30.0
-    max_retry_after: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)

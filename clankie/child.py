@@ -24,6 +24,8 @@ import sys
 from collections.abc import Mapping
 from types import FrameType
 
+from clankie.paths import process_environment
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
@@ -55,7 +57,7 @@ def _die_with_group(signum: int, frame: FrameType | None) -> None:
 
 def supervisor_pid(env: Mapping[str, str] | None = None) -> int | None:
     """The pid of the supervisor that spawned this process, or None if started by hand."""
-    raw = (os.environ if env is None else env).get(SUPERVISOR_PID_ENV, "")
+    raw = (process_environment() if env is None else env).get(SUPERVISOR_PID_ENV, "")
     return int(raw) if raw.isdigit() else None
 
 

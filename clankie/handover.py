@@ -18,9 +18,10 @@ minus the imports.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping
+
+from clankie.paths import process_environment
 
 LISTEN_FDS_ENV = "CLANKIE_LISTEN_FDS"
 SPARE_ENV = "CLANKIE_SPARE"
@@ -47,7 +48,7 @@ def inherited_listener(name: str, env: Mapping[str, str] | None = None) -> socke
     (Chromium, a Node validator) holds the tree's socket. An fd that is not a
     listening Unix stream socket is ignored, as if none had been handed down.
     """
-    fd = _parse((os.environ if env is None else env).get(LISTEN_FDS_ENV, "")).get(name)
+    fd = _parse((process_environment() if env is None else env).get(LISTEN_FDS_ENV, "")).get(name)
     if fd is None:
         return None
     try:
@@ -67,4 +68,4 @@ def inherited_listener(name: str, env: Mapping[str, str] | None = None) -> socke
 
 def is_spare(env: Mapping[str, str] | None = None) -> bool:
     """True when this process was started as a warm spare (park until activated)."""
-    return (os.environ if env is None else env).get(SPARE_ENV, "") == "1"
+    return (process_environment() if env is None else env).get(SPARE_ENV, "") == "1"

@@ -38,15 +38,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
-from clankie.handover import is_spare
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
+from clankie.handover import is_spare
+from clankie.paths import process_environment
 from clankie.protocol import Empty, Heartbeat, Record, Stopping
 from clankie.settings import discord_attachment_root
 
@@ -59,13 +59,13 @@ LINK_ROLE = "child"
 
 def link_fd(env: Mapping[str, str] | None = None) -> int | None:
     """The inherited link fd, or None when not started by a supervisor."""
-    raw = (os.environ if env is None else env).get(SUPERVISOR_FD_ENV, "")
+    raw = (process_environment() if env is None else env).get(SUPERVISOR_FD_ENV, "")
     return int(raw) if raw.isdigit() else None
 
 
 def heartbeat_interval(env: Mapping[str, str] | None = None) -> float:
     """The interval the supervisor asked for (``CLANKIE_HEARTBEAT_SECONDS``), for beats before settings exist."""
-    raw = (os.environ if env is None else env).get("CLANKIE_HEARTBEAT_SECONDS", "")
+    raw = (process_environment() if env is None else env).get("CLANKIE_HEARTBEAT_SECONDS", "")
     try:
         value = float(raw)
     except ValueError:

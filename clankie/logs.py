@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from clankie.paths import process_environment
+
 _context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("clankie_log_context", default={})
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
@@ -74,7 +76,7 @@ def configure(
     :func:`stderr_is_journal` on ``env`` (``os.environ`` when None).
     """
     if journald is None:
-        journald = stderr_is_journal(os.environ if env is None else env)
+        journald = stderr_is_journal(process_environment() if env is None else env)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(role, journald))
     root = logging.getLogger()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from clankie.errors import ConfigError
@@ -110,3 +111,13 @@ def captain_dir(state_dir: Path) -> Path:
 
 def receipts_dir(state_dir: Path) -> Path:
     return state_dir / "receipts"
+
+
+def process_environment() -> Mapping[str, str]:
+    """This process's environment: the one place that reads ``os.environ`` (ARCHITECTURE §5).
+
+    A process's ``main`` hands it to :func:`clankie.settings.load` and to the
+    kernel helpers that take an ``env`` mapping; ``tests/test_import_rules.py``
+    fails on a read anywhere else.
+    """
+    return os.environ

@@ -23,6 +23,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from clankie import shards, urls
 from clankie.errors import ConfigError
+from clankie.paths import process_environment
 
 MAX_SECONDS = 10_000_000.0
 """Upper bound of every duration setting (about 115 days): finite, and far inside what timers accept."""
@@ -37,7 +38,7 @@ IdList = Annotated[tuple[str, ...], NoDecode]
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
-    return os.environ if env is None else env
+    return process_environment() if env is None else env
 
 
 def _trimmed(env: Mapping[str, str], name: str) -> str | None:

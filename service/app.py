@@ -28,11 +28,10 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
-from clankie.paths import ensure_private_dir, socket_path
-from clankie.secrets import receive as receive_secrets
+from clankie.paths import ensure_private_dir, process_environment, socket_path
 from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
+from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings
-
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
@@ -226,9 +225,8 @@ async def _serve(settings: Settings, environ: Mapping[str, str], link: Link) -> 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
     """The whole life of the service process; returns its exit status."""
-    import os
 
-    env = dict(os.environ if environ is None else environ)
+    env = dict(process_environment() if environ is None else environ)
     arm_parent_death(env)
     warm()
     return asyncio.run(_amain(env))

@@ -20,7 +20,7 @@ from pathlib import Path
 from clankie import logs
 from clankie.clock import SystemClock
 from clankie.errors import EX_CONFIG, ConfigError
-from clankie.paths import child_log_dir, ensure_private_dir, socket_path
+from clankie.paths import child_log_dir, ensure_private_dir, process_environment, socket_path
 from clankie.settings import Settings, load
 from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float, stderr: StderrQueue) -> int:
     loop = asyncio.get_running_loop()
     tree = Tree(
-        settings, specs, clock=SystemClock(), env=os.environ, notifier=Notifier(os.environ), stop_budget=stop_budget,
+        settings, specs, clock=SystemClock(), env=process_environment(), notifier=Notifier(process_environment()), stop_budget=stop_budget,
         stderr=stderr,
     )
     control = Control(tree)

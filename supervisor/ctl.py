@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
-from clankie.paths import SYSTEM_RUNTIME_DIR, socket_path
+from clankie.paths import SYSTEM_RUNTIME_DIR, process_environment, socket_path
 from clankie.protocol import (
     AbortReply,
     AbortRun,
@@ -259,7 +258,7 @@ def default_socket(env: Mapping[str, str], system_dir: Path = SYSTEM_RUNTIME_DIR
 
 
 async def _run(args: argparse.Namespace) -> int:
-    path = args.socket or default_socket(os.environ)
+    path = args.socket or default_socket(process_environment())
     conn = await _connect(path, args.timeout)
     try:
         return await _command(conn, args)

@@ -44,8 +44,25 @@ class Event(enum.Enum):
     READY = "ready"  # the child said `ready` on its link
     STOP = "stop"  # operator or shutdown asks it to go
     KILL = "kill"  # the supervisor kills it to restart it (heartbeat, stall watchdog, restart)
-    EXIT = "exit"  # its process ended
-    REPOLICY = "repolicy"  # internal: EXITED resolves to BACKOFF or FATAL
+    EXIT = "exit"  # its process ended (unasked; or, in STOPPING, after a stop or an operator restart)
+    EXIT_CONFIG = "exit_config"  # derived: it ended unasked with status 78 (EX_CONFIG)
+    EXIT_FAULT = "exit_fault"  # derived: it ended after a kill for a fault (heartbeat, stalled)
+    REPOLICY = "repolicy"  # derived: EXITED resolves to BACKOFF under the restart intensity
+    GIVE_UP = "give_up"  # derived: EXITED resolves to FATAL, the restart intensity exceeded
+
+
+INPUTS = (Event.START, Event.SPAWN_FAILED, Event.READY, Event.STOP, Event.KILL, Event.EXIT)
+"""The events the shell feeds to :meth:`Lifecycle.handle`; the rest are derived by the core from them."""
+
+
+class Action(enum.Enum):
+    """What the shell does after an event."""
+
+    SPAWN = "spawn"  # start a process (the parked spare or a cold spawn)
+    TERMINATE = "terminate"  # ask the live process to go (shutdown, SIGTERM; SIGKILL after grace)
+    SCHEDULE = "schedule"  # start again at next_start_at (BACKOFF, or FATAL with a cooldown)
+    RESTART = "restart"  # start again now (an operator restart's exit landed)
+    DROP_SPARE = "drop_spare"  # no spare wanted: stopping, or it would only fail the same way
 
 
 class LifecycleError(Exception):
@@ -62,20 +79,31 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (_.STARTING, Event.SPAWN_FAILED): _.EXITED,
     (_.STARTING, Event.EXIT): _.EXITED,
     (_.RUNNING, Event.EXIT): _.EXITED,
+    (_.STARTING, Event.EXIT_CONFIG): _.FATAL,
+    (_.RUNNING, Event.EXIT_CONFIG): _.FATAL,
     (_.STARTING, Event.STOP): _.STOPPING,
     (_.RUNNING, Event.STOP): _.STOPPING,
     (_.STARTING, Event.KILL): _.STOPPING,
     (_.RUNNING, Event.KILL): _.STOPPING,
     (_.STOPPING, Event.STOP): _.STOPPING,
     (_.STOPPING, Event.KILL): _.STOPPING,
-    (_.STOPPING, Event.EXIT): _.STOPPED,  # or STARTING/EXITED when a restart was asked (see exit())
+    (_.STOPPING, Event.EXIT): _.STOPPED,  # a stop, or an operator restart (action RESTART)
+    (_.STOPPING, Event.EXIT_FAULT): _.EXITED,
     (_.BACKOFF, Event.STOP): _.STOPPED,
     (_.FATAL, Event.STOP): _.STOPPED,
     (_.STOPPED, Event.STOP): _.STOPPED,
     (_.EXITED, Event.STOP): _.STOPPED,
-    (_.EXITED, Event.REPOLICY): _.BACKOFF,  # or FATAL (see _after_exit())
+    (_.EXITED, Event.REPOLICY): _.BACKOFF,
+    (_.EXITED, Event.GIVE_UP): _.FATAL,
 }
-"""Every legal (state, event) pair and where it leads; anything else is a bug."""
+"""Every legal (state, event) pair and where it leads; every state change is one of these rows."""
+
+IGNORED: frozenset[tuple[State, Event]] = frozenset(
+    {(s, Event.START) for s in (_.STARTING, _.RUNNING, _.STOPPING)}  # already up or on its way
+    | {(s, Event.READY) for s in State if s is not _.STARTING}  # a late `ready` after a kill began
+    | {(s, Event.KILL) for s in (_.STOPPED, _.EXITED, _.BACKOFF, _.FATAL)}  # nothing to kill
+)
+"""Input pairs that change nothing (no move, no action) rather than raise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +135,16 @@ class Exit:
         return self.code == 0
 
 
+Move = tuple[State, Event, State]
+
+
 @dataclass
 class Lifecycle:
-    """One child's lifecycle state plus the bookkeeping ``status`` shows."""
+    """One child's lifecycle state plus the bookkeeping ``status`` shows.
+
+    The core is :meth:`handle`; the named methods (``start``, ``exit`` ...) are
+    its spellings for the shell and the tests, returning the state reached.
+    """
 
     policy: Policy = field(default_factory=Policy)
     rand: Callable[[], float] | None = None
@@ -125,6 +160,7 @@ class Lifecycle:
     streak: int = 0  # crashes in a row: lives that ended before they were stable
     waiting: str = ""  # why the restart waits (or does not): shown with the reason in status
     restart_now: bool = False  # set when an operator restart's exit landed: the shell starts it again
+    moves: deque[Move] = field(default_factory=lambda: deque(maxlen=16))  # the last moves made
     _restart_after_exit: bool = False
     _kill_reason: str = ""
     _deaths: deque[float] = field(default_factory=deque)
@@ -134,20 +170,67 @@ class Lifecycle:
         kw = {"rand": self.rand} if self.rand is not None else {}
         self._backoff = Backoff(self.policy.backoff_base, self.policy.backoff_cap, self.policy.reset_after, **kw)
 
-    # ------------------------------------------------------------ events
+    # ------------------------------------------------------------ the core
 
     def _go(self, event: Event) -> State:
+        """The only place the state changes: one row of TRANSITIONS."""
         target = TRANSITIONS.get((self.state, event))
         if target is None:
             raise LifecycleError(f"{event.value} is not valid in state {self.state.value}")
+        self.moves.append((self.state, event, target))
         self.state = target
         return target
 
-    def start(self, now: float) -> State:
-        """Ask for a (re)start; the shell then spawns."""
-        if self.state in (State.STARTING, State.RUNNING, State.STOPPING):
-            return self.state  # already up or on its way; a start is idempotent
-        if self.state in (State.EXITED, State.BACKOFF, State.FATAL, State.STOPPED) and self.started_at is not None:
+    def handle(
+        self,
+        event: Event,
+        now: float,
+        *,
+        ex: Exit | None = None,
+        reason: str = "",
+        restart: bool = True,
+        counts_as_crash: bool = True,
+    ) -> list[Action]:
+        """Feed one input event; returns what the shell should do.
+
+        ``ex`` comes with EXIT; ``reason`` with KILL (its cause) and SPAWN_FAILED
+        (the errno name); ``restart`` and ``counts_as_crash`` with KILL.
+        """
+        if (self.state, event) in IGNORED:
+            return []
+        if event is Event.START:
+            return self._start(now)
+        if event is Event.READY:
+            self._go(Event.READY)
+            self.ready_at = now
+            self.reason = ""
+            return []
+        if event is Event.STOP:
+            self._restart_after_exit = False
+            if self.state in (State.BACKOFF, State.FATAL, State.EXITED):
+                self.next_start_at = None
+            live = self.state in (State.STARTING, State.RUNNING, State.STOPPING)
+            self._go(Event.STOP)
+            return [Action.DROP_SPARE, Action.TERMINATE] if live else [Action.DROP_SPARE]
+        if event is Event.KILL:
+            self._go(Event.KILL)
+            self._restart_after_exit = restart
+            self._kill_reason = reason if counts_as_crash else ""
+            self.reason = reason
+            return [Action.TERMINATE]
+        if event is Event.SPAWN_FAILED:
+            self._go(Event.SPAWN_FAILED)
+            self.last_exit = Exit(code=None, signal=None, at=now)
+            self.ended = f"spawn_error {reason}"
+            return self._after_exit(now, f"spawn_error {reason}")
+        if event is Event.EXIT:
+            if ex is None:
+                raise LifecycleError("exit needs its Exit")
+            return self._exit(ex, now)
+        raise LifecycleError(f"{event.value} is derived by the core, not an input")
+
+    def _start(self, now: float) -> list[Action]:
+        if self.started_at is not None:
             self.restarts += 1
         self._go(Event.START)
         self.started_at = now
@@ -157,64 +240,32 @@ class Lifecycle:
         self._restart_after_exit = False
         self._kill_reason = ""
         self.restart_now = False
-        return self.state
+        return [Action.SPAWN]
 
-    def ready(self, now: float) -> State:
-        if self.state is not State.STARTING:
-            return self.state  # a late `ready` after a kill began changes nothing
-        self._go(Event.READY)
-        self.ready_at = now
-        self.reason = ""
-        return self.state
-
-    def stop(self) -> State:
-        """Operator or shutdown stop: no restart afterwards."""
-        self._restart_after_exit = False
-        if self.state in (State.BACKOFF, State.FATAL, State.EXITED):
-            self.next_start_at = None
-        return self._go(Event.STOP)
-
-    def kill(self, reason: str, *, restart: bool = True, counts_as_crash: bool = True) -> State:
-        """The supervisor takes the child down to restart it (``reason``: heartbeat, stalled, restart)."""
-        if self.state not in (State.STARTING, State.RUNNING, State.STOPPING):
-            return self.state
-        self._go(Event.KILL)
-        self._restart_after_exit = restart
-        self._kill_reason = reason if counts_as_crash else ""
-        self.reason = reason
-        return self.state
-
-    def spawn_failed(self, now: float, errno_name: str) -> State:
-        self._go(Event.SPAWN_FAILED)
-        self.last_exit = Exit(code=None, signal=None, at=now)
-        self.ended = f"spawn_error {errno_name}"
-        return self._after_exit(now, f"spawn_error {errno_name}")
-
-    def exit(self, ex: Exit, now: float) -> State:
-        """The process ended; decide what comes next."""
+    def _exit(self, ex: Exit, now: float) -> list[Action]:
         self.last_exit = ex
         self.ended = describe(ex)
         if self.state is State.STOPPING:
             restart, cause = self._restart_after_exit, self._kill_reason
+            if restart and cause:  # killed for a fault: a crash like any other
+                self._go(Event.EXIT_FAULT)
+                return self._after_exit(now, cause)
             self._go(Event.EXIT)
             if not restart:
                 self.reason = "stopped"
-                return self.state
-            if not cause:  # an operator restart: straight back up, no backoff
-                self.reason = "restart"
-                self.restart_now = True
-                return self.state
-            self.state = State.EXITED
-            return self._after_exit(now, cause)
-        self._go(Event.EXIT)
-        if ex.code == EX_CONFIG:
-            self.state = State.FATAL
+                return [Action.DROP_SPARE]
+            self.reason = "restart"  # an operator restart: straight back up, no backoff
+            self.restart_now = True
+            return [Action.RESTART]
+        if ex.code == EX_CONFIG and (self.state, Event.EXIT_CONFIG) in TRANSITIONS:
+            self._go(Event.EXIT_CONFIG)
             self.next_start_at = None
             self.reason = "config_error: " + (ex.message or "the child reported a configuration error")
-            return self.state
+            return [Action.DROP_SPARE]
+        self._go(Event.EXIT)
         return self._after_exit(now, "crashed: " + self.ended)
 
-    def _after_exit(self, now: float, cause: str) -> State:
+    def _after_exit(self, now: float, cause: str) -> list[Action]:
         """EXITED → BACKOFF, or FATAL when the restart intensity is exceeded."""
         self._deaths.append(now)
         while self._deaths and now - self._deaths[0] > self.policy.window:
@@ -224,14 +275,14 @@ class Lifecycle:
             self._backoff.reset()  # stable uptime wipes the slate
             self.streak = 0
         self.streak += 1
-        self._go(Event.REPOLICY)
         if len(self._deaths) > self.policy.intensity:
-            self.state = State.FATAL
+            self._go(Event.GIVE_UP)
             self.next_start_at = now + self.policy.fatal_cooldown
             self.reason = f"restart intensity: {len(self._deaths)} exits in {self.policy.window:g}s; last {cause}"
             self._deaths.clear()
             self._backoff.reset()
-            return self.state
+            return [Action.DROP_SPARE, Action.SCHEDULE]
+        self._go(Event.REPOLICY)
         delay = 0.0 if stable else self._backoff.delay(now)  # the first crash after a stable run: at once
         self.delays.append(delay)
         self.next_start_at = now + delay
@@ -240,7 +291,39 @@ class Lifecycle:
             self.waiting = "it had been stable: restarted at once"
         else:
             self.waiting = f"{self.streak} crashes in a row: backoff {delay:.1f}s"
+        return [Action.SCHEDULE]
+
+    # ------------------------------------------------------------ spellings
+
+    def start(self, now: float) -> State:
+        """Ask for a (re)start; the shell then spawns."""
+        self.handle(Event.START, now)
         return self.state
+
+    def ready(self, now: float) -> State:
+        self.handle(Event.READY, now)
+        return self.state
+
+    def stop(self, now: float = 0.0) -> State:
+        """Operator or shutdown stop: no restart afterwards."""
+        self.handle(Event.STOP, now)
+        return self.state
+
+    def kill(self, reason: str, *, restart: bool = True, counts_as_crash: bool = True, now: float = 0.0) -> State:
+        """The supervisor takes the child down to restart it (``reason``: heartbeat, stalled, restart)."""
+        self.handle(Event.KILL, now, reason=reason, restart=restart, counts_as_crash=counts_as_crash)
+        return self.state
+
+    def spawn_failed(self, now: float, errno_name: str) -> State:
+        self.handle(Event.SPAWN_FAILED, now, reason=errno_name)
+        return self.state
+
+    def exit(self, ex: Exit, now: float) -> State:
+        """The process ended; decide what comes next."""
+        self.handle(Event.EXIT, now, ex=ex)
+        return self.state
+
+    # ------------------------------------------------------------ queries
 
     def stable(self, now: float) -> bool:
         """Ready for ``stable_after`` or up for ``reset_after``: a crash now is not one of a row."""
@@ -248,8 +331,6 @@ class Lifecycle:
         ready_long = self.ready_at is not None and now - self.ready_at >= p.stable_after
         up_long = self.started_at is not None and now - self.started_at >= p.reset_after
         return ready_long or up_long
-
-    # ------------------------------------------------------------ queries
 
     def due(self, now: float) -> bool:
         """True when a BACKOFF or FATAL cooldown has run out."""
@@ -275,120 +356,3 @@ def describe(ex: Exit) -> str:
             return "killed after grace"
         return how
     return f"exited {ex.code}"
-
-
-# ---------------------------------------------------------------- the warm spare
-
-
-class SpareState(enum.Enum):
-    OFF = "off"  # none wanted: handover off, the child not running, or stopping
-    WARMING = "warming"  # spawned, importing its modules
-    PARKED = "parked"  # imported and waiting on its link: the next start takes it
-    BACKOFF = "backoff"  # the last spare died before it was taken; another at next_start_at
-
-
-class SpareEvent(enum.Enum):
-    WANT = "want"  # the child is running: prepare the next spare
-    PARKED = "parked"  # the spare said `parked` on its link
-    TAKE = "take"  # it becomes the child
-    EXIT = "exit"  # it died (or was killed) before it was taken
-    DUE = "due"  # its backoff ran out
-    DROP = "drop"  # no spare wanted any more (stop, shutdown)
-
-
-_S = SpareState
-SPARE_TRANSITIONS: dict[tuple[SpareState, SpareEvent], SpareState] = {
-    (_S.OFF, SpareEvent.WANT): _S.WARMING,
-    (_S.WARMING, SpareEvent.WANT): _S.WARMING,
-    (_S.PARKED, SpareEvent.WANT): _S.PARKED,
-    (_S.BACKOFF, SpareEvent.WANT): _S.BACKOFF,  # it comes when the backoff ends
-    (_S.WARMING, SpareEvent.PARKED): _S.PARKED,
-    (_S.PARKED, SpareEvent.TAKE): _S.OFF,
-    (_S.WARMING, SpareEvent.EXIT): _S.BACKOFF,
-    (_S.PARKED, SpareEvent.EXIT): _S.BACKOFF,
-    (_S.BACKOFF, SpareEvent.DUE): _S.WARMING,
-    (_S.OFF, SpareEvent.DROP): _S.OFF,
-    (_S.WARMING, SpareEvent.DROP): _S.OFF,
-    (_S.PARKED, SpareEvent.DROP): _S.OFF,
-    (_S.BACKOFF, SpareEvent.DROP): _S.OFF,
-}
-"""Every legal (state, event) pair of a child's spare slot; anything else is a bug."""
-
-
-@dataclass
-class SpareLife:
-    """One child's spare slot: whether a spare exists, and when the next one is due after a death.
-
-    A spare that dies before it is taken (an import error, a kill for missing
-    heartbeats) is replaced after a full-jitter backoff, capped at a minute,
-    that starts over once a spare parks; the child itself never waits for a
-    spare: without one, its next start is cold.
-    """
-
-    base: float = 0.5
-    cap: float = 60.0
-    rand: Callable[[], float] | None = None
-    state: SpareState = SpareState.OFF
-    next_start_at: float | None = None
-    reason: str = ""
-    spawned: int = 0  # spares started
-    taken: int = 0  # spares that became the child
-    _backoff: Backoff = field(init=False)
-
-    def __post_init__(self) -> None:
-        kw = {"rand": self.rand} if self.rand is not None else {}
-        self._backoff = Backoff(self.base, self.cap, reset_after=float("inf"), **kw)
-
-    def _go(self, event: SpareEvent) -> SpareState:
-        target = SPARE_TRANSITIONS.get((self.state, event))
-        if target is None:
-            raise LifecycleError(f"spare {event.value} is not valid in state {self.state.value}")
-        self.state = target
-        return target
-
-    def want(self) -> bool:
-        """The child is running; True when the shell should spawn a spare now."""
-        before = self.state
-        self._go(SpareEvent.WANT)
-        if before is SpareState.OFF:
-            self.spawned += 1
-            self.reason = ""
-            return True
-        return False
-
-    def parked(self) -> SpareState:
-        if self.state is not SpareState.WARMING:
-            return self.state  # a late word from a spare already dropped changes nothing
-        self._backoff.reset()
-        return self._go(SpareEvent.PARKED)
-
-    def take(self) -> bool:
-        """True when a parked spare is there to become the child (and is now taken)."""
-        if self.state is not SpareState.PARKED:
-            return False
-        self._go(SpareEvent.TAKE)
-        self.taken += 1
-        return True
-
-    def exit(self, now: float, how: str) -> SpareState:
-        """The spare died untaken: back off before the next one."""
-        if self.state not in (SpareState.WARMING, SpareState.PARKED):
-            return self.state  # dropped already: nothing more to do
-        self._go(SpareEvent.EXIT)
-        delay = self._backoff.delay(now)
-        self.next_start_at = now + delay
-        self.reason = f"spare {how}; next spare in {delay:.1f}s"
-        return self.state
-
-    def due(self, now: float) -> bool:
-        """True (and WARMING) when a backoff ran out: the shell spawns a spare now."""
-        if self.state is not SpareState.BACKOFF or self.next_start_at is None or now < self.next_start_at:
-            return False
-        self._go(SpareEvent.DUE)
-        self.next_start_at = None
-        self.spawned += 1
-        return True
-
-    def drop(self) -> SpareState:
-        self.next_start_at = None
-        return self._go(SpareEvent.DROP)

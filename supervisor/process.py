@@ -21,7 +21,6 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
@@ -32,15 +31,13 @@ from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Empty, Heartbeat, Record, Stopping
 from clankie.secrets import hand_over
 from supervisor.environment import for_child
-from supervisor.lifecycle import Exit, Lifecycle, State
+from supervisor.lifecycle import Action, Event, Exit, Lifecycle, State
 from supervisor.output import RotatingLog
+from supervisor.owner import Owner
 from supervisor.spare import Spare
 from supervisor.spawn import LinkHandler, Proc, spawn
 from supervisor.spec import ChildSpec
 from supervisor.watchdog import Liveness, StallWatchdog
-
-if TYPE_CHECKING:
-    from supervisor.tree import Tree
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +45,10 @@ log = logging.getLogger(__name__)
 class Child:
     """A child process slot: at most one live process at a time."""
 
-    def __init__(self, spec: ChildSpec, tree: Tree, *, heartbeat_timeout: float, rand: Callable[[], float] | None) -> None:
+    def __init__(self, spec: ChildSpec, tree: Owner, *, heartbeat_timeout: float, rand: Callable[[], float] | None) -> None:
         self.spec = spec
         self.name = spec.name
-        self.tree = tree
+        self.tree: Owner = tree
         self.clock: Clock = tree.clock
         self.life = Lifecycle(policy=spec.policy, rand=rand)
         self.liveness = Liveness(spec.heartbeat_timeout or heartbeat_timeout)
@@ -192,7 +189,7 @@ class Child:
             self.liveness.beat(now)
             log.info("%s is ready", self.name)
             self.tree.changed()
-            self.tree.want_spare(self)
+            self.tree.want_spare(self.spare)
         elif method == "heartbeat":
             assert isinstance(params, Heartbeat)
             self.liveness.beat(now)
@@ -225,12 +222,12 @@ class Child:
             requested=self.life.state is State.STOPPING,
             message=message[:200],
         )
-        state = self.life.exit(ex, self.clock.monotonic())
-        log.info("%s pid=%s %s; now %s", self.name, pid, self.life.ended, state.value)
-        if state in (State.FATAL, State.STOPPED):
+        actions = self.life.handle(Event.EXIT, self.clock.monotonic(), ex=ex)
+        log.info("%s pid=%s %s; now %s", self.name, pid, self.life.ended, self.life.state.value)
+        if Action.DROP_SPARE in actions:
             self.spare.drop()  # a spare would only fail the same way, or is not wanted
         self.exited_event.set()
-        if self.life.restart_now and not self.tree.stopping:  # an operator restart
+        if Action.RESTART in actions and not self.tree.stopping:  # an operator restart
             self.start()
         else:
             self._schedule()

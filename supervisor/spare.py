@@ -15,7 +15,7 @@ link, so reaping, PDEATHSIG, heartbeats, the stall watchdog and
 A new spare is prepared in the background ``delay`` seconds after the child
 is ready again (so its imports do not compete with the first turns), and
 only once the whole tree has been ready. The decisions are the pure
-:class:`supervisor.lifecycle.SpareLife`; this is its shell.
+:class:`supervisor.sparelife.SpareLife`; this is its shell.
 """
 
 from __future__ import annotations
@@ -25,16 +25,14 @@ import errno as errno_mod
 import logging
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from clankie import ipc
 from clankie.protocol import Record
-from supervisor.lifecycle import Exit, SpareLife, SpareState, State, describe
+from supervisor.lifecycle import Exit, State, describe
+from supervisor.owner import SpareOwner
+from supervisor.sparelife import SpareLife, SpareState
 from supervisor.spawn import Proc
 from supervisor.watchdog import Liveness
-
-if TYPE_CHECKING:
-    from supervisor.process import Child
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +43,8 @@ DROP_GRACE = 2.0
 class Spare:
     """The spare slot of one child (at most one spare, plus any dropped ones still dying)."""
 
-    def __init__(self, child: Child, *, rand: Callable[[], float] | None = None) -> None:
-        self.child = child
+    def __init__(self, child: SpareOwner, *, rand: Callable[[], float] | None = None) -> None:
+        self.child: SpareOwner = child
         self.life = SpareLife(rand=rand)
         self.proc: Proc | None = None
         self.dying: set[Proc] = set()

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from clankie import ipc
-
 from clankie.child import become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
@@ -38,8 +37,8 @@ from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings
 from supervisor.environment import minimal
 from supervisor.forward import StderrQueue
-from supervisor.lifecycle import State
-from supervisor.lifecycle import Exit
+from supervisor.lifecycle import Exit, State
+from supervisor.owner import SpareSlot
 from supervisor.process import Child, exit_from_waitid
 from supervisor.spawn import Proc
 from supervisor.spec import ChildSpec
@@ -172,10 +171,10 @@ class Tree:
                 socket_path(self.settings.runtime_dir, sock_name).unlink()
         self.listeners.clear()
 
-    def want_spare(self, child: Child) -> None:
-        """``child`` is ready: prepare its next spare, once the whole tree has been ready."""
+    def want_spare(self, spare: SpareSlot) -> None:
+        """A child is ready: prepare its next spare, once the whole tree has been ready."""
         if self.ready_sent:
-            child.spare.want(self.spare_delay)
+            spare.want(self.spare_delay)
 
     def request_stop(self) -> None:
         """First SIGTERM/SIGINT: ordered stop. Second: SIGKILL whatever is left."""

@@ -65,9 +65,77 @@ def test_third_party_clients_stay_in_their_one_home() -> None:
                     assert allowed(rel), f"{rel} imports {lib}"
 
 
+PURE_CORES = (
+    "service/captain/lane.py",  # the lane state machine
+    "supervisor/lifecycle.py",  # the child lifecycle
+    "supervisor/sparelife.py",  # the warm spare's slot
+    "bridge/admission.py",
+    "bridge/chunks.py",
+    "clankie/backoff.py",
+    "clankie/protocol.py",
+    "clankie/framing.py",
+    "clankie/errors.py",
+)
+"""The pure cores: no I/O, no clock; they may import each other and nothing else of the project."""
+
+IO_MODULES = frozenset(
+    {"asyncio", "socket", "os", "time", "logging", "subprocess", "threading", "select", "selectors", "pathlib",
+     "shutil", "io", "tempfile", "datetime", "psutil", "ssl", "http", "urllib", "ctypes", "sqlite3", "mmap"}
+)
+CLOCK_CALLS = frozenset({"monotonic", "time", "now", "utcnow", "today", "perf_counter", "sleep", "boottime", "wall"})
+
+
 def test_pure_cores_do_no_io() -> None:
-    """The codec, the wire records and the backoff import no asyncio, socket, os, time or logging."""
-    forbidden = {"asyncio", "socket", "os", "time", "logging"}
-    for rel in ("clankie/framing.py", "clankie/protocol.py", "clankie/backoff.py"):
-        bad = {n for n in imports_of(ROOT / rel) if top(n) in forbidden}
+    """Each pure core (lane, lifecycle, admission, chunks, backoff, protocol, framing) imports no I/O module,
+    no impure module of the project, and calls no clock: time comes in as ``now``."""
+    pure = {rel.removesuffix(".py").replace("/", ".") for rel in PURE_CORES}
+    for rel in PURE_CORES:
+        path = ROOT / rel
+        names = imports_of(path)
+        bad = {n for n in names if top(n) in IO_MODULES}
         assert not bad, f"{rel} imports {bad}"
+        impure = {n for n in names if top(n) in PACKAGES and n not in pure}
+        assert not impure, f"{rel} imports {impure}, which is not a pure core"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                assert node.func.attr not in CLOCK_CALLS, f"{rel}:{node.lineno} calls .{node.func.attr}()"
+
+
+def environ_reads(path: Path) -> list[int]:
+    """Lines where ``path`` reads ``os.environ`` (an assignment into it is a write, not a read)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    stores = {
+        id(t.value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AugAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Subscript)
+    }
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in {"environ", "environb", "getenv"} and id(node) not in stores:
+            if isinstance(node.value, ast.Name) and node.value.id == "os":
+                lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            if any(a.name in {"environ", "environb", "getenv"} for a in node.names):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_paths_reads_the_environment() -> None:
+    """ARCHITECTURE §5: the environment is read in one place, clankie.paths.process_environment()."""
+    allowed = {Path("clankie/paths.py")}
+    for package in PACKAGES:
+        for path in sources(package):
+            rel = path.relative_to(ROOT)
+            if rel not in allowed:
+                assert not environ_reads(path), f"{rel}:{environ_reads(path)} reads os.environ"
+
+
+def test_the_environment_rule_sees_a_read(tmp_path: Path) -> None:
+    """The rule finds a read (attribute, getenv, from-import) and lets a write pass."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\nos.environ['X'] = '1'\n", encoding="utf-8")
+    assert environ_reads(probe) == []
+    probe.write_text("import os\nfrom os import environ\nx = os.environ.get('X')\ny = os.getenv('Y')\n", encoding="utf-8")
+    assert environ_reads(probe) == [2, 3, 4]

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 # Arm the parent-death signal before the heavy imports below: a process (a warm spare above all)
 # still importing when the supervisor dies must die with it, not linger holding a listening socket.
 from clankie.child import arm_parent_death  # noqa: E402  (light: stdlib only)
 
-arm_parent_death(os.environ)
+arm_parent_death()  # this process's environment
 
 from hosts.runtime import main
 
 if __name__ == "__main__":
+    from clankie.paths import process_environment
     from hosts.tldraw.server import TldrawHost
 
-    sys.exit(main(TldrawHost, "tldraw", os.environ))
+    sys.exit(main(TldrawHost, "tldraw", process_environment()))

@@ -46,7 +46,7 @@ from service.agent.events import (
 from service.agent.failures import FailureKind, ProviderError
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
-from service.agent.retry import RetryPolicy
+from service.agent.retry import AGENT_RETRY, RetryPolicy
 from service.agent.session import SessionTree
 from service.agent.tools import Tool, ToolCallHooks, run_batch
 
@@ -75,7 +75,7 @@ class AgentConfig:
     reserve_tokens: int = 16_384
     keep_recent_tokens: int = 20_000
     summary_max_tokens: int = 2048
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = AGENT_RETRY
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentConfig:

@@ -62,3 +62,17 @@ def test_backoff_resets_after_a_quiet_period() -> None:
         b.delay(float(t))
     assert b.delay(5.0) == 32
     assert b.delay(100.0) == 1
+
+
+def test_one_retry_schedule_serves_both_callers() -> None:
+    """The bridge's default (jittered, retry-after cut to 120 s) and the agent's (2, 4, 8 s; gives up beyond 60 s)."""
+    from clankie.backoff import RetryPolicy
+    from service.agent.retry import AGENT_RETRY
+
+    bridge = RetryPolicy()
+    assert bridge.max_retries == 5 and [bridge.ceiling(n) for n in range(1, 7)] == [1, 2, 4, 8, 16, 30]
+    assert bridge.delay(3, None, rand=lambda: 0.5) == 2.0
+    assert bridge.delay(1, 500.0, rand=lambda: 0.0) == 120.0  # cut, not given up
+    assert bridge.delay(6, None) is None
+    assert [AGENT_RETRY.delay(n, None) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, None]
+    assert AGENT_RETRY.delay(1, 61.0) is None and AGENT_RETRY.max_retries == 3

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clankie.errors import EX_CONFIG
-from supervisor.lifecycle import TRANSITIONS, Event, Exit, Lifecycle, LifecycleError, Policy, State, describe
+from supervisor.lifecycle import (
+    IGNORED,
+    INPUTS,
+    TRANSITIONS,
+    Event,
+    Exit,
+    Lifecycle,
+    LifecycleError,
+    Policy,
+    State,
+    describe,
+)
 
 
 def crash(life: Lifecycle, now: float, code: int = 1) -> State:
@@ -22,7 +36,7 @@ def test_a1_crash_at_startup_follows_the_backoff_schedule() -> None:
         life.start(now)
         assert crash(life, now + 0.05) is State.BACKOFF
         assert life.next_start_at == pytest.approx(now + 0.05 + life.delays[-1])
-        now = life.next_start_at
+        now = life.next_start_at or now
     assert life.delays == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert life.last_exit is not None and life.last_exit.code == 1
     assert life.restarts == 5
@@ -54,7 +68,7 @@ def test_restart_intensity_makes_the_child_fatal_with_a_next_start() -> None:
     life = Lifecycle(policy=Policy(backoff_base=0.01, intensity=3, window=60, fatal_cooldown=120), rand=lambda: 0.0)
     now = 0.0
     states = []
-    for i in range(4):
+    for _ in range(4):
         life.start(now)
         states.append(crash(life, now + 0.1))
         now += 1
@@ -159,7 +173,7 @@ def test_a_child_ready_for_stable_after_is_restarted_at_once_and_crashes_in_a_ro
 
 def test_the_spare_slot_follows_its_table() -> None:
     """off → warming → parked → taken (off); a death backs off and comes due; illegal events raise."""
-    from supervisor.lifecycle import SPARE_TRANSITIONS, SpareEvent, SpareLife, SpareState
+    from supervisor.sparelife import SPARE_TRANSITIONS, SpareEvent, SpareLife, SpareLifeError, SpareState
 
     spare = SpareLife(base=0.5, cap=4.0, rand=lambda: 1.0)
     assert spare.take() is False  # nothing parked: the child starts cold
@@ -177,6 +191,56 @@ def test_the_spare_slot_follows_its_table() -> None:
     assert spare.exit(13.0, "exited 0") is SpareState.OFF  # a dropped spare's death changes nothing
     assert spare.parked() is SpareState.OFF  # nor does a late `parked`
     assert (SpareState.OFF, SpareEvent.TAKE) not in SPARE_TRANSITIONS
-    with pytest.raises(LifecycleError):
+    with pytest.raises(SpareLifeError):
         spare._go(SpareEvent.PARKED)
     assert spare.spawned == 3
+
+
+def test_the_table_names_fatal_for_each_way_there() -> None:
+    """EX_CONFIG and the restart intensity reach FATAL through rows of the table, like any other move."""
+    from supervisor.lifecycle import TRANSITIONS as T
+
+    assert T[(State.RUNNING, Event.EXIT_CONFIG)] is State.FATAL
+    assert T[(State.EXITED, Event.GIVE_UP)] is State.FATAL
+    life = Lifecycle(policy=Policy(intensity=0))
+    life.start(0.0)
+    crash(life, 1.0)
+    assert life.state is State.FATAL and list(life.moves)[-2:] == [
+        (State.STARTING, Event.EXIT, State.EXITED),
+        (State.EXITED, Event.GIVE_UP, State.FATAL),
+    ]
+
+
+_inputs = st.sampled_from(INPUTS)
+_codes = st.sampled_from([0, 1, EX_CONFIG, None])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    steps=st.lists(st.tuples(_inputs, _codes, st.booleans(), st.floats(0.0, 100.0)), max_size=40),
+    intensity=st.integers(0, 3),
+)
+def test_every_move_the_core_makes_is_a_row_of_the_table(
+    steps: list[tuple[Event, int | None, bool, float]], intensity: int
+) -> None:
+    """Random input sequences: each state change is a table row, and the rows chain from the old state to the new."""
+    life = Lifecycle(policy=Policy(intensity=intensity, window=1e9), rand=lambda: 0.5)
+    now = 0.0
+    for event, code, flag, dt in steps:
+        now += dt
+        before = life.state
+        life.moves.clear()  # keep only this call's moves
+        ex = Exit(code=code, signal=None if code is not None else 9, at=now, requested=before is State.STOPPING)
+        try:
+            actions = life.handle(event, now, ex=ex, reason="heartbeat", counts_as_crash=flag)
+        except LifecycleError:
+            assert (before, event) not in TRANSITIONS or event is Event.EXIT
+            assert life.state is before and not life.moves  # a refusal changes nothing
+            continue
+        made = list(life.moves)
+        assert all(TRANSITIONS.get((a, e)) is b for a, e, b in made), made
+        if made:
+            assert made[0][0] is before and made[-1][2] is life.state
+            assert all(x[2] is y[0] for x, y in itertools.pairwise(made))
+        else:
+            assert life.state is before and (before, event) in IGNORED and actions == []

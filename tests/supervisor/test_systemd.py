@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import time
@@ -96,7 +97,7 @@ def test_b27_watchdog_pings_stop_while_the_loop_is_wedged(env: dict[str, str], r
 
     asyncio.run(go())
     sock.close()
-    gaps = [b - a for a, b in zip(received, received[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(received)]
     assert max(gaps) >= 0.45  # the wedge
     normal = sorted(gaps)[: len(gaps) // 2]
     assert all(0.03 <= g <= 0.1 for g in normal), normal

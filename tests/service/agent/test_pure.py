@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from service.agent.failures import FailureKind, classify_status
-from service.agent.retry import RetryPolicy
+from service.agent.retry import AGENT_RETRY
 from service.agent.transcript import ORPHAN_RESULT, repair
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -77,7 +77,7 @@ def test_classify_status(status: int, error_type: str, code: str | None, message
 
 def test_retry_policy_schedule() -> None:
     """Backoff is 2, 4, 8 s for three retries; retry-after up to 60 s is honoured, beyond it the call gives up."""
-    policy = RetryPolicy()
+    policy = AGENT_RETRY
     assert [policy.delay(n, None) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, None]
     assert policy.delay(1, 30.0) == 30.0
     assert policy.delay(3, 1.0) == 8.0
