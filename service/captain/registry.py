@@ -1,15 +1,16 @@
 """Which lanes are live in memory: opening, dropping, tearing down, and the LRU bound on idle ones.
 
 A lane is opened on its room's first message and kept, least recently used
-last, in :attr:`LaneRegistry.lanes`. At most ``lanes_max_live`` lanes stay
+first, in :attr:`LaneRegistry.lanes`. At most ``lanes_max_live`` lanes stay
 live: opening one more first evicts the least recently used *idle* lanes (no
 run, no turn waiting, no owner task). Eviction closes the lane's session file
 and forgets its objects; the lane's next message reopens the latest tree from
-disk. A lane that was warm when evicted comes back warm (its key is kept in
-:attr:`LaneRegistry.warm_evicted`, itself bounded by the same setting, oldest
-forgotten first: a forgotten lane comes back cold, as after a restart). If
-every live lane is busy, the bound is exceeded until some become idle: a
-message is never refused because of it.
+disk. A lane that was warm when evicted comes back warm: eviction writes a
+:data:`WARM_STAMP` file in the lane's directory holding this process's
+instance id, and reopening consumes it (a stamp from another process, or none,
+means cold, so lanes still come back cold after a restart). If every live
+lane is busy, the bound is exceeded until some become idle: a message is
+never refused because of it.
 
 A dropped lane (a stalled abort) is forgotten entirely and comes back cold.
 A dropped lane whose aborted run outlives :data:`TEARDOWN_GRACE` is a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -36,6 +38,7 @@ from service.captain.live import LanePlan, LiveLane, ended_within
 log = logging.getLogger(__name__)
 
 TEARDOWN_GRACE = 10.0
+WARM_STAMP = ".warm"  # in an evicted warm lane's directory: the instance id of the process that evicted it
 
 Build = Callable[[LanePlan, str, Room, SessionTree], LiveLane]
 
@@ -58,7 +61,7 @@ class LaneRegistry:
         self.lanes: OrderedDict[str, LiveLane] = OrderedDict()
         self.closing: dict[str, asyncio.Task[None]] = {}
         self.zombies: dict[str, LiveLane] = {}  # by run id
-        self.warm_evicted: OrderedDict[str, None] = OrderedDict()
+        self.instance = uuid.uuid4().hex  # names this process in warm stamps
         self.evicted = 0
 
     def plan(self, room: Room, author: Author) -> LanePlan:
@@ -92,9 +95,7 @@ class LaneRegistry:
         else:
             session = SessionTree.open_latest(plan.directory, self._clock)
         lane = build(plan, key, room, session)
-        if key in self.warm_evicted:
-            del self.warm_evicted[key]
-            lane.fresh = False  # evicted warm in this process: back as if never evicted
+        lane.fresh = not self._take_warm_stamp(plan) if plan.kind != "oneshot" else True
         self.lanes[key] = lane
         log.info("lane %s opened (%s, %s, session %s)", key, plan.kind, "cold" if lane.fresh else "warm", session.session_id[:8])
         return lane
@@ -111,18 +112,31 @@ class LaneRegistry:
     def _evict(self, lane: LiveLane) -> None:
         del self.lanes[lane.key]
         if not lane.fresh:
-            self.warm_evicted[lane.key] = None
-            while len(self.warm_evicted) > self.max_live:
-                self.warm_evicted.popitem(last=False)
+            self._stamp_warm(lane.plan)
         self.close_lane(lane)
         self.evicted += 1
         log.info("lane %s evicted (idle, least recently used)", lane.key)
+
+    def _stamp_warm(self, plan: LanePlan) -> None:
+        try:
+            (plan.directory / WARM_STAMP).write_text(self.instance)
+        except OSError as exc:  # the lane comes back cold: it reads the room again, nothing is lost
+            log.warning("lane %s: warm stamp not written (%s); it will come back cold", plan.key, type(exc).__name__)
+
+    def _take_warm_stamp(self, plan: LanePlan) -> bool:
+        """Whether this process evicted the lane warm (the stamp is consumed either way)."""
+        stamp = plan.directory / WARM_STAMP
+        try:
+            warm = stamp.read_text() == self.instance
+            stamp.unlink()
+        except OSError:
+            return False
+        return warm
 
     def drop(self, lane: LiveLane) -> None:
         """Forget ``lane`` (its next message rebuilds it cold) and tear it down in the background."""
         if self.lanes.get(lane.key) is lane:
             del self.lanes[lane.key]
-        self.warm_evicted.pop(lane.key, None)
         key = lane.key
         if key not in self.closing:
             task = asyncio.create_task(self._teardown(lane), name=f"lane-teardown-{key}")
