@@ -10,6 +10,8 @@ import threading
 import pytest
 
 from clankie import appender
+from clankie import settings as settings_mod
+from clankie.errors import ConfigError
 from clankie.protocol import Empty, LanesReply, TurnResult, TurnSubmit
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
@@ -218,3 +220,11 @@ def test_open_fds_do_not_grow_with_rooms_past_the_bound(env: dict[str, str]) -> 
             assert len(app.captain.lanes) == 4
 
     run(body())
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "lots"])
+def test_a_bad_lane_bound_is_a_config_error(env: dict[str, str], value: str) -> None:
+    """CLANKIE_LANES_MAX_LIVE below 1 (or not a number) is refused with one line naming it."""
+    with pytest.raises(ConfigError) as caught:
+        settings_mod.load({**env, "CLANKIE_LANES_MAX_LIVE": value})
+    assert "lanes_max_live" in str(caught.value).lower() and "\n" not in str(caught.value)
