@@ -19,7 +19,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from clankie.clock import Clock
 from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
@@ -168,7 +167,7 @@ class Captain:
     def lane_infos(self) -> tuple[LaneInfo, ...]:
         return reports.lane_infos(self.registry, self._clock.boottime())
 
-    def lane_counts(self) -> dict[str, Any]:
+    def lane_counts(self) -> dict[str, int]:
         return reports.counts(self.registry)
 
     async def aclose(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from clankie.protocol import LaneInfo, RunReport
 from service.captain.lane import LaneState
@@ -58,6 +57,6 @@ def lane_infos(registry: LaneRegistry, now: float) -> tuple[LaneInfo, ...]:
     )
 
 
-def counts(registry: LaneRegistry) -> dict[str, Any]:
+def counts(registry: LaneRegistry) -> dict[str, int]:
     """The lane counts for the heartbeat report: live lanes, the bound, evictions so far."""
     return {"lanes_live": len(registry.lanes), "lanes_max_live": registry.max_live, "lanes_evicted": registry.evicted}
