@@ -169,6 +169,7 @@ class Settings(BaseSettings):
     compaction_reserve_tokens: int = Field(default=16_384, ge=0)
     compaction_keep_tokens: int = Field(default=20_000, ge=0)
     captain_durable: bool = True
+    lanes_max_live: int = Field(default=256, ge=1, le=1_000_000)  # idle lanes past it are evicted, LRU (docs/captain.md)
     poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison
     delivery_max_retained: int = Field(default=100_000, ge=100)  # delivery records kept; past it the oldest settled go
 

@@ -156,12 +156,13 @@ class ServiceApp:
     def heartbeat(self) -> Heartbeat:
         runs = self.captain.runs()
         zombies = len(self.captain.zombies)
-        detail = f"{len(self.captain.lanes)} lanes, {len(runs)} live runs"
+        counts = self.captain.lane_counts()
+        detail = f"{counts['lanes_live']} lanes ({counts['lanes_evicted']} evicted), {len(runs)} live runs"
         if zombies:
             detail += f", {zombies} aborted runs not stopping"
         if self.provider is None:
             detail += ", provider unconfigured"
-        report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies}
+        report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies, **counts}
         return Heartbeat(detail=detail, runs=runs, report=report)
 
 

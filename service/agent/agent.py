@@ -160,7 +160,7 @@ class Agent:
 
         return unsubscribe
 
-    async def run(self, message: UserMessage | str) -> RunOutcome:
+    async def run(self, message: UserMessage | str, *, run_id: str | None = None) -> RunOutcome:
         """Run until the model stops and no steered message is waiting; never raises for model failures.
 
         Raises :class:`AgentBusy` if a run is live, and ``OSError`` /
@@ -171,7 +171,7 @@ class Agent:
         if self._run is not None:
             raise AgentBusy("a run is live; steer() instead")
         blocks = as_user_message(message).blocks()
-        state = _Run(run_id=uuid.uuid4().hex[:12])
+        state = _Run(run_id=run_id or uuid.uuid4().hex[:12])  # the caller's id (the captain's), else a new one
         self._run = state
         self._abort_reason = ""
         self._started = False

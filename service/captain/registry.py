@@ -1,0 +1,172 @@
+"""Which lanes are live in memory: opening, dropping, tearing down, and the LRU bound on idle ones.
+
+A lane is opened on its room's first message and kept, least recently used
+first, in :attr:`LaneRegistry.lanes`. At most ``lanes_max_live`` lanes stay
+live: opening one more first evicts the least recently used *idle* lanes (no
+run, no turn waiting, no owner task). Eviction closes the lane's session file
+and forgets its objects; the lane's next message reopens the latest tree from
+disk. A lane that was warm when evicted comes back warm: eviction writes a
+:data:`WARM_STAMP` file in the lane's directory holding this process's
+instance id, and reopening consumes it (a stamp from another process, or none,
+means cold, so lanes still come back cold after a restart). If every live
+lane is busy, the bound is exceeded until some become idle: a message is
+never refused because of it.
+
+A dropped lane (a stalled abort) is forgotten entirely and comes back cold.
+A dropped lane whose aborted run outlives :data:`TEARDOWN_GRACE` is a
+*zombie*: its tree may still be written, so the room's next lane starts a
+fresh tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+
+from clankie.clock import Clock
+from clankie.protocol import Author, Room
+from clankie.settings import Settings
+from service.agent.session import SessionTree
+from service.captain import keys
+from service.captain.lane import LaneState
+from service.captain.live import LanePlan, LiveLane, ended_within
+
+log = logging.getLogger(__name__)
+
+TEARDOWN_GRACE = 10.0
+WARM_STAMP = ".warm"  # in an evicted warm lane's directory: the instance id of the process that evicted it
+
+Build = Callable[[LanePlan, str, Room, SessionTree], LiveLane]
+
+
+def is_idle(lane: LiveLane) -> bool:
+    """No run, no turn waiting on the lane, and its owner task (if any) has ended: safe to evict."""
+    if lane.machine.state is not LaneState.IDLE or lane.slots:
+        return False
+    return lane.owner_task is None or lane.owner_task.done()
+
+
+class LaneRegistry:
+    """Every live lane of this process, least recently used first."""
+
+    def __init__(self, settings: Settings, clock: Clock, paths: keys.CaptainPaths) -> None:
+        self._s = settings
+        self._clock = clock
+        self.paths = paths
+        self.max_live = settings.lanes_max_live
+        self.lanes: OrderedDict[str, LiveLane] = OrderedDict()
+        self.closing: dict[str, asyncio.Task[None]] = {}
+        self.zombies: dict[str, LiveLane] = {}  # by run id
+        self.instance = uuid.uuid4().hex  # names this process in warm stamps
+        self.evicted = 0
+
+    def plan(self, room: Room, author: Author) -> LanePlan:
+        system = author.is_system_actor or author.id in self._s.discord_system_actor_ids
+        room_key = keys.room_lane_key(self._s.character_id, room)
+        if system and keys.is_trusted(room, self._s.discord_trusted_rooms):
+            key = keys.system_lane_key(self._s.character_id, room, author.id)
+            return LanePlan("system", key, self.paths.system(key), True)
+        if system or not self._s.captain_durable:
+            return LanePlan("oneshot", room_key, self.paths.turns(room), system)
+        return LanePlan("room", room_key, self.paths.room(room_key), False)
+
+    async def settled(self, key: str) -> None:
+        """Wait until no teardown of ``key`` is under way."""
+        while key in self.closing:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.closing[key])
+
+    def lane(self, plan: LanePlan, key: str, room: Room, build: Build) -> LiveLane:
+        """The live lane for ``key`` (now the most recently used), opened if it is not live (no await)."""
+        lane = self.lanes.get(key)
+        if lane is not None:
+            self.lanes.move_to_end(key)
+            return lane
+        self._make_room()
+        if plan.kind == "oneshot":
+            session = SessionTree.create(plan.directory, self._clock)
+        elif any(z.key == key for z in self.zombies.values()):
+            log.warning("lane %s: an aborted run may still write its tree; starting a fresh tree", key)
+            session = SessionTree.create(plan.directory, self._clock)
+        else:
+            session = SessionTree.open_latest(plan.directory, self._clock)
+        lane = build(plan, key, room, session)
+        lane.fresh = not self._take_warm_stamp(plan) if plan.kind != "oneshot" else True
+        self.lanes[key] = lane
+        log.info("lane %s opened (%s, %s, session %s)", key, plan.kind, "cold" if lane.fresh else "warm", session.session_id[:8])
+        return lane
+
+    def _make_room(self) -> None:
+        """Evict least recently used idle lanes until one more fits; busy lanes are never evicted."""
+        while len(self.lanes) >= self.max_live:
+            victim = next((lane for lane in self.lanes.values() if lane.plan.kind != "oneshot" and is_idle(lane)), None)
+            if victim is None:
+                log.info("all %d live lanes are busy; exceeding lanes_max_live=%d for now", len(self.lanes), self.max_live)
+                return
+            self._evict(victim)
+
+    def _evict(self, lane: LiveLane) -> None:
+        del self.lanes[lane.key]
+        if not lane.fresh:
+            self._stamp_warm(lane.plan)
+        self.close_lane(lane)
+        self.evicted += 1
+        log.info("lane %s evicted (idle, least recently used)", lane.key)
+
+    def _stamp_warm(self, plan: LanePlan) -> None:
+        try:
+            (plan.directory / WARM_STAMP).write_text(self.instance)
+        except OSError as exc:  # the lane comes back cold: it reads the room again, nothing is lost
+            log.warning("lane %s: warm stamp not written (%s); it will come back cold", plan.key, type(exc).__name__)
+
+    def _take_warm_stamp(self, plan: LanePlan) -> bool:
+        """Whether this process evicted the lane warm (the stamp is consumed either way)."""
+        stamp = plan.directory / WARM_STAMP
+        try:
+            warm = stamp.read_text() == self.instance
+            stamp.unlink()
+        except OSError:
+            return False
+        return warm
+
+    def drop(self, lane: LiveLane) -> None:
+        """Forget ``lane`` (its next message rebuilds it cold) and tear it down in the background."""
+        if self.lanes.get(lane.key) is lane:
+            del self.lanes[lane.key]
+        key = lane.key
+        if key not in self.closing:
+            task = asyncio.create_task(self._teardown(lane), name=f"lane-teardown-{key}")
+            self.closing[key] = task
+            task.add_done_callback(lambda _t: self.closing.pop(key, None))
+        log.info("lane %s dropped", lane.key)
+
+    async def _teardown(self, lane: LiveLane) -> None:
+        task = lane.owner_task
+        if task is not None and task is not asyncio.current_task() and not await ended_within(self._clock, task, TEARDOWN_GRACE):
+            # the run ignores its abort: never close (or share) a tree it may still write
+            log.warning(
+                "lane %s: aborted run %s still running after %gs; next turn gets a fresh tree", lane.key, lane.run_id, TEARDOWN_GRACE
+            )
+            self.zombies[lane.run_id] = lane
+            task.add_done_callback(lambda _t: self._bury(lane))
+            return
+        self.close_lane(lane)
+
+    def _bury(self, lane: LiveLane) -> None:
+        if self.zombies.pop(lane.run_id, None) is not None:
+            log.warning("lane %s: aborted run %s finally ended", lane.key, lane.run_id)
+        self.close_lane(lane)
+
+    @staticmethod
+    def close_lane(lane: LiveLane) -> None:
+        if lane.unsubscribe is not None:
+            lane.unsubscribe()
+        lane.agent.session.close()
+
+    async def wait_closed(self) -> None:
+        if self.closing:
+            await asyncio.gather(*self.closing.values(), return_exceptions=True)

@@ -1,0 +1,62 @@
+"""What the captain reports about its lanes: live runs (heartbeat), lane rows (``clankiectl lanes``), counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clankie.protocol import LaneInfo, RunReport
+from service.captain.lane import LaneState
+from service.captain.registry import LaneRegistry
+
+LIVE = (LaneState.STARTING, LaneState.RUNNING)
+
+
+def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:
+    """Every live run, and every aborted run that has not stopped (a zombie), with its ages at ``now``."""
+    out = [
+        RunReport(
+            lane=z.key,
+            run_id=z.run_id,
+            last_event_age_s=max(0.0, now - z.last_event_boot),
+            started_age_s=max(0.0, now - z.run_started_boot),
+            turns=0,
+        )
+        for z in registry.zombies.values()
+    ]
+    for lane in registry.lanes.values():
+        m = lane.machine
+        if m.state in LIVE and m.run_id is not None:
+            out.append(
+                RunReport(
+                    lane=lane.key,
+                    run_id=m.run_id,
+                    last_event_age_s=max(0.0, now - lane.last_event_boot),
+                    started_age_s=max(0.0, now - lane.run_started_boot),
+                    turns=len(m.attached),
+                )
+            )
+    return tuple(out)
+
+
+def lane_directories(registry: LaneRegistry) -> dict[str, Path]:
+    """Where each live lane's session trees are (read back for its spend)."""
+    return {lane.key: lane.plan.directory for lane in registry.lanes.values()}
+
+
+def lane_infos(registry: LaneRegistry, now: float) -> tuple[LaneInfo, ...]:
+    return tuple(
+        LaneInfo(
+            key=lane.key,
+            warm=not lane.fresh,
+            state=lane.machine.state.value,
+            run_id=lane.machine.run_id,
+            last_event_age_s=max(0.0, now - lane.last_event_boot) if lane.machine.state in LIVE else None,
+            turns=lane.machine.turns_started,
+        )
+        for lane in registry.lanes.values()
+    )
+
+
+def counts(registry: LaneRegistry) -> dict[str, int]:
+    """The lane counts for the heartbeat report: live lanes, the bound, evictions so far."""
+    return {"lanes_live": len(registry.lanes), "lanes_max_live": registry.max_live, "lanes_evicted": registry.evicted}

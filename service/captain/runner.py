@@ -1,0 +1,297 @@
+"""Turn execution: building a lane's agent, carrying out the lane machine's actions, the owner's run.
+
+Agent events drive the machine (``RunStart`` → streaming, ``RunEnd`` →
+results), the typing watcher and the tool notifications. Before a delivery is
+handed to a run (as its owner, or steered into it), ``joins`` is told which
+run it joins, so a crash during that run is counted against it and against
+nobody who was merely waiting (:mod:`service.captain.deliveries`). The run id
+the lane machine names is the one the agent runs (and logs) under.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clankie.clock import Clock
+from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.protocol import HistoryMessage, HistoryReply, HistoryRequest, Room, Trigger, TurnResult
+from clankie.settings import Settings
+from service.agent.agent import Agent, AgentConfig
+from service.agent.content import UnsupportedImage
+from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, ToolEnd, ToolStart, TurnStart
+from service.agent.model import Provider
+from service.agent.outcome import OutcomeKind
+from service.agent.session import SessionTree
+from service.agent.tools import Tool
+from service.captain import prompt
+from service.captain.inbound import TurnImages
+from service.captain.lane import (
+    AbortAgent,
+    Action,
+    DropLane,
+    Fail,
+    Finish,
+    FlushSteers,
+    HoldSteer,
+    Lane,
+    LaneState,
+    RunEnded,
+    RunStreaming,
+    StartRun,
+    Steer,
+)
+from service.captain.live import (
+    FAILURE_CODES,
+    SESSION_FAILED,
+    SHUTDOWN_CODE,
+    LanePlan,
+    LiveLane,
+    TurnSlot,
+    failure_code,
+    joined_by,
+    lane_message,
+    send_tool,
+    send_typing,
+    tool_activity,
+)
+from service.captain.records import LaneLog
+from service.captain.registry import LaneRegistry
+from service.captain.tools import DeliveryContext, TurnCapture
+
+log = logging.getLogger(__name__)
+
+HISTORY_TIMEOUT = 30.0
+LIVE = (LaneState.STARTING, LaneState.RUNNING)
+
+NewTurn = tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult], TurnImages]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerDeps:
+    settings: Settings
+    clock: Clock
+    provider: Provider | None
+    registry: LaneRegistry
+    tools: Callable[[TurnCapture, bool], list[Tool]]
+    joins: Callable[[str, tuple[str, ...]], None] | None
+    shutting_down: Callable[[], bool]
+
+
+class LaneRunner:
+    """Runs the turns of every lane in one registry."""
+
+    def __init__(self, deps: RunnerDeps) -> None:
+        self._s = deps.settings
+        self._clock = deps.clock
+        self._provider = deps.provider
+        self._registry = deps.registry
+        self._tools = deps.tools
+        self._joins = deps.joins
+        self._shutting_down = deps.shutting_down
+        self.background: set[asyncio.Task[None]] = set()  # fire-and-forget sends (typing), held until done
+        self._config = AgentConfig(
+            context_window=deps.settings.model_context_window,
+            reserve_tokens=deps.settings.compaction_reserve_tokens,
+            keep_recent_tokens=deps.settings.compaction_keep_tokens,
+        )
+
+    def build(self, plan: LanePlan, key: str, room: Room, session: SessionTree) -> LiveLane:
+        """A lane's live objects over ``session``, subscribed to its agent's events."""
+        capture = TurnCapture(room=room)
+        assert self._provider is not None  # the captain opens no lane without a provider
+        agent = Agent(
+            session=session,
+            provider=self._provider,
+            tools=self._tools(capture, plan.privileged),
+            clock=self._clock,
+            system_prompt=prompt.system_prompt(self._s.character_id, plan.privileged),
+            config=self._config,
+        )
+        lane = LiveLane(
+            key=key,
+            plan=plan,
+            room=room,
+            machine=Lane(key),
+            agent=agent,
+            capture=capture,
+            lane_log=LaneLog(self._registry.paths.lane_log(room), room, self._clock),
+        )
+        lane.unsubscribe = agent.subscribe(lambda event: self.on_event(lane, event))
+        return lane
+
+    # ------------------------------------------------------------------ actions
+
+    def apply(self, lane: LiveLane, actions: list[Action], new: NewTurn | None = None) -> None:
+        for action in actions:
+            if isinstance(action, StartRun | HoldSteer | Steer):
+                assert new is not None
+                slot = TurnSlot(action.turn_id, *new)
+                lane.slots[action.turn_id] = slot
+            if self._joins is not None and (joined := joined_by(lane, action)) is not None:
+                self._joins(*joined)  # durable before the agent sees them: a crash now is charged to them
+            if isinstance(action, StartRun):
+                lane.capture.owner = slot.delivery
+                lane.run_id = action.run_id
+                self._stamp(lane, slot)
+                lane.run_started_boot = lane.last_event_boot = self._clock.boottime()
+                lane.owner_task = asyncio.create_task(self._own(lane, slot, action.run_id), name=f"lane-run-{action.run_id}")
+            elif isinstance(action, Steer):
+                self._steer(lane, slot)
+            elif isinstance(action, FlushSteers):
+                for turn_id in action.turn_ids:
+                    self._steer(lane, lane.slots[turn_id])
+            elif isinstance(action, AbortAgent):
+                log.info("lane %s: aborting run %s (%s)", lane.key, action.run_id, action.reason)
+                if lane.agent.is_running:
+                    lane.agent.abort(action.reason)
+                elif lane.owner_task is not None:
+                    lane.owner_task.cancel()
+            elif isinstance(action, Finish):
+                self._finish(lane, action)
+            elif isinstance(action, Fail):
+                for turn_id in action.turn_ids:
+                    self._resolve(lane, turn_id, TurnResult(outcome="failed", turn_id=turn_id, code=action.code))
+            elif isinstance(action, DropLane):
+                self._registry.drop(lane)
+
+    def _stamp(self, lane: LiveLane, slot: TurnSlot) -> None:
+        lane.capture.actor_id = slot.trigger.author.id
+        lane.capture.message_id = slot.trigger.message_id
+
+    def _steer(self, lane: LiveLane, slot: TurnSlot) -> None:
+        self._stamp(lane, slot)
+        try:
+            steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
+        except (OSError, UnsupportedImage):
+            log.warning("lane %s: stored images of steered turn %s unreadable; steering the text", lane.key, slot.turn_id)
+            slot.images = slot.images.without_files()
+            steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
+        if not steered:
+            log.warning("lane %s: run was not live for steered turn %s", lane.key, slot.turn_id)
+
+    def _finish(self, lane: LiveLane, action: Finish) -> None:
+        outcome = lane.last_outcome
+        text = outcome.text.strip() if outcome is not None else ""
+        if not text:
+            missing = FAILURE_CODES[OutcomeKind.RESPONSE_MISSING]
+            for turn_id in (action.owner, *action.steerers):
+                self._resolve(lane, turn_id, TurnResult(outcome="failed", turn_id=turn_id, code=missing))
+            return
+        if prompt.is_silent(text):
+            for turn_id in (action.owner, *action.steerers):
+                self._resolve(lane, turn_id, TurnResult(outcome="silent", turn_id=turn_id))
+            return
+        media = tuple(lane.capture.media[-1:])
+        lane.lane_log.said(text)
+        self._resolve(lane, action.owner, TurnResult(outcome="settled", turn_id=action.owner, text=text, media=media))
+        for turn_id in action.steerers:
+            self._resolve(lane, turn_id, TurnResult(outcome="absorbed", turn_id=turn_id))
+
+    def _resolve(self, lane: LiveLane, turn_id: str, result: TurnResult) -> None:
+        slot = lane.slots.pop(turn_id, None)
+        if slot is not None and not slot.future.done():
+            slot.future.set_result(result)
+
+    # ------------------------------------------------------------------ the owner's run
+
+    async def _own(self, lane: LiveLane, slot: TurnSlot, run_id: str) -> None:
+        code: str | None = None
+        try:
+            history: tuple[HistoryMessage, ...] | None = None
+            if lane.fresh:
+                history = await self._history(lane, slot)
+                lane.fresh = history is None  # no bridge or a failed call: the next run reads cold again
+            # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along
+            context = history or slot.backlog or None
+            lane.capture.media.clear()
+            lane.typing_sent, lane.text_so_far = False, ""
+            try:
+                await lane.agent.run(lane_message(slot, context), run_id=run_id)
+            except (OSError, UnsupportedImage):
+                if not slot.images.has_files:
+                    raise
+                log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
+                slot.images = slot.images.without_files()
+                await lane.agent.run(lane_message(slot, context), run_id=run_id)
+        except asyncio.CancelledError:
+            code = SHUTDOWN_CODE if self._shutting_down() else SESSION_FAILED
+        except Exception:
+            log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
+            code = SESSION_FAILED
+        if code is not None and lane.machine.state in LIVE and lane.machine.run_id == run_id:
+            self.apply(lane, lane.machine.handle(RunEnded(code), self._clock.boottime()))
+        if lane.plan.kind == "oneshot" and lane.machine.state is LaneState.IDLE:
+            self._registry.drop(lane)
+
+    async def _history(self, lane: LiveLane, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
+        """The room's backlog; None when it could not be read (no bridge connection, or the call failed)."""
+        conn, limit = slot.delivery.conn, self._s.discord_context_messages
+        if limit == 0:
+            return ()
+        if conn is None or conn.closed:
+            return None
+        lane.history_requests += 1
+        request = HistoryRequest(
+            delivery_id=slot.delivery.delivery_id, room=lane.room, before_message_id=slot.trigger.message_id, limit=limit
+        )
+        try:
+            reply = await conn.request("history", request, timeout=HISTORY_TIMEOUT)
+        except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
+            log.warning("lane %s: no history for a cold lane (%s)", lane.key, type(exc).__name__)
+            return None
+        assert isinstance(reply, HistoryReply)
+        return reply.messages[-limit:]
+
+    # ------------------------------------------------------------------ agent events
+
+    def on_event(self, lane: LiveLane, event: AgentEvent) -> None:
+        lane.last_event_boot = self._clock.boottime()
+        machine = lane.machine
+        if isinstance(event, RunStart):
+            if machine.state is LaneState.STARTING:
+                self.apply(lane, machine.handle(RunStreaming(), lane.last_event_boot))
+            elif machine.state is LaneState.DROPPED:
+                lane.agent.abort("stalled")
+        elif isinstance(event, TurnStart | RetryStart):
+            lane.text_so_far = ""
+        elif isinstance(event, TextDelta):
+            self.watch_typing(lane, event.text)
+        elif isinstance(event, ToolStart | ToolEnd):
+            self._tell_tool(lane, event)
+        elif isinstance(event, RunEnd):
+            lane.last_outcome = event.outcome
+            if machine.state in LIVE:
+                code = failure_code(event.outcome)
+                self.apply(lane, machine.handle(RunEnded(code), lane.last_event_boot))
+
+    def watch_typing(self, lane: LiveLane, delta: str) -> None:
+        if lane.typing_sent:
+            return
+        lane.text_so_far += delta
+        if prompt.may_become_silent(lane.text_so_far):
+            return
+        lane.typing_sent = True
+        owner = lane.capture.owner
+        if owner is None or owner.conn is None or owner.conn.closed:
+            return
+        task = asyncio.create_task(send_typing(owner.conn, owner.delivery_id), name="typing")
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    def _tell_tool(self, lane: LiveLane, event: ToolStart | ToolEnd) -> None:
+        """Tell the body (content-free) that one of the run owner's tool calls started or ended."""
+        owner = lane.capture.owner
+        if owner is None or owner.conn is None or owner.conn.closed:
+            return
+        task = asyncio.create_task(send_tool(owner.conn, tool_activity(owner.delivery_id, event)), name="tool")
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    async def aclose(self) -> None:
+        for task in list(self.background):
+            task.cancel()
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
