@@ -139,11 +139,7 @@ class Captain:
         self.zombies: dict[str, LiveLane] = {}
         self._images = ImageFetcher(self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock)
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
-        self._config = AgentConfig(
-            context_window=deps.settings.model_context_window,
-            reserve_tokens=deps.settings.compaction_reserve_tokens,
-            keep_recent_tokens=deps.settings.compaction_keep_tokens,
-        )
+        self._config = AgentConfig.from_settings(deps.settings)  # window, compaction budget, session retention
 
     # ------------------------------------------------------------------ turns
 
@@ -184,12 +180,12 @@ class Captain:
 
     def _open(self, plan: LanePlan, key: str, room: Room) -> LiveLane:
         if plan.kind == "oneshot":
-            session = SessionTree.create(plan.directory, self._clock)
+            session = SessionTree.create(plan.directory, self._clock, self._config.retention)
         elif any(z.key == key for z in self.zombies.values()):
             log.warning("lane %s: an aborted run may still write its tree; starting a fresh tree", key)
-            session = SessionTree.create(plan.directory, self._clock)
+            session = SessionTree.create(plan.directory, self._clock, self._config.retention)
         else:
-            session = SessionTree.open_latest(plan.directory, self._clock)
+            session = SessionTree.open_latest(plan.directory, self._clock, self._config.retention)
         capture = TurnCapture(room=room)
         assert self._provider is not None
         agent = Agent(
