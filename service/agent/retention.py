@@ -1,14 +1,17 @@
 """Which old session files of one lane to delete: by age and by count (pure choice, thin shell).
 
-A lane's directory holds its session files, newest last by their timestamped
-names: the current one plus the ones it continued at each compaction (and
-files moved aside as ``.broken``). Files older than ``max_age_seconds`` (by
-modification time: when they stopped being written) go, and beyond
-``max_files`` the oldest go. The newest session file is never deleted.
+A lane's directory holds its session files, named ``<UTC stamp>Z_<id8>.jsonl``
+by the injected clock, newest last: the current one plus the ones it
+continued at each compaction (and files moved aside as ``.broken``). A file's
+age is the time since the next file started (when it stopped being written),
+so no file-system time is mixed with the clock. Files older than
+``max_age_seconds`` go, and beyond ``max_files`` the oldest go. The current
+file is never deleted; names that carry no stamp are left alone.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 DAY = 86_400.0
+STAMP = "%Y%m%dT%H%M%S%fZ"  # the stamp that starts a session file's name
 KINDS = (".jsonl", ".broken", ".partial")  # every name a lane directory's session files may carry
 
 
@@ -28,11 +32,23 @@ class Retention:
     max_files: int = 50
 
 
-def choose(files: list[tuple[str, float]], current: str, now: float, retention: Retention) -> list[str]:
-    """The names to delete among ``(name, mtime)``; ``current`` (the live file) is always kept."""
-    ordered = sorted(files)
-    doomed = {name for name, mtime in ordered if name != current and now - mtime > retention.max_age_seconds}
-    survivors = [name for name, _ in ordered if name not in doomed]
+def stamp_of(name: str) -> float | None:
+    """The epoch seconds in a session file's name, or None if it has none."""
+    try:
+        return dt.datetime.strptime(name.split("_", 1)[0], STAMP).replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def choose(names: list[str], current: str, now: float, retention: Retention) -> list[str]:
+    """The names to delete; ``current`` (the live file) is always kept."""
+    stamped = sorted((name, stamp) for name in names if (stamp := stamp_of(name)) is not None)
+    doomed: set[str] = set()
+    for index, (name, stamp) in enumerate(stamped):
+        ended = stamped[index + 1][1] if index + 1 < len(stamped) else stamp
+        if name != current and now - ended > retention.max_age_seconds:
+            doomed.add(name)
+    survivors = [name for name, _ in stamped if name not in doomed]
     excess = len(survivors) - retention.max_files
     for name in survivors:
         if excess <= 0:
@@ -45,17 +61,13 @@ def choose(files: list[tuple[str, float]], current: str, now: float, retention: 
 
 def prune(directory: Path, current: str, now: float, retention: Retention) -> list[str]:
     """Delete what :func:`choose` picks in ``directory``; returns the names deleted."""
-    files: list[tuple[str, float]] = []
     try:
-        with os.scandir(directory) as it:
-            for item in it:
-                if item.name.endswith(KINDS) and item.is_file(follow_symlinks=False):
-                    files.append((item.name, item.stat(follow_symlinks=False).st_mtime))
+        names = [name for name in os.listdir(directory) if name.endswith(KINDS)]
     except OSError as exc:
         log.warning("session retention: cannot list %s: %s", directory, exc.strerror)
         return []
     deleted: list[str] = []
-    for name in choose(files, current, now, retention):
+    for name in choose(names, current, now, retention):
         try:
             (directory / name).unlink()
         except OSError as exc:

@@ -52,14 +52,13 @@ from clankie.errors import ClankieError
 from clankie.jsonl import append_all, encode_line, write_all
 from clankie.paths import make_private_dirs
 from service.agent.content import Message
-from service.agent.retention import Retention, prune
+from service.agent.retention import STAMP, Retention, prune, stamp_of
 from service.agent.transcript import Entry, context_messages
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
 SUFFIX = ".jsonl"
-_STAMP = "%Y%m%dT%H%M%S%fZ"
 _WRITE = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
@@ -305,13 +304,11 @@ def _new_file(directory: Path, now: float, *, previous: str | None, model: str |
     """A fresh file name that sorts after every session file in ``directory``, and its header."""
     latest = latest_session(directory)
     if latest is not None:
-        try:
-            stamp = dt.datetime.strptime(latest.name.split("_", 1)[0], _STAMP).replace(tzinfo=dt.UTC)
-            now = max(now, stamp.timestamp() + 1e-6)  # a clock that stood still or stepped back
-        except ValueError:
-            pass
+        stamp = stamp_of(latest.name)
+        if stamp is not None:
+            now = max(now, stamp + 1e-6)  # a clock that stood still or stepped back
     session_id = uuid.uuid4().hex
-    name = dt.datetime.fromtimestamp(now, dt.UTC).strftime(_STAMP)
+    name = dt.datetime.fromtimestamp(now, dt.UTC).strftime(STAMP)
     header: dict[str, Any] = {"type": "session", "version": VERSION, "id": session_id, "timestamp": _iso(now)}
     if previous is not None:
         header["previous"] = previous
@@ -358,16 +355,14 @@ def _load(path: Path) -> tuple[dict[str, Any], list[Entry]]:
     """The header and the root→leaf path of ``path`` (a file is one branch; branches elsewhere are ignored)."""
     data = path.read_bytes()
     complete_end = data.rfind(b"\n") + 1
+    lines = list(_parse(path, data[:complete_end]))
+    if not lines or lines[0].get("type") != "session":  # checked first: a broken file is kept as it was
+        raise SessionCorrupt(f"{path.name} has no session header")
     if complete_end < len(data):
-        log.warning(
-            "session %s: dropping a torn last line (%d bytes)", path.name, len(data) - complete_end
-        )
+        log.warning("session %s: dropping a torn last line (%d bytes)", path.name, len(data) - complete_end)
         with path.open("r+b") as f:
             f.truncate(complete_end)
             os.fsync(f.fileno())
-    lines = list(_parse(path, data[:complete_end]))
-    if not lines or lines[0].get("type") != "session":
-        raise SessionCorrupt(f"{path.name} has no session header")
     entries = [e for e in lines[1:] if isinstance(e.get("id"), str) and isinstance(e.get("type"), str)]
     if len(entries) < len(lines) - 1:
         log.warning("session %s: skipping %d lines without an id or type", path.name, len(lines) - 1 - len(entries))
