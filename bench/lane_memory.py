@@ -32,14 +32,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clankie.clock import SystemClock  # noqa: E402
-from clankie.testing import fake_anthropic as fa  # noqa: E402
-
-from service.agent.agent import Agent, AgentConfig  # noqa: E402
-from service.agent.compaction import SUMMARY_SYSTEM  # noqa: E402
-from service.agent.provider import AnthropicProvider  # noqa: E402
-from service.agent.retention import Retention  # noqa: E402
-from service.agent.session import SessionTree  # noqa: E402
+from clankie.clock import SystemClock
+from clankie.testing import fake_anthropic as fa
+from service.agent.agent import Agent, AgentConfig
+from service.agent.compaction import SUMMARY_SYSTEM
+from service.agent.provider import AnthropicProvider
+from service.agent.retention import Retention
+from service.agent.session import SessionTree
 
 TURNS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 WARM = 200
