@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import sync_dir_later, sync_fd_later
+from clankie.appender import sync_dir_later, sync_pool
 from clankie.clock import Clock
 from clankie.errors import ClankieError
 from clankie.jsonl import append_all, encode_line, write_all
@@ -103,11 +103,11 @@ class SessionTree:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             write_all(fd, encode_line(header))
-            sync_fd_later(fd)
         finally:
             os.close(fd)
         log.info("created session %s", path.name)
         tree = cls(path, header, [], clock, retention)
+        tree._dirty = True  # the header's fsync goes with the first sync
         tree.prune()
         return tree
 
@@ -250,15 +250,7 @@ class SessionTree:
         if not self._dirty:
             return
         self._dirty = False
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError as exc:
-            log.error("session %s: cannot open for sync: %s", self.path.name, exc.strerror)
-            return
-        try:
-            sync_fd_later(fd)
-        finally:
-            os.close(fd)
+        sync_pool().submit(_sync_path, self.path)  # opened on the sync thread: no descriptor waits in the queue
 
     def prune(self) -> list[str]:
         """Delete this lane's session files past the retention bounds (never the current one)."""
@@ -315,6 +307,20 @@ def _new_file(directory: Path, now: float, *, previous: str | None, model: str |
     if model is not None:
         header["model"] = model
     return directory / f"{name}_{session_id[:8]}{SUFFIX}", header
+
+
+def _sync_path(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        log.error("session %s: cannot open for sync: %s", path.name, exc.strerror)
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        log.error("session %s: background sync failed: %s", path.name, exc.strerror)
+    finally:
+        os.close(fd)
 
 
 def _write_whole(path: Path, records: list[dict[str, Any]]) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clankie import settings as settings_mod
+from clankie.appender import SYNC_THREADS, sync_pool
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from service.agent.agent import AgentConfig
@@ -191,3 +194,19 @@ def test_prune_leaves_other_files_alone(tmp_path: Path) -> None:
         (tmp_path / name).write_text("{}\n")
     assert prune(tmp_path, current, now, Retention(max_age_seconds=DAY, max_files=5)) == [old]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([newer, current, "notes.txt", "hand-made.jsonl"])
+
+
+def test_trees_hold_no_file_open(tmp_path: Path) -> None:
+    """Two hundred lanes with appended, synced trees leave the process's open descriptors where they were."""
+    clock = FakeClock()
+    before = len(os.listdir("/proc/self/fd"))
+    trees = [SessionTree.create(tmp_path / f"lane{i}", clock) for i in range(200)]
+    for tree in trees:
+        tree.append_message({"role": "user", "content": [{"type": "text", "text": "hi"}]})
+        tree.sync()
+    barrier = threading.Barrier(SYNC_THREADS)  # both sync threads meet here: every sync queued before is done
+    for done in [sync_pool().submit(barrier.wait) for _ in range(SYNC_THREADS)]:
+        done.result()
+    assert len(os.listdir("/proc/self/fd")) == before
+    for tree in trees:
+        tree.close()
