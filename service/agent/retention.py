@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 DAY = 86_400.0
 STAMP = "%Y%m%dT%H%M%S%fZ"  # the stamp that starts a session file's name
+_STAMPED = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{6})Z_")
 KINDS = (".jsonl", ".broken", ".partial")  # every name a lane directory's session files may carry
 
 
@@ -34,8 +36,12 @@ class Retention:
 
 def stamp_of(name: str) -> float | None:
     """The epoch seconds in a session file's name, or None if it has none."""
+    match = _STAMPED.match(name)  # parsed by hand: strptime would import _strptime on the first turn
+    if match is None:
+        return None
     try:
-        return dt.datetime.strptime(name.split("_", 1)[0], STAMP).replace(tzinfo=dt.UTC).timestamp()
+        year, month, day, hour, minute, second, micro = (int(part) for part in match.groups())
+        return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=dt.UTC).timestamp()
     except ValueError:
         return None
 
