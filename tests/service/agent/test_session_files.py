@@ -210,3 +210,23 @@ def test_trees_hold_no_file_open(tmp_path: Path) -> None:
     assert len(os.listdir("/proc/self/fd")) == before
     for tree in trees:
         tree.close()
+
+
+def test_a_continuation_that_cannot_be_written_compacts_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the new file cannot be renamed into place, no .partial is left and the compaction lands in the current file."""
+    clock = FakeClock()
+    tree = SessionTree.create(tmp_path, clock)
+    ids = [tree.append_message({"role": "user", "content": [{"type": "text", "text": f"m{i}"}]})["id"] for i in range(3)]
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    entry = tree.continue_with(summary="S", first_kept_id=ids[2], tokens_before=10)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == [tree.path.name]
+    assert [e["id"] for e in tree.entries] == [ids[2], entry["id"]]  # memory is trimmed all the same
+    reopened = SessionTree.open(tree.path, clock)
+    assert reopened.messages() == tree.messages()
+    assert reopened.messages()[0]["content"][0]["text"] == SUMMARY_PREFIX + "S"
+    tree.close()
