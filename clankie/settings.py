@@ -168,6 +168,8 @@ class Settings(BaseSettings):
     model_context_window: int = Field(default=200_000, ge=1000)
     compaction_reserve_tokens: int = Field(default=16_384, ge=0)
     compaction_keep_tokens: int = Field(default=20_000, ge=0)
+    session_retention_days: float = Field(default=30.0, gt=0, le=36_500)  # old session files of a lane (docs/operations.md)
+    session_max_files: int = Field(default=50, ge=1, le=100_000)  # session files kept per lane, the current one included
     captain_durable: bool = True
     lanes_max_live: int = Field(default=256, ge=1, le=1_000_000)  # idle lanes past it are evicted, LRU (docs/captain.md)
     poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison

@@ -1,6 +1,7 @@
-"""The agent: one session tree, one live run at a time, steering, abort, retry, compaction.
+"""The agent's run loop: one session tree, one live run at a time, steering and abort.
 
-``run()`` persists the user message, streams model calls, executes tool
+Retry lives in :mod:`service.agent.attempts` and compaction driving in
+:mod:`service.agent.compactor`; this module is the loop. ``run()`` persists the user message, streams model calls, executes tool
 batches and repeats until the model stops *and* the steering queue is empty.
 ``steer()`` queues a message into the live run; at the next turn boundary
 (after the current model call and its whole tool batch) every queued message
@@ -22,15 +23,11 @@ from dataclasses import dataclass, field
 from clankie.clock import Clock
 from clankie.errors import ClankieError
 from clankie.settings import Settings
-
-from service.agent import compaction
+from service.agent.attempts import Attempts, RunFailed
+from service.agent.compactor import Compactor
 from service.agent.content import Block, UserMessage, as_user_message, text_of, tool_uses
 from service.agent.events import (
     AgentEvent,
-    CompactionEnd,
-    CompactionStart,
-    RetryEnd,
-    RetryStart,
     RunEnd,
     RunStart,
     SteerDelivered,
@@ -43,9 +40,9 @@ from service.agent.events import (
     TurnEnd,
     TurnStart,
 )
-from service.agent.failures import FailureKind, ProviderError
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
+from service.agent.retention import DAY, Retention
 from service.agent.retry import AGENT_RETRY, RetryPolicy
 from service.agent.session import SessionTree
 from service.agent.tools import Tool, ToolCallHooks, run_batch
@@ -53,13 +50,6 @@ from service.agent.tools import Tool, ToolCallHooks, run_batch
 log = logging.getLogger(__name__)
 
 ABORTED_RESULT = "Not run to completion: the run was aborted."
-_FAILURE_OUTCOME = {
-    FailureKind.USAGE_LIMIT: OutcomeKind.USAGE_LIMIT,
-    FailureKind.TRUNCATED: OutcomeKind.RESPONSE_MISSING,
-    FailureKind.TRANSIENT: OutcomeKind.MODEL_FAILED,
-    FailureKind.FATAL: OutcomeKind.MODEL_FAILED,
-    FailureKind.CONTEXT_OVERFLOW: OutcomeKind.MODEL_FAILED,
-}
 
 
 class AgentBusy(ClankieError):
@@ -76,21 +66,19 @@ class AgentConfig:
     keep_recent_tokens: int = 20_000
     summary_max_tokens: int = 2048
     retry: RetryPolicy = AGENT_RETRY
+    retention: Retention = field(default_factory=Retention)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentConfig:
-        """The window and compaction budget from ``CLANKIE_MODEL_CONTEXT_WINDOW`` and friends."""
+        """The window, compaction budget and session retention from ``CLANKIE_MODEL_CONTEXT_WINDOW`` and friends."""
         return cls(
             context_window=settings.model_context_window,
             reserve_tokens=settings.compaction_reserve_tokens,
             keep_recent_tokens=settings.compaction_keep_tokens,
+            retention=Retention(
+                max_age_seconds=settings.session_retention_days * DAY, max_files=settings.session_max_files
+            ),
         )
-
-
-class _RunFailed(Exception):
-    def __init__(self, kind: OutcomeKind) -> None:
-        super().__init__(kind)
-        self.kind = kind
 
 
 @dataclass
@@ -126,6 +114,17 @@ class Agent:
         self._clock = clock
         self._system = system_prompt
         self._config = config or AgentConfig()
+        self._attempts = Attempts(
+            provider=provider, session=session, clock=clock, policy=self._config.retry, emit=self._emit
+        )
+        self._compactor = Compactor(
+            session=session,
+            attempts=self._attempts,
+            emit=self._emit,
+            limit_tokens=self._config.context_window - self._config.reserve_tokens,
+            keep_recent_tokens=self._config.keep_recent_tokens,
+            summary_max_tokens=self._config.summary_max_tokens,
+        )
         self._queue: list[list[Block]] = []  # content blocks of each queued message
         self._run: _Run | None = None
         self._task: asyncio.Task[RunOutcome] | None = None
@@ -166,7 +165,8 @@ class Agent:
         Raises :class:`AgentBusy` if a run is live, and ``OSError`` /
         ``UnsupportedImage`` if an image attachment cannot be read (before
         anything is persisted). Cancelling the caller aborts the run (reason
-        ``cancelled``) and re-raises.
+        ``cancelled``) and re-raises. ``run_id`` names the run (the captain's
+        id); without it one is minted.
         """
         if self._run is not None:
             raise AgentBusy("a run is live; steer() instead")
@@ -214,7 +214,7 @@ class Agent:
                 if self._abort_reason:
                     raise asyncio.CancelledError
                 return await self._loop(state)
-            except _RunFailed as failed:
+            except RunFailed as failed:
                 return self._settle(state, failed.kind)
             except Exception as exc:  # a bug, or a failure nothing classified: end the run, keep the lane
                 tb = "".join(traceback.format_tb(exc.__traceback__))
@@ -234,7 +234,7 @@ class Agent:
             self.session.append_model_change(self._provider.model)
         while True:
             self._deliver(state)
-            await self._maybe_compact(state)
+            state.usage += await self._compactor.maybe_compact(state.run_id)
             self._deliver(state)
             state.turn += 1
             self._emit(TurnStart(run_id=state.run_id, turn=state.turn))
@@ -248,7 +248,7 @@ class Agent:
             self.session.sync()
             if response.stop_reason == "refusal":
                 self._turn_end(state, response, 0)
-                raise _RunFailed(OutcomeKind.MODEL_FAILED)
+                raise RunFailed(OutcomeKind.MODEL_FAILED)
             calls = tool_uses(response.content)
             if calls:
                 results = await run_batch(calls, self._tools, self._clock, self._tool_hooks(state))
@@ -261,7 +261,7 @@ class Agent:
             if self._queue:
                 continue  # a steer arrived while the answer streamed: answer the burst once
             if not state.text.strip():
-                raise _RunFailed(OutcomeKind.RESPONSE_MISSING)
+                raise RunFailed(OutcomeKind.RESPONSE_MISSING)
             return self._settle(state, OutcomeKind.OK)
 
     def _deliver(self, state: _Run) -> None:
@@ -320,13 +320,7 @@ class Agent:
             ]
             self.session.append_message({"role": "user", "content": results})
 
-    # -- model calls, retry and compaction --------------------------------------
-
-    def _summary_signal(self, state: _Run) -> Callable[[Signal], None]:
-        def on_signal(signal: Signal) -> None:  # summary text is not the answer: no TextDelta
-            self._emit(StreamProgress(run_id=state.run_id, what=f"compaction:{signal.kind}"))
-
-        return on_signal
+    # -- model calls -------------------------------------------------------------
 
     async def _call(self, state: _Run) -> ModelResponse:
         def request() -> ModelRequest:
@@ -337,109 +331,14 @@ class Agent:
                 max_tokens=self._config.max_tokens,
             )
 
-        return await self._complete(state, request, self._on_signal(state), overflow_compacts=True)
+        async def overflow() -> bool:  # compact once, then the call is tried again
+            done = await self._compactor.compact(state.run_id, "overflow")
+            state.usage += done.usage
+            if done.ok:
+                self._deliver(state)
+            return done.ok
 
-    async def _complete(
-        self,
-        state: _Run,
-        request: Callable[[], ModelRequest],
-        on_signal: Callable[[Signal], None],
-        *,
-        overflow_compacts: bool,
-    ) -> ModelResponse:
-        policy = self._config.retry
-        attempt = 0
-        compacted = False
-        while True:
-            try:
-                response = await self._provider.complete(request(), on_signal)
-            except ProviderError as err:
-                self._record_error(state, err, attempt)
-                if err.kind is FailureKind.CONTEXT_OVERFLOW and overflow_compacts and not compacted:
-                    compacted = True
-                    if await self._compact(state, "overflow"):
-                        self._deliver(state)
-                        continue
-                delay = policy.delay(attempt + 1, err.retry_after)
-                if err.kind is FailureKind.TRANSIENT and delay is not None:
-                    attempt += 1
-                    self._emit(
-                        RetryStart(
-                            run_id=state.run_id,
-                            attempt=attempt,
-                            max_attempts=policy.max_retries,
-                            delay=delay,
-                            reason=err.error_type or err.kind.value,
-                        )
-                    )
-                    await self._clock.sleep(delay)
-                    continue
-                if attempt:
-                    self._emit(RetryEnd(run_id=state.run_id, attempt=attempt, success=False))
-                raise _RunFailed(_FAILURE_OUTCOME[err.kind]) from None
-            if attempt:
-                self._emit(RetryEnd(run_id=state.run_id, attempt=attempt, success=True))
-            return response
-
-    def _record_error(self, state: _Run, err: ProviderError, attempt: int) -> None:
-        self.session.append_custom(
-            "provider_error",
-            {
-                "run_id": state.run_id,
-                "kind": err.kind.value,
-                "status": err.status,
-                "error_type": err.error_type,
-                "error_code": err.error_code,
-                "detail": err.detail,
-                "attempt": attempt,
-            },
-        )
-        self.session.sync()
-
-    async def _maybe_compact(self, state: _Run) -> None:
-        limit = self._config.context_window - self._config.reserve_tokens
-        if compaction.context_tokens(self.session.path_to_leaf()) > limit:
-            with contextlib.suppress(_RunFailed):
-                await self._compact(state, "threshold")
-
-    async def _compact(self, state: _Run, reason: str) -> bool:
-        """Summarise older entries; True if a compaction entry was written."""
-        path = self.session.path_to_leaf()
-        plan = compaction.plan(path, self._config.keep_recent_tokens)
-        tokens_before = compaction.context_tokens(path)
-        self._emit(CompactionStart(run_id=state.run_id, reason=reason))
-        ok = False
-        try:
-            if plan is not None:
-                prompt = compaction.summary_prompt(plan)
-                response = await self._complete(
-                    state,
-                    lambda: ModelRequest(
-                        system=compaction.SUMMARY_SYSTEM,
-                        messages=[prompt],
-                        max_tokens=self._config.summary_max_tokens,
-                    ),
-                    self._summary_signal(state),
-                    overflow_compacts=False,
-                )
-                state.usage += response.usage
-                summary = text_of(response.content).strip()
-                if summary:
-                    self.session.append(
-                        "compaction",
-                        summary=summary,
-                        first_kept_id=plan.first_kept_id,
-                        tokens_before=plan.tokens_before,
-                        usage=response.usage.to_json(),
-                    )
-                    self.session.sync()
-                    ok = True
-        finally:
-            self._emit(
-                CompactionEnd(run_id=state.run_id, reason=reason, ok=ok, tokens_before=tokens_before)
-            )
-        log.info("compaction (%s): ok=%s tokens_before=%d", reason, ok, tokens_before)
-        return ok
+        return await self._attempts.complete(state.run_id, request, self._on_signal(state), on_overflow=overflow)
 
     # -- events ----------------------------------------------------------------
 

@@ -1,20 +1,37 @@
-"""Durable session trees: one append-only JSONL file per session.
+"""Durable session trees: append-only JSONL files, one lane's conversation, bounded in memory.
 
-Line 1 is a header (``type: "session"``); every later line is an entry with
-``id``, ``parent_id``, ``type`` and an ISO ``timestamp``. Entry types:
+Line 1 of a file is a header (``type: "session"``, ``previous``: the file this
+one continues, ``model``: the model in use when it started); every later line
+is an entry with ``id``, ``parent_id``, ``type`` and an ISO ``timestamp``.
+Entry types:
 
 ``message``       a conversation message (``message``), assistant ones with ``usage``/``stop_reason``
 ``model_change``  the model used from here on (``model``)
 ``compaction``    ``summary``, ``first_kept_id``, ``tokens_before``
 ``custom``        runtime records (``custom_type``, ``data``): run ends, provider errors
 
-Each line is written whole (``O_APPEND``; a short write is continued, a failed
-one raises ``OSError`` and the next line starts on a fresh line); :meth:`sync`
-hands the fsync to the sync threads (:mod:`clankie.appender`), and the agent
-calls it at turn boundaries: a crash of the process cannot lose a line that
-was written, and the event loop never waits on the disk. On load a torn last line
-(a crash mid-append) is cut off with a warning; every complete line is kept,
-except lines that are not entries (no ``id`` or ``type``), skipped with a warning.
+**Memory.** A tree holds only the branch its next request needs: the entries
+from the last compaction's first kept entry to the leaf, plus its header and
+the current model. Older entries are on disk only.
+
+**Continuation.** At a compaction (:meth:`SessionTree.continue_with`) a new
+file is started: header naming the old one, the kept tail copied (without
+``usage``, so spend is counted once), then the compaction entry. It is
+written whole as ``<name>.partial``, fsynced and renamed, so a crash leaves
+either the old file current or the new one complete. Old files are pruned by
+:mod:`service.agent.retention`.
+
+**Writing.** The file is not held open: each line is one open–append–close on
+``O_APPEND`` (a short write is continued, a failed one is cut back and raises
+``OSError``); :meth:`sync` hands an fsync to the sync threads
+(:mod:`clankie.appender`) at turn boundaries. Open descriptors therefore do
+not grow with the number of lanes.
+
+**Loading.** A torn last line (a crash mid-append) is cut off with a warning;
+unreadable complete lines and lines that are not entries are skipped with a
+warning. A file with no readable header raises :class:`SessionCorrupt`;
+:meth:`SessionTree.open_latest` moves such a file aside as ``.broken`` and
+starts a new, empty tree (the lane starts cold).
 """
 
 from __future__ import annotations
@@ -29,19 +46,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import sync_fd_later
+from clankie.appender import sync_dir_later, sync_pool
 from clankie.clock import Clock
 from clankie.errors import ClankieError
 from clankie.jsonl import append_all, encode_line, write_all
 from clankie.paths import make_private_dirs
-
 from service.agent.content import Message
+from service.agent.retention import STAMP, Retention, prune, stamp_of
 from service.agent.transcript import Entry, context_messages
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
 SUFFIX = ".jsonl"
+_WRITE = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class SessionCorrupt(ClankieError):
@@ -53,58 +71,77 @@ def _iso(epoch: float) -> str:
 
 
 class SessionTree:
-    """One session file: its entries in memory, appended to disk line by line."""
+    """One lane's current session file: the live branch in memory, lines appended to disk."""
 
-    def __init__(self, path: Path, header: dict[str, Any], entries: list[Entry], clock: Clock) -> None:
+    def __init__(
+        self,
+        path: Path,
+        header: dict[str, Any],
+        entries: list[Entry],
+        clock: Clock,
+        retention: Retention | None = None,
+    ) -> None:
         self.path = path
         self.header = header
-        self._entries = entries
-        self._by_id = {e["id"]: e for e in entries}
         self._clock = clock
+        self._retention = retention or Retention()
+        self._model: str | None = _last_model(entries) or header.get("model")
+        self._entries = _live_branch(entries)
+        self._by_id = {e["id"]: e for e in self._entries}
         self._leaf: str | None = entries[-1]["id"] if entries else None
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._closed = False
+        self._dirty = False  # lines written since the last sync was handed off
         self._torn = False  # a failed write may have left half a line at the end of the file
 
     # -- opening -------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, clock: Clock) -> SessionTree:
-        """Start a new, empty session tree in ``directory``."""
+    def create(cls, directory: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
+        """Start a new, empty session tree in ``directory`` (then prune the directory's old files)."""
         make_private_dirs(directory)
-        now = clock.wall()
-        session_id = uuid.uuid4().hex
-        stamp = dt.datetime.fromtimestamp(now, dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        path = directory / f"{stamp}_{session_id[:8]}{SUFFIX}"
-        header = {"type": "session", "version": VERSION, "id": session_id, "timestamp": _iso(now)}
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        path, header = _new_file(directory, clock.wall(), previous=None, model=None)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             write_all(fd, encode_line(header))
-            sync_fd_later(fd)
         finally:
             os.close(fd)
         log.info("created session %s", path.name)
-        return cls(path, header, [], clock)
+        tree = cls(path, header, [], clock, retention)
+        tree._dirty = True  # the header's fsync goes with the first sync
+        tree.prune()
+        return tree
 
     @classmethod
-    def open(cls, path: Path, clock: Clock) -> SessionTree:
-        """Load an existing session file, cutting off a torn last line."""
+    def open(cls, path: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
+        """Load an existing session file, cutting off a torn last line (raises :class:`SessionCorrupt`)."""
         header, entries = _load(path)
-        return cls(path, header, entries, clock)
+        return cls(path, header, entries, clock, retention)
 
     @classmethod
-    def open_latest(cls, directory: Path, clock: Clock) -> SessionTree:
-        """Resume the most recent session tree in ``directory``, or create one."""
+    def open_latest(cls, directory: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
+        """Resume the most recent session tree in ``directory``, or create one.
+
+        A file without a readable header is renamed ``<name>.broken`` and a new
+        tree is started: the lane comes back cold instead of failing.
+        """
         latest = latest_session(directory)
         if latest is None:
-            return cls.create(directory, clock)
-        return cls.open(latest, clock)
+            return cls.create(directory, clock, retention)
+        try:
+            tree = cls.open(latest, clock, retention)
+        except SessionCorrupt as exc:
+            broken = latest.with_name(latest.name + ".broken")
+            os.replace(latest, broken)
+            log.error("session %s is unreadable (%s): moved aside as %s; the lane starts cold", latest.name, exc, broken.name)
+            return cls.create(directory, clock, retention)
+        tree.prune()
+        return tree
 
     def close(self) -> None:
-        """Close the file (its last fsync runs on the sync threads); the tree is read-only afterwards."""
-        if self._fd >= 0:
-            sync_fd_later(self._fd)
-            os.close(self._fd)
-            self._fd = -1
+        """Hand the last fsync to the sync threads; the tree is read-only afterwards."""
+        if not self._closed:
+            self.sync()
+            self._closed = True
 
     # -- reading -------------------------------------------------------------
 
@@ -113,64 +150,53 @@ class SessionTree:
         return str(self.header["id"])
 
     @property
+    def previous(self) -> str | None:
+        """The name of the file this one continues, if any."""
+        previous = self.header.get("previous")
+        return previous if isinstance(previous, str) else None
+
+    @property
     def leaf_id(self) -> str | None:
         return self._leaf
 
     @property
     def entries(self) -> list[Entry]:
-        """Every entry in file order (a copy of the list; entries are shared)."""
+        """The entries held in memory (the live branch, oldest first; a copy of the list)."""
         return list(self._entries)
 
     def get(self, entry_id: str) -> Entry:
         return self._by_id[entry_id]
 
     def path_to_leaf(self) -> list[Entry]:
-        """Entries from the root to the current leaf, following ``parent_id``."""
-        out: list[Entry] = []
-        current = self._leaf
-        while current is not None:
-            entry = self._by_id.get(current)
-            if entry is None:  # its line was unreadable: the path starts after it
-                break
-            out.append(entry)
-            current = entry.get("parent_id")
-        out.reverse()
-        return out
+        """The live branch: from the last compaction's first kept entry (or the root) to the leaf."""
+        return list(self._entries)
 
     def messages(self) -> list[Message]:
         """The conversation as the model should see it (compaction applied, pairing repaired)."""
-        return context_messages(self.path_to_leaf())
+        return context_messages(self._entries)
 
     def last_model(self) -> str | None:
-        for entry in reversed(self.path_to_leaf()):
-            if entry["type"] == "model_change":
-                return str(entry["model"])
-        return None
+        return self._model
 
     # -- appending -----------------------------------------------------------
 
     def append(self, entry_type: str, **fields: Any) -> Entry:
         """Append one entry as a child of the leaf; it becomes the new leaf."""
-        if self._fd < 0:
+        if self._closed:
             raise ValueError("session tree is closed")
-        entry_id = self._new_id()
-        entry: Entry = {
-            "type": entry_type,
-            "id": entry_id,
-            "parent_id": self._leaf,
-            "timestamp": _iso(self._clock.wall()),
-            **fields,
-        }
+        entry = self._entry(entry_type, fields)
         line = encode_line(entry)
+        fd = os.open(self.path, _WRITE)
         try:
-            append_all(self._fd, b"\n" + line if self._torn else line)
+            append_all(fd, b"\n" + line if self._torn else line)
         except OSError:
             self._torn = True  # the next line starts fresh; this half one is skipped on load
             raise
+        finally:
+            os.close(fd)
         self._torn = False
-        self._entries.append(entry)
-        self._by_id[entry_id] = entry
-        self._leaf = entry_id
+        self._dirty = True
+        self._adopt(entry)
         return entry
 
     def append_message(self, message: Message, **extra: Any) -> Entry:
@@ -180,6 +206,7 @@ class SessionTree:
         return self.append("model_change", model=model)
 
     def append_compaction(self, summary: str, first_kept_id: str, tokens_before: int) -> Entry:
+        """A compaction entry in this file (see :meth:`continue_with` for a new file)."""
         return self.append(
             "compaction", summary=summary, first_kept_id=first_kept_id, tokens_before=tokens_before
         )
@@ -187,10 +214,68 @@ class SessionTree:
     def append_custom(self, custom_type: str, data: dict[str, Any]) -> Entry:
         return self.append("custom", custom_type=custom_type, data=data)
 
+    def continue_with(self, **compaction: Any) -> Entry:
+        """Record a compaction by starting a new file that continues this one; returns the entry.
+
+        ``compaction`` holds the entry's fields (``summary``, ``first_kept_id``,
+        ``tokens_before``, …). If the new file cannot be written, the entry is
+        appended to this file instead (a warning), so the lane goes on.
+        """
+        if self._closed:
+            raise ValueError("session tree is closed")
+        entry = self._entry("compaction", compaction)
+        first = next((i for i, e in enumerate(self._entries) if e["id"] == entry["first_kept_id"]), None)
+        if first is None:
+            raise ValueError("first_kept_id is not on the live branch")
+        carried = [{k: v for k, v in e.items() if k != "usage"} for e in self._entries[first:]]
+        directory = self.path.parent
+        path, header = _new_file(directory, self._clock.wall(), previous=self.path.name, model=self._model)
+        try:
+            _write_whole(path, [header, *carried, entry])
+        except OSError as exc:
+            log.warning("session %s: cannot start a new file (%s); compacting in place", self.path.name, exc.strerror)
+            return self.append("compaction", **compaction)
+        self.sync()
+        log.info("session %s continues %s (%d entries carried)", path.name, self.path.name, len(carried))
+        self.path, self.header = path, header
+        self._entries = carried
+        self._by_id = {e["id"]: e for e in carried}
+        self._dirty = False
+        self._adopt(entry)
+        self.prune()
+        return entry
+
     def sync(self) -> None:
         """Make every appended line durable soon, off the event loop (called at turn boundaries)."""
-        if self._fd >= 0:
-            sync_fd_later(self._fd)
+        if not self._dirty:
+            return
+        self._dirty = False
+        sync_pool().submit(_sync_path, self.path)  # opened on the sync thread: no descriptor waits in the queue
+
+    def prune(self) -> list[str]:
+        """Delete this lane's session files past the retention bounds (never the current one)."""
+        return prune(self.path.parent, self.path.name, self._clock.wall(), self._retention)
+
+    def _entry(self, entry_type: str, fields: dict[str, Any]) -> Entry:
+        return {
+            "type": entry_type,
+            "id": self._new_id(),
+            "parent_id": self._leaf,
+            "timestamp": _iso(self._clock.wall()),
+            **fields,
+        }
+
+    def _adopt(self, entry: Entry) -> None:
+        self._entries.append(entry)
+        self._by_id[entry["id"]] = entry
+        self._leaf = entry["id"]
+        if entry["type"] == "model_change":
+            self._model = str(entry["model"])
+        elif entry["type"] == "compaction":
+            kept = _live_branch(self._entries)
+            if len(kept) < len(self._entries):
+                self._entries = kept
+                self._by_id = {e["id"]: e for e in kept}
 
     def _new_id(self) -> str:
         while True:
@@ -207,23 +292,97 @@ def latest_session(directory: Path) -> Path | None:
     return files[-1] if files else None
 
 
+def _new_file(directory: Path, now: float, *, previous: str | None, model: str | None) -> tuple[Path, dict[str, Any]]:
+    """A fresh file name that sorts after every session file in ``directory``, and its header."""
+    latest = latest_session(directory)
+    if latest is not None:
+        stamp = stamp_of(latest.name)
+        if stamp is not None:
+            now = max(now, stamp + 1e-6)  # a clock that stood still or stepped back
+    session_id = uuid.uuid4().hex
+    name = dt.datetime.fromtimestamp(now, dt.UTC).strftime(STAMP)
+    header: dict[str, Any] = {"type": "session", "version": VERSION, "id": session_id, "timestamp": _iso(now)}
+    if previous is not None:
+        header["previous"] = previous
+    if model is not None:
+        header["model"] = model
+    return directory / f"{name}_{session_id[:8]}{SUFFIX}", header
+
+
+def _sync_path(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        log.error("session %s: cannot open for sync: %s", path.name, exc.strerror)
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        log.error("session %s: background sync failed: %s", path.name, exc.strerror)
+    finally:
+        os.close(fd)
+
+
+def _write_whole(path: Path, records: list[dict[str, Any]]) -> None:
+    """Write ``records`` to ``<path>.partial``, fsync, rename to ``path`` (all or nothing)."""
+    partial = path.with_name(path.name + ".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            write_all(fd, b"".join(encode_line(r) for r in records))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    sync_dir_later(path.parent)
+
+
+def _last_model(entries: list[Entry]) -> str | None:
+    for entry in reversed(entries):
+        if entry["type"] == "model_change":
+            return str(entry["model"])
+    return None
+
+
+def _live_branch(entries: list[Entry]) -> list[Entry]:
+    """The entries the next request needs: from the last compaction's first kept entry on."""
+    for index in range(len(entries) - 1, -1, -1):
+        if entries[index]["type"] == "compaction":
+            kept = entries[index].get("first_kept_id")
+            start = next((i for i in range(index) if entries[i]["id"] == kept), index)
+            return entries[start:]
+    return entries
+
+
 def _load(path: Path) -> tuple[dict[str, Any], list[Entry]]:
+    """The header and the root→leaf path of ``path`` (a file is one branch; branches elsewhere are ignored)."""
     data = path.read_bytes()
     complete_end = data.rfind(b"\n") + 1
+    lines = list(_parse(path, data[:complete_end]))
+    if not lines or lines[0].get("type") != "session":  # checked first: a broken file is kept as it was
+        raise SessionCorrupt(f"{path.name} has no session header")
     if complete_end < len(data):
-        log.warning(
-            "session %s: dropping a torn last line (%d bytes)", path.name, len(data) - complete_end
-        )
+        log.warning("session %s: dropping a torn last line (%d bytes)", path.name, len(data) - complete_end)
         with path.open("r+b") as f:
             f.truncate(complete_end)
             os.fsync(f.fileno())
-    lines = list(_parse(path, data[:complete_end]))
-    if not lines or lines[0].get("type") != "session":
-        raise SessionCorrupt(f"{path.name} has no session header")
     entries = [e for e in lines[1:] if isinstance(e.get("id"), str) and isinstance(e.get("type"), str)]
     if len(entries) < len(lines) - 1:
         log.warning("session %s: skipping %d lines without an id or type", path.name, len(lines) - 1 - len(entries))
-    return lines[0], entries
+    by_id = {e["id"]: e for e in entries}
+    branch: list[Entry] = []
+    current = entries[-1]["id"] if entries else None
+    while current is not None:
+        entry = by_id.pop(current, None)  # popped: a cycle cannot loop
+        if entry is None:  # its line was unreadable, or it is in the previous file: the path starts after it
+            break
+        branch.append(entry)
+        current = entry.get("parent_id")
+    branch.reverse()
+    return lines[0], branch
 
 
 def _parse(path: Path, data: bytes) -> Iterator[dict[str, Any]]:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from clankie.clock import Clock
 from clankie.protocol import Author, Room
 from clankie.settings import Settings
+from service.agent.agent import AgentConfig
 from service.agent.session import SessionTree
 from service.captain import keys
 from service.captain.lane import LaneState
@@ -58,6 +59,7 @@ class LaneRegistry:
         self._clock = clock
         self.paths = paths
         self.max_live = settings.lanes_max_live
+        self._retention = AgentConfig.from_settings(settings).retention  # how long old session files are kept
         self.lanes: OrderedDict[str, LiveLane] = OrderedDict()
         self.closing: dict[str, asyncio.Task[None]] = {}
         self.zombies: dict[str, LiveLane] = {}  # by run id
@@ -88,12 +90,12 @@ class LaneRegistry:
             return lane
         self._make_room()
         if plan.kind == "oneshot":
-            session = SessionTree.create(plan.directory, self._clock)
+            session = SessionTree.create(plan.directory, self._clock, self._retention)
         elif any(z.key == key for z in self.zombies.values()):
             log.warning("lane %s: an aborted run may still write its tree; starting a fresh tree", key)
-            session = SessionTree.create(plan.directory, self._clock)
+            session = SessionTree.create(plan.directory, self._clock, self._retention)
         else:
-            session = SessionTree.open_latest(plan.directory, self._clock)
+            session = SessionTree.open_latest(plan.directory, self._clock, self._retention)
         lane = build(plan, key, room, session)
         lane.fresh = not self._take_warm_stamp(plan) if plan.kind != "oneshot" else True
         self.lanes[key] = lane

@@ -92,11 +92,7 @@ class LaneRunner:
         self._joins = deps.joins
         self._shutting_down = deps.shutting_down
         self.background: set[asyncio.Task[None]] = set()  # fire-and-forget sends (typing), held until done
-        self._config = AgentConfig(
-            context_window=deps.settings.model_context_window,
-            reserve_tokens=deps.settings.compaction_reserve_tokens,
-            keep_recent_tokens=deps.settings.compaction_keep_tokens,
-        )
+        self._config = AgentConfig.from_settings(deps.settings)  # window, compaction budget, session retention
 
     def build(self, plan: LanePlan, key: str, room: Room, session: SessionTree) -> LiveLane:
         """A lane's live objects over ``session``, subscribed to its agent's events."""

@@ -168,3 +168,20 @@ def test_thinking_blocks_are_kept_for_replay(tmp_path: Path) -> None:
             assert replay[0] == {"type": "thinking", "thinking": "hmm", "signature": "sig-fake"}
 
     arun(body())
+
+
+def test_run_uses_the_callers_run_id(tmp_path: Path) -> None:
+    """run(run_id=...) names the run in its outcome, its events and its run_end record; without one an id is minted."""
+
+    async def body() -> None:
+        async with harness(tmp_path) as h:
+            h.fake.script(fa.text("one"), fa.text("two"))
+            outcome = await h.agent.run("hi", run_id="captain-run-1")
+            assert outcome.run_id == "captain-run-1"
+            assert {e.run_id for e in h.events} == {"captain-run-1"}
+            ends = [e["data"]["run_id"] for e in h.session.entries if e.get("custom_type") == "run_end"]
+            assert ends == ["captain-run-1"]
+            minted = await h.agent.run("again")
+            assert minted.run_id not in ("captain-run-1", "") and len(minted.run_id) == 12
+
+    arun(body())

@@ -1,0 +1,109 @@
+"""One model call, attempted until it answers: transient failures retried on the schedule, overflow compacted once.
+
+:class:`Attempts` is the only retry owner of the runtime (the SDK client runs
+with ``max_retries=0``). Every provider error is recorded in the session tree
+as a ``provider_error`` entry; a transient one is retried after the
+:class:`~service.agent.retry.RetryPolicy` delay (``RetryStart``/``RetryEnd``
+events); a context overflow calls ``on_overflow`` once (compaction) and
+tries again; anything else ends the run with :class:`RunFailed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from clankie.clock import Clock
+from service.agent.events import AgentEvent, RetryEnd, RetryStart
+from service.agent.failures import FailureKind, ProviderError
+from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
+from service.agent.outcome import OutcomeKind
+from service.agent.retry import RetryPolicy
+from service.agent.session import SessionTree
+
+FAILURE_OUTCOME = {
+    FailureKind.USAGE_LIMIT: OutcomeKind.USAGE_LIMIT,
+    FailureKind.TRUNCATED: OutcomeKind.RESPONSE_MISSING,
+    FailureKind.TRANSIENT: OutcomeKind.MODEL_FAILED,
+    FailureKind.FATAL: OutcomeKind.MODEL_FAILED,
+    FailureKind.CONTEXT_OVERFLOW: OutcomeKind.MODEL_FAILED,
+}
+
+
+class RunFailed(Exception):
+    """The run cannot go on; it settles with ``kind``."""
+
+    def __init__(self, kind: OutcomeKind) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+class Attempts:
+    """Calls the provider for one run's requests, retrying as the policy allows."""
+
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        session: SessionTree,
+        clock: Clock,
+        policy: RetryPolicy,
+        emit: Callable[[AgentEvent], None],
+    ) -> None:
+        self._provider = provider
+        self._session = session
+        self._clock = clock
+        self._policy = policy
+        self._emit = emit
+
+    async def complete(
+        self,
+        run_id: str,
+        request: Callable[[], ModelRequest],
+        on_signal: Callable[[Signal], None],
+        *,
+        on_overflow: Callable[[], Awaitable[bool]] | None = None,
+    ) -> ModelResponse:
+        """The response to ``request()`` (rebuilt for each attempt); raises :class:`RunFailed`."""
+        attempt = 0
+        overflowed = False
+        while True:
+            try:
+                response = await self._provider.complete(request(), on_signal)
+            except ProviderError as err:
+                self._record(run_id, err, attempt)
+                if err.kind is FailureKind.CONTEXT_OVERFLOW and on_overflow is not None and not overflowed:
+                    overflowed = True
+                    if await on_overflow():
+                        continue
+                delay = self._policy.delay(attempt + 1, err.retry_after)
+                if err.kind is FailureKind.TRANSIENT and delay is not None:
+                    attempt += 1
+                    reason = err.error_type or err.kind.value
+                    self._emit(
+                        RetryStart(
+                            run_id=run_id, attempt=attempt, max_attempts=self._policy.max_retries, delay=delay, reason=reason
+                        )
+                    )
+                    await self._clock.sleep(delay)
+                    continue
+                if attempt:
+                    self._emit(RetryEnd(run_id=run_id, attempt=attempt, success=False))
+                raise RunFailed(FAILURE_OUTCOME[err.kind]) from None
+            if attempt:
+                self._emit(RetryEnd(run_id=run_id, attempt=attempt, success=True))
+            return response
+
+    def _record(self, run_id: str, err: ProviderError, attempt: int) -> None:
+        self._session.append_custom(
+            "provider_error",
+            {
+                "run_id": run_id,
+                "kind": err.kind.value,
+                "status": err.status,
+                "error_type": err.error_type,
+                "error_code": err.error_code,
+                "detail": err.detail,
+                "attempt": attempt,
+            },
+        )
+        self._session.sync()
