@@ -16,7 +16,7 @@ from pathlib import Path
 from bridge.delivery import resolve_media
 from clankie import ipc
 from clankie.errors import RemoteError
-from clankie.protocol import Record, ResolveReply, ResolveRequest
+from clankie.protocol import Code, Record, ResolveReply, ResolveRequest
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def link_handler(attachment_root: Path, upload_limit: int) -> ipc.Handler:
 
     async def handle(conn: ipc.Connection, method: str, params: Record) -> Record | None:
         if method != "resolve_artifact":
-            raise RemoteError("method_not_found", f"bridge serves no {method[:64]!r} on its link")
+            raise RemoteError(Code.METHOD_NOT_FOUND, f"bridge serves no {method[:64]!r} on its link")
         assert isinstance(params, ResolveRequest)
         files, failures = await asyncio.to_thread(resolve_media, attachment_root, (params.ref,), upload_limit)
         if failures:

@@ -22,11 +22,11 @@ from clankie import ipc
 from clankie.backoff import Backoff
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
-from clankie.protocol import TurnResult, TurnSubmit
+from clankie.protocol import Code, TurnResult, TurnSubmit
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_REMOTE = frozenset({"cancelled", "shutting_down", "service_unavailable"})
+RETRYABLE_REMOTE = frozenset({Code.CANCELLED, Code.SHUTTING_DOWN, Code.SERVICE_UNAVAILABLE})
 MAX_REMOTE_RETRIES = 5
 HELLO_WAIT = 30.0
 """How long a dial may wait in the supervisor's backlog for the next service to answer its hello."""

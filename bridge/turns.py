@@ -35,6 +35,7 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import (
+    Code,
     HistoryMessage,
     HistoryReply,
     HistoryRequest,
@@ -238,7 +239,7 @@ class Bridge:
             log.exception("delivery %s failed inside the bridge", did)
             await self.cards.end(did)
             self.ingress.forget(did)
-            self._close(held, "failed", code="bridge_internal_error")
+            self._close(held, "failed", code=Code.BRIDGE_INTERNAL_ERROR)
         finally:
             self._stop_typing(held)
             self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
@@ -352,7 +353,7 @@ class Bridge:
         if method == "text_update":
             assert isinstance(params, TextUpdate)
             return await self._text_update(params)
-        raise RemoteError("method_not_found", f"bridge does not serve {method}")
+        raise RemoteError(Code.METHOD_NOT_FOUND, f"bridge does not serve {method}")
 
     def _tool(self, activity: ToolActivity) -> None:
         """A tool call of a held delivery: only a requested turn still running gets a card."""
@@ -364,7 +365,7 @@ class Bridge:
     async def _history(self, req: HistoryRequest) -> HistoryReply:
         held = self.held.get(req.delivery_id)
         if held is None or held.room.channel_id != req.room.channel_id:
-            raise RemoteError("delivery_not_held", "history is served only for a delivery the bridge is holding")
+            raise RemoteError(Code.DELIVERY_NOT_HELD, "history is served only for a delivery the bridge is holding")
         limit = min(req.limit, 50)
         if limit == 0:
             return HistoryReply()
@@ -372,23 +373,23 @@ class Bridge:
         try:
             messages = await self.port.history(req.room.channel_id, before, limit)
         except PostError as exc:
-            raise RemoteError("history_unavailable", f"discord answered {exc.status}") from None
+            raise RemoteError(Code.HISTORY_UNAVAILABLE, f"discord answered {exc.status}") from None
         return HistoryReply(messages=tuple(messages))
 
     async def _text_update(self, req: TextUpdate) -> TextUpdateReply:
         held = self.held.get(req.delivery_id)
         if held is None or held.phase is not Phase.SUBMITTED:
-            raise RemoteError("delivery_not_held", "no live turn for that delivery")
+            raise RemoteError(Code.DELIVERY_NOT_HELD, "no live turn for that delivery")
         room = held.room
         if room.guild_id is None:
-            raise RemoteError("dm_not_allowed", "text updates are not available in DMs")
+            raise RemoteError(Code.DM_NOT_ALLOWED, "text updates are not available in DMs")
         if not self.ingress.room_admitted(room.guild_id, room.channel_id):
-            raise RemoteError("room_not_admitted", "that channel is outside the admitted rooms")
+            raise RemoteError(Code.ROOM_NOT_ADMITTED, "that channel is outside the admitted rooms")
         try:
             mid = await post_once(self.port, self.clock, self.retry, room.channel_id, req.text.strip(),
                                   guild_id=room.guild_id, reply_to=held.trigger_id)
         except PostError as exc:
-            raise RemoteError("text_update_failed", f"discord answered {exc.status}") from None
+            raise RemoteError(Code.TEXT_UPDATE_FAILED, f"discord answered {exc.status}") from None
         return TextUpdateReply(message_id=mid)
 
     # ------------------------------------------------------------ shutdown

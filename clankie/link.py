@@ -45,9 +45,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
-from clankie.handover import is_spare
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
-from clankie.protocol import Empty, Heartbeat, Record, Stopping
+from clankie.handover import is_spare
+from clankie.protocol import Code, Empty, Heartbeat, Record, Stopping
 from clankie.settings import discord_attachment_root
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ async def supervisor_link(
             link.activated.set()
             return None
         if link.handler is None:
-            raise RemoteError("method_not_found", f"{name} serves no {method}")
+            raise RemoteError(Code.METHOD_NOT_FOUND, f"{name} serves no {method}")
         return await link.handler(conn, method, params)
 
     sock = socket.socket(fileno=fd)

@@ -29,10 +29,9 @@ from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
 from clankie.paths import ensure_private_dir, socket_path
+from clankie.protocol import AbortReply, AbortRun, Code, Heartbeat, LanesReply, Record, SayRequest
 from clankie.secrets import receive as receive_secrets
-from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
 from clankie.settings import Settings
-
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
@@ -149,7 +148,7 @@ class ServiceApp:
         if method == "say":
             assert isinstance(params, SayRequest)
             return await self.turns.say(params)
-        raise RemoteError("method_not_found", f"service does not serve {method}")
+        raise RemoteError(Code.METHOD_NOT_FOUND, f"service does not serve {method}")
 
     def heartbeat(self) -> Heartbeat:
         runs = self.captain.runs()

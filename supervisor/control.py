@@ -21,6 +21,7 @@ from clankie.protocol import (
     AbortRun,
     ChildStatus,
     ChildTarget,
+    Code,
     ControlReply,
     Empty,
     ExitInfo,
@@ -156,16 +157,16 @@ class Control:
             return [self.tree.children[n] for n in self.tree.order]
         child = self.tree.child(name)
         if child is None:
-            raise RemoteError("no_such_child", f"no child named {name!r}; have {', '.join(self.tree.order)}")
+            raise RemoteError(Code.NO_SUCH_CHILD, f"no child named {name!r}; have {', '.join(self.tree.order)}")
         return [child]
 
     def _service(self) -> Child:
         for child in self.tree.children.values():
             if child.spec.proxy:
                 if child.link is None or child.link.closed:
-                    raise RemoteError("service_unavailable", f"{child.name} is {child.life.state.value}, not linked")
+                    raise RemoteError(Code.SERVICE_UNAVAILABLE, f"{child.name} is {child.life.state.value}, not linked")
                 return child
-        raise RemoteError("service_unavailable", "no service child in this tree")
+        raise RemoteError(Code.SERVICE_UNAVAILABLE, "no service child in this tree")
 
     async def _proxy(self, method: str, params: Record, timeout: float) -> Record:
         child = self._service()
@@ -173,9 +174,9 @@ class Control:
         try:
             return await child.link.request(method, params, timeout=timeout)
         except (ChannelBroken, ChannelClosed) as exc:
-            raise RemoteError("service_unavailable", f"{child.name} went away: {exc}") from None
+            raise RemoteError(Code.SERVICE_UNAVAILABLE, f"{child.name} went away: {exc}") from None
         except RequestTimeout:
-            raise RemoteError("service_timeout", f"{child.name} did not answer {method} in {timeout:g}s") from None
+            raise RemoteError(Code.SERVICE_TIMEOUT, f"{child.name} did not answer {method} in {timeout:g}s") from None
 
     async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         tree = self.tree
@@ -186,7 +187,7 @@ class Control:
         if method in ("start", "stop", "restart"):
             assert isinstance(params, ChildTarget)
             if tree.stopping:
-                raise RemoteError("shutting_down", "the supervisor is shutting down")
+                raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
             targets = self._targets(params.name)
             if method == "start":
                 for child in targets:
@@ -220,9 +221,9 @@ class Control:
             return await self._proxy("say", params, SAY_TIMEOUT)
         if method == "doctor":
             if tree.stopping:
-                raise RemoteError("shutting_down", "the supervisor is shutting down")
+                raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
             return await run_doctor(tree.children)
-        raise RemoteError("method_not_found", method)
+        raise RemoteError(Code.METHOD_NOT_FOUND, method)
 
     async def _wait_up(self, child: Child) -> None:
         """A restart answers once the old process is gone (the new one is spawned at that moment)."""
@@ -236,7 +237,7 @@ class Control:
     async def _logs(self, req: LogsRequest) -> LogsReply:
         child = self._targets(req.name)[0] if req.name != "all" else None
         if child is None:
-            raise RemoteError("no_such_child", "logs needs one child name")
+            raise RemoteError(Code.NO_SUCH_CHILD, "logs needs one child name")
         path = child.log_path
         limit = min(REPLY_LIMIT, self.tree.settings.max_frame_bytes // 2)  # a reply must fit one frame
         if req.offset is None:

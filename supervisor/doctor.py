@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
-from clankie.protocol import Artifact, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
+from clankie.protocol import Artifact, Code, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
 
 if TYPE_CHECKING:
     from supervisor.process import Child
@@ -73,7 +73,7 @@ async def check_pair(writer: Child, reader: Child) -> DoctorCheck:
     except _Failed as exc:
         code = exc.code
     if code is None and writer.attachment_root != reader.attachment_root:
-        code = "attachment_root_mismatch"
+        code = Code.ATTACHMENT_ROOT_MISMATCH
     if code is not None:
         log.warning("doctor: %s -> %s failed: %s", writer.name, reader.name, code)
     return DoctorCheck(

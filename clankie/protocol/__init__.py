@@ -15,6 +15,7 @@ grouped by link so a peer cannot call a method that is not meant for it.
 """
 
 from clankie.protocol.base import Empty, Hello, Record
+from clankie.protocol.codes import Code
 from clankie.protocol.envelope import (
     MAX_MSGID,
     NOTIFICATION,
@@ -95,6 +96,7 @@ __all__ = [
     "BadEnvelope",
     "ChildStatus",
     "ChildTarget",
+    "Code",
     "ControlReply",
     "DiagramRequest",
     "DoctorCheck",
