@@ -30,7 +30,6 @@ from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
 from bridge.typing_loop import typing_loop
-from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
@@ -39,7 +38,6 @@ from clankie.protocol import (
     HistoryMessage,
     HistoryReply,
     HistoryRequest,
-    Record,
     Room,
     TextUpdate,
     TextUpdateReply,
@@ -48,6 +46,7 @@ from clankie.protocol import (
     TurnSubmit,
     TypingSignal,
 )
+from clankie.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +131,8 @@ class Bridge:
         self.retry = retry or RetryPolicy()
         self.failure_reaction = failure_reaction
         self.cards = Cards(port, clock, enabled=tool_card)
+        self.handle = Router("bridge", {"typing": self.light_signal, "tool": self._tool,
+                                        "history": self._history, "text_update": self._text_update})
         self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
         self.counters = Counters()
@@ -338,22 +339,9 @@ class Bridge:
 
     # ------------------------------------------------------------ service calls
 
-    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
-        if method == "typing":
-            assert isinstance(params, TypingSignal)
-            self.light(params.delivery_id)
-            return None
-        if method == "tool":
-            assert isinstance(params, ToolActivity)
-            self._tool(params)
-            return None
-        if method == "history":
-            assert isinstance(params, HistoryRequest)
-            return await self._history(params)
-        if method == "text_update":
-            assert isinstance(params, TextUpdate)
-            return await self._text_update(params)
-        raise RemoteError(Code.METHOD_NOT_FOUND, f"bridge does not serve {method}")
+    def light_signal(self, signal: TypingSignal) -> None:
+        """``typing`` from the service."""
+        self.light(signal.delivery_id)
 
     def _tool(self, activity: ToolActivity) -> None:
         """A tool call of a held delivery: only a requested turn still running gets a card."""

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from clankie import framing, protocol
 from clankie.errors import (
@@ -34,6 +34,8 @@ from clankie.errors import (
 from clankie.protocol import Code, Hello, Record
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Record)
 
 Handler = Callable[["Connection", str, Record], Awaitable[Record | None]]
 
@@ -106,9 +108,17 @@ class Connection(asyncio.Protocol):
     def transport(self) -> asyncio.Transport | None:
         return self._transport
 
-    async def request(self, method: str, params: Record, *, timeout: float | None = None) -> Record:
+    @overload
+    async def request(self, method: str, params: Record, *, expect: type[R], timeout: float | None = None) -> R: ...
+    @overload
+    async def request(self, method: str, params: Record, *, expect: None = None, timeout: float | None = None) -> Record: ...
+
+    async def request(self, method: str, params: Record, *, expect: type[Record] | None = None,
+                      timeout: float | None = None) -> Record:
         """Call ``method`` on the peer and return its validated result record.
 
+        With ``expect`` the reply comes back typed as that record; an ``expect``
+        that is not the method table's reply type is a ``TypeError`` before anything is sent.
         Raises :class:`RemoteError` for an error reply, :class:`ChannelBroken`
         or :class:`ChannelClosed` if the connection goes away first, and
         :class:`RequestTimeout` if ``timeout`` runs out.
@@ -116,6 +126,8 @@ class Connection(asyncio.Protocol):
         spec = self._spec(method)
         if spec.result is None:
             raise ValueError(f"{method} is a notification; use notify()")
+        if expect is not None and expect is not spec.result:
+            raise TypeError(f"{method} replies {spec.result.__name__}, not {expect.__name__}")
         raw = await self._call(method, params.to_wire(), timeout)
         return protocol.validate(spec.result, raw)
 
@@ -327,7 +339,7 @@ class Connection(asyncio.Protocol):
         if hello.protocol != protocol.PROTOCOL_VERSION:
             self._reply_error(
                 req.msgid,
-                "protocol_mismatch",
+                Code.PROTOCOL_MISMATCH,
                 f"peer speaks protocol {hello.protocol}, we speak {protocol.PROTOCOL_VERSION}",
             )
             raise RemoteProtocolError("protocol version mismatch", code=Code.PROTOCOL_MISMATCH)
