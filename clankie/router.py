@@ -42,7 +42,7 @@ def _param_type(handler: Route) -> Any:
         raise RouterError(f"handler {handler!r} takes no record")
     try:
         hints = typing.get_type_hints(handler)
-    except NameError:  # an annotation only importable under TYPE_CHECKING: the method set is still checked
+    except (NameError, TypeError):  # a partial, or an annotation only importable under TYPE_CHECKING: the method set is still checked
         return None
     return hints.get(params[-1].name)
 
