@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, replace
@@ -31,7 +32,8 @@ from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.protocol import Author, Code, Record, SayRequest, Trigger, TurnResult, TurnSubmit
+from clankie.protocol import Author, Code, SayRequest, Trigger, TurnResult, TurnSubmit
+from clankie.router import Router
 from service.captain import keys
 from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
@@ -77,12 +79,13 @@ class TurnService:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    @functools.cached_property
+    def handle(self) -> Router:
         """The ``service.sock`` handler."""
-        if method == "turn.submit":
-            assert isinstance(params, TurnSubmit)
-            return await self.submit(params, conn)
-        raise RemoteError(Code.METHOD_NOT_FOUND, f"service does not serve {method}")
+        return Router("service", {"turn.submit": self._on_submit})
+
+    async def _on_submit(self, conn: ipc.Connection, params: TurnSubmit) -> TurnResult:
+        return await self.submit(params, conn)
 
     async def submit(self, submit: TurnSubmit, conn: ipc.Connection | None) -> TurnResult:
         did = submit.delivery_id
