@@ -33,7 +33,7 @@ from clankie.protocol.envelope import (
     request,
     response,
 )
-from clankie.protocol.methods import METHODS, Method, validate
+from clankie.protocol.methods import CALLERS, METHODS, Method, validate
 from clankie.protocol.records_bridge import (
     Author,
     HistoryMessage,
@@ -83,6 +83,7 @@ from clankie.protocol.records_hosts import (
 )
 
 __all__ = [
+    "CALLERS",
     "MAX_MSGID",
     "METHODS",
     "NOTIFICATION",

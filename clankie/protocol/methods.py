@@ -86,6 +86,17 @@ METHODS: dict[str, dict[str, Method]] = {
     },
 }
 
+# who calls the methods a role serves (the direction of each group, for docs/protocol.md)
+CALLERS: dict[str, str] = {
+    "service": "bridge → service",
+    "bridge": "service → bridge (on the bridge's own connection)",
+    "browser": "service → browser host",
+    "tldraw": "service → tldraw host",
+    "supervisor": "child → supervisor (link)",
+    "supervisor-control": "clankiectl → supervisor (control.sock)",
+    "child": "supervisor → child (link)",
+}
+
 
 def validate(record: type[Record], params: Any) -> Record:
     """Build a record from wire params; a mismatch is the peer's fault."""
