@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
@@ -43,6 +43,10 @@ from clankie.protocol import (
     TextUpdateReply,
     ToolActivity,
     Trigger,
+    TurnAbsorbed,
+    TurnFailed,
+    TurnSettled,
+    TurnSilent,
     TurnSubmit,
     TypingSignal,
 )
@@ -263,18 +267,23 @@ class Bridge:
         self.ingress.settle(room.channel_id, result.outcome)
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
-        if result.outcome == "settled":
-            held.move(Phase.DELIVERING)
-            # a recovered delivery may have been answered just before the crash: look before posting
-            already = await self._posted_before(held) if recovered is not None else ()
-            delivered = await deliver_reply(
-                self.port, self.clock, self.retry,
-                delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
-                reply_to=held.trigger_id, text=result.text, media=result.media,
-                attachment_root=self.attachment_root,
-                upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
-                already=already,
-            )
+        match result.kind:
+            case TurnSettled(text=text, media=media):
+                held.move(Phase.DELIVERING)
+                # a recovered delivery may have been answered just before the crash: look before posting
+                already = await self._posted_before(held) if recovered is not None else ()
+                delivered = await deliver_reply(
+                    self.port, self.clock, self.retry,
+                    delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
+                    reply_to=held.trigger_id, text=text, media=media,
+                    attachment_root=self.attachment_root,
+                    upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
+                    already=already,
+                )
+            case TurnSilent() | TurnAbsorbed() | TurnFailed():
+                pass  # nothing to post; a failure may get the reaction below
+            case unreachable:
+                assert_never(unreachable)
         self._stop_typing(held)
         if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
                           emoji=self.failure_reaction):

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import ValidationError
 
@@ -51,7 +51,11 @@ from clankie.protocol import (
     SayRequest,
     StatusReply,
     Tokens,
+    TurnAbsorbed,
+    TurnFailed,
     TurnResult,
+    TurnSettled,
+    TurnSilent,
 )
 from clankie.settings import runtime_dir
 from supervisor.doctor import agreement
@@ -328,8 +332,16 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(_dump(res)), file=out)
         else:
-            print(res.text if res.outcome == "settled" else f"({res.outcome}{': ' + res.code if res.code else ''})",
-                  file=out)
+            match res.kind:
+                case TurnSettled(text=text):
+                    line = text
+                case TurnFailed(code=code):
+                    line = f"(failed: {code})"
+                case TurnSilent() | TurnAbsorbed():
+                    line = f"({res.outcome})"
+                case unreachable:
+                    assert_never(unreachable)
+            print(line, file=out)
         return EX_FAILED if res.outcome == "failed" else EX_OK
     if cmd == "logs":
         return await _logs(conn, args)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, assert_never
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from clankie.protocol.base import Record
 
@@ -57,14 +57,80 @@ class TurnSubmit(Record):
 Outcome = Literal["settled", "silent", "absorbed", "failed"]
 
 
+class TurnSettled(Record):
+    """The turn answered: its reply text and the refs of its media."""
+
+    text: str = ""
+    media: tuple[str, ...] = ()
+
+
+class TurnSilent(Record):
+    """The captain chose not to answer."""
+
+
+class TurnAbsorbed(Record):
+    """The message was folded into another turn's answer."""
+
+
+class TurnFailed(Record):
+    """The turn failed with a wire code (``clankie.protocol.Code``)."""
+
+    code: str
+
+
+TurnKind = TurnSettled | TurnSilent | TurnAbsorbed | TurnFailed
+
+
 class TurnResult(Record):
-    """How a turn ended. ``text``/``media`` only for ``settled``; ``code`` only for ``failed``."""
+    """How a turn ended: a tagged union on ``outcome``, flat on the wire.
+
+    ``text``/``media`` only for ``settled``; ``code`` only (and always) for ``failed``.
+    Consumers branch on :attr:`kind` with ``match`` (one typed record per outcome) and
+    ``assert_never``, so a fifth outcome fails the type check where it is not handled.
+    """
 
     outcome: Outcome
     turn_id: str | None = None
     text: str = ""
     media: tuple[str, ...] = ()
     code: str | None = None
+
+    @model_validator(mode="after")
+    def _fields_fit_the_outcome(self) -> TurnResult:
+        if (self.outcome == "failed") != (self.code is not None):
+            raise ValueError("code is set exactly when the outcome is failed")
+        if self.outcome != "settled" and (self.text or self.media):
+            raise ValueError("only a settled turn carries text or media")
+        return self
+
+    @property
+    def kind(self) -> TurnKind:
+        match self.outcome:
+            case "settled":
+                return TurnSettled(text=self.text, media=self.media)
+            case "silent":
+                return TurnSilent()
+            case "absorbed":
+                return TurnAbsorbed()
+            case "failed":
+                return TurnFailed(code=self.code or "")
+            case unreachable:
+                assert_never(unreachable)
+
+    @classmethod
+    def of(cls, kind: TurnKind, turn_id: str | None = None) -> TurnResult:
+        """The wire record for one kind."""
+        match kind:
+            case TurnSettled(text=text, media=media):
+                return cls(outcome="settled", turn_id=turn_id, text=text, media=media)
+            case TurnSilent():
+                return cls(outcome="silent", turn_id=turn_id)
+            case TurnAbsorbed():
+                return cls(outcome="absorbed", turn_id=turn_id)
+            case TurnFailed(code=code):
+                return cls(outcome="failed", turn_id=turn_id, code=code)
+            case unreachable:
+                assert_never(unreachable)
 
 
 class HistoryRequest(Record):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import assert_never
 
 import pytest
 
 from clankie import ipc, protocol
-from clankie.errors import RemoteError
+from clankie.errors import RemoteError, RemoteProtocolError
 from clankie.protocol import (
     Code,
     HistoryReply,
@@ -17,7 +18,12 @@ from clankie.protocol import (
     TextUpdate,
     TextUpdateReply,
     ToolActivity,
+    TurnAbsorbed,
+    TurnFailed,
+    TurnKind,
     TurnResult,
+    TurnSettled,
+    TurnSilent,
     TurnSubmit,
     TypingSignal,
 )
@@ -124,3 +130,42 @@ def test_every_role_in_the_table_can_be_fully_routed() -> None:
     """The router's checks agree with the table for every role (an unannotated stub per method)."""
     for role, methods in protocol.METHODS.items():
         assert Router(role, dict.fromkeys(methods, lambda record: None)).methods == frozenset(methods)
+
+
+def describe(result: TurnResult) -> str:
+    """A consumer that branches on every kind; mypy's assert_never proves the match exhaustive."""
+    match result.kind:
+        case TurnSettled(text=text, media=media):
+            return f"settled {text} {len(media)}"
+        case TurnSilent():
+            return "silent"
+        case TurnAbsorbed():
+            return "absorbed"
+        case TurnFailed(code=code):
+            return f"failed {code}"
+        case unreachable:
+            assert_never(unreachable)
+
+
+def test_turn_result_is_a_tagged_union_of_four_kinds() -> None:
+    kinds: list[TurnKind] = [TurnSettled(text="hi", media=("a.png",)), TurnSilent(), TurnAbsorbed(),
+                             TurnFailed(code=Code.CAPTAIN_MODEL_FAILED)]
+    results = [TurnResult.of(kind, turn_id="t1") for kind in kinds]
+    assert [describe(r) for r in results] == ["settled hi 1", "silent", "absorbed", "failed captain_model_failed"]
+    assert [r.kind for r in results] == kinds
+    # flat on the wire, as before: the failed code is the plain string
+    assert results[3].to_wire() == {"outcome": "failed", "turn_id": "t1", "text": "", "media": (),
+                                    "code": "captain_model_failed"}
+    assert TurnResult.model_validate(results[0].to_wire()) == results[0]
+
+
+@pytest.mark.parametrize("fields", [
+    {"outcome": "failed"},  # a failure without its code
+    {"outcome": "settled", "code": "internal_error"},
+    {"outcome": "silent", "text": "leaked"},
+    {"outcome": "absorbed", "media": ["a.png"]},
+    {"outcome": "exploded"},
+])
+def test_a_turn_result_whose_fields_do_not_fit_its_kind_is_refused(fields: dict[str, object]) -> None:
+    with pytest.raises(RemoteProtocolError, match="invalid TurnResult"):
+        protocol.validate(TurnResult, fields)
