@@ -100,7 +100,7 @@ class ServiceLink:
                 self.resubmits += 1
                 log.info("re-submitting delivery %s after a reconnect", record.delivery_id)
             try:
-                result = await conn.request("turn.submit", record)
+                result = await conn.request("turn.submit", record, expect=TurnResult)
             except (ChannelBroken, ChannelClosed):
                 last = conn
                 continue
@@ -111,5 +111,4 @@ class ServiceLink:
                     continue
                 log.warning("service refused delivery %s: %s", record.delivery_id, exc.code)
                 return TurnResult(outcome="failed", code=reason_code(exc.code))
-            assert isinstance(result, TurnResult)
             return result

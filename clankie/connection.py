@@ -305,7 +305,6 @@ class Connection(asyncio.Protocol):
             return
         if env.msgid == 0 and self.peer is None:
             peer = protocol.validate(Hello, env.result)  # a bad hello reply is a violation
-            assert isinstance(peer, Hello)
             self.peer = peer
             if not self._hello_seen.done():
                 self._hello_seen.set_result(None)
@@ -335,7 +334,6 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._reply_error(req.msgid, Code.INVALID_REQUEST, str(exc))
             raise
-        assert isinstance(hello, Hello)
         if hello.protocol != protocol.PROTOCOL_VERSION:
             self._reply_error(
                 req.msgid,

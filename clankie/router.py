@@ -47,6 +47,10 @@ def _param_type(handler: Route) -> Any:
     return hints.get(params[-1].name)
 
 
+def ignore(params: Record) -> None:
+    """A route that accepts its method and does nothing (a record annotated ``Record`` fits any method)."""
+
+
 class Router:
     """Dispatch a decoded request or notification to the handler registered for its method."""
 
@@ -62,7 +66,7 @@ class Router:
             raise RouterError(f"{role} serves no handler for {', '.join(missing)}")
         for method, handler in routes.items():
             declared = _param_type(handler)
-            if declared is not None and declared is not table[method].params:
+            if declared not in (None, Record, table[method].params):
                 raise RouterError(f"{role} {method}: handler takes {declared!r}, "
                                   f"the table says {table[method].params.__name__}")
         self.role = role

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -31,6 +31,9 @@ from clankie.protocol.records_control import (
     StatusReply,
 )
 from clankie.protocol.records_hosts import Artifact, DiagramRequest, ScreenshotRequest
+
+
+R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,7 @@ CALLERS: dict[str, str] = {
 }
 
 
-def validate(record: type[Record], params: Any) -> Record:
+def validate(record: type[R], params: Any) -> R:
     """Build a record from wire params; a mismatch is the peer's fault."""
     if not isinstance(params, dict):
         raise RemoteProtocolError(f"{record.__name__} params must be a map")
