@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import signal
 import sys
@@ -44,7 +45,8 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
-from clankie.protocol import Artifact, Code, Heartbeat, Record
+from clankie.protocol import Artifact, Code, Empty, Heartbeat, Record
+from clankie.router import Router
 from clankie.secrets import SECRET_VARIABLES
 from hosts.probe import probe_png
 
@@ -130,13 +132,16 @@ class HostRuntime:
         return result
 
     def _internal(self, method: str) -> RemoteError:
-        self.counters.refused["host_internal_error"] += 1
+        self.counters.refused[Code.HOST_INTERNAL_ERROR] += 1
         return RemoteError(Code.HOST_INTERNAL_ERROR, f"{self.host.name} failed on {method}; see its log")
 
-    async def link_handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    @functools.cached_property
+    def link_handler(self) -> Router:
         """The supervisor's requests over the link: ``probe_artifact`` for ``clankiectl doctor``."""
-        if method != "probe_artifact":
-            raise RemoteError(Code.METHOD_NOT_FOUND, f"{self.host.name} serves no {method[:64]!r} on its link")
+        return Router("child", {"probe_artifact": self._probe_artifact},
+                      unserved={"abort_run", "lanes", "say", "shutdown", "activate", "resolve_artifact"})
+
+    async def _probe_artifact(self, params: Empty) -> Artifact:
         sub = self.host.name if self.host.name in artifacts.SUBDIRS else "generated"
         artifact = await write_artifact(self.settings.attachment_root, sub, probe_png(self.host.name), "png")
         log.info("wrote the doctor probe %s", artifact.ref)
