@@ -25,6 +25,7 @@ from clankie.artifacts import ArtifactError, resolve_artifact
 from clankie.backoff import Backoff
 from clankie.backoff import RetryPolicy as RetryPolicy  # re-exported: the bridge imports it from here
 from clankie.clock import Clock
+from clankie.protocol import Code
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,11 +57,11 @@ def resolve_media(root: Path, refs: tuple[str, ...], limit: int) -> tuple[tuple[
             failures.append(exc.code)
             continue
         except OSError:
-            failures.append("artifact_unreadable")
+            failures.append(Code.ARTIFACT_UNREADABLE)
             continue
         budget -= len(got.data)
         files.append(File(got.filename, got.data))
-    failures.extend("artifact_too_many" for _ in refs[MAX_FILES:])
+    failures.extend(Code.ARTIFACT_TOO_MANY for _ in refs[MAX_FILES:])
     return tuple(files), tuple(failures)
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from bridge.delivery import resolve_media
 from clankie import ipc
-from clankie.errors import RemoteError
-from clankie.protocol import Record, ResolveReply, ResolveRequest
+from clankie.protocol import ResolveReply, ResolveRequest
+from clankie.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +24,12 @@ log = logging.getLogger(__name__)
 def link_handler(attachment_root: Path, upload_limit: int) -> ipc.Handler:
     """The bridge's handler for the supervisor's requests on the link."""
 
-    async def handle(conn: ipc.Connection, method: str, params: Record) -> Record | None:
-        if method != "resolve_artifact":
-            raise RemoteError("method_not_found", f"bridge serves no {method[:64]!r} on its link")
-        assert isinstance(params, ResolveRequest)
+    async def resolve(params: ResolveRequest) -> ResolveReply:
         files, failures = await asyncio.to_thread(resolve_media, attachment_root, (params.ref,), upload_limit)
         if failures:
             log.warning("doctor probe did not resolve: %s", failures[0])
             return ResolveReply(ok=False, code=failures[0])
         return ResolveReply(ok=True, size=len(files[0].data))
 
-    return handle
+    return Router("child", {"resolve_artifact": resolve},
+                  unserved={"abort_run", "lanes", "say", "shutdown", "activate", "probe_artifact"})

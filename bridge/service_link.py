@@ -22,11 +22,11 @@ from clankie import ipc
 from clankie.backoff import Backoff
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
-from clankie.protocol import TurnResult, TurnSubmit
+from clankie.protocol import Code, TurnResult, TurnSubmit
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_REMOTE = frozenset({"cancelled", "shutting_down", "service_unavailable"})
+RETRYABLE_REMOTE = frozenset({Code.CANCELLED, Code.SHUTTING_DOWN, Code.SERVICE_UNAVAILABLE})
 MAX_REMOTE_RETRIES = 5
 HELLO_WAIT = 30.0
 """How long a dial may wait in the supervisor's backlog for the next service to answer its hello."""
@@ -100,7 +100,7 @@ class ServiceLink:
                 self.resubmits += 1
                 log.info("re-submitting delivery %s after a reconnect", record.delivery_id)
             try:
-                result = await conn.request("turn.submit", record)
+                result = await conn.request("turn.submit", record, expect=TurnResult)
             except (ChannelBroken, ChannelClosed):
                 last = conn
                 continue
@@ -111,5 +111,4 @@ class ServiceLink:
                     continue
                 log.warning("service refused delivery %s: %s", record.delivery_id, exc.code)
                 return TurnResult(outcome="failed", code=reason_code(exc.code))
-            assert isinstance(result, TurnResult)
             return result

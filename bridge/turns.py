@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, assert_never
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
@@ -30,23 +30,27 @@ from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_link import ServiceLink
 from bridge.typing_loop import typing_loop
-from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import (
+    Code,
     HistoryMessage,
     HistoryReply,
     HistoryRequest,
-    Record,
     Room,
     TextUpdate,
     TextUpdateReply,
     ToolActivity,
     Trigger,
+    TurnAbsorbed,
+    TurnFailed,
+    TurnSettled,
+    TurnSilent,
     TurnSubmit,
     TypingSignal,
 )
+from clankie.router import Router
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +143,8 @@ class Bridge:
         self.retry = retry or RetryPolicy()
         self.failure_reaction = failure_reaction
         self.cards = Cards(port, clock, enabled=tool_card)
+        self.handle = Router("bridge", {"typing": self.light_signal, "tool": self._tool,
+                                        "history": self._history, "text_update": self._text_update})
         self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
         self.counters = Counters()
@@ -246,7 +252,7 @@ class Bridge:
             log.exception("delivery %s failed inside the bridge", did)
             await self.cards.end(did)
             self.ingress.forget(did)
-            self._close(held, "failed", code="bridge_internal_error")
+            self._close(held, "failed", code=Code.BRIDGE_INTERNAL_ERROR)
         finally:
             self._stop_typing(held)
             self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
@@ -269,18 +275,23 @@ class Bridge:
         self.ingress.settle(room.channel_id, result.outcome, self.clock.wall())
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
-        if result.outcome == "settled":
-            held.move(Phase.DELIVERING)
-            # a recovered delivery may have been answered just before the crash: look before posting
-            already = await self._posted_before(held) if recovered is not None else ()
-            delivered = await deliver_reply(
-                self.port, self.clock, self.retry,
-                delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
-                reply_to=held.trigger_id, text=result.text, media=result.media,
-                attachment_root=self.attachment_root,
-                upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
-                already=already,
-            )
+        match result.kind:
+            case TurnSettled(text=text, media=media):
+                held.move(Phase.DELIVERING)
+                # a recovered delivery may have been answered just before the crash: look before posting
+                already = await self._posted_before(held) if recovered is not None else ()
+                delivered = await deliver_reply(
+                    self.port, self.clock, self.retry,
+                    delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
+                    reply_to=held.trigger_id, text=text, media=media,
+                    attachment_root=self.attachment_root,
+                    upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
+                    already=already,
+                )
+            case TurnSilent() | TurnAbsorbed() | TurnFailed():
+                pass  # nothing to post; a failure may get the reaction below
+            case unreachable:
+                assert_never(unreachable)
         self._stop_typing(held)
         if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
                           emoji=self.failure_reaction):
@@ -345,22 +356,9 @@ class Bridge:
 
     # ------------------------------------------------------------ service calls
 
-    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
-        if method == "typing":
-            assert isinstance(params, TypingSignal)
-            self.light(params.delivery_id)
-            return None
-        if method == "tool":
-            assert isinstance(params, ToolActivity)
-            self._tool(params)
-            return None
-        if method == "history":
-            assert isinstance(params, HistoryRequest)
-            return await self._history(params)
-        if method == "text_update":
-            assert isinstance(params, TextUpdate)
-            return await self._text_update(params)
-        raise RemoteError("method_not_found", f"bridge does not serve {method}")
+    def light_signal(self, signal: TypingSignal) -> None:
+        """``typing`` from the service."""
+        self.light(signal.delivery_id)
 
     def _tool(self, activity: ToolActivity) -> None:
         """A tool call of a held delivery: only a requested turn still running gets a card."""
@@ -372,7 +370,7 @@ class Bridge:
     async def _history(self, req: HistoryRequest) -> HistoryReply:
         held = self.held.get(req.delivery_id)
         if held is None or held.room.channel_id != req.room.channel_id:
-            raise RemoteError("delivery_not_held", "history is served only for a delivery the bridge is holding")
+            raise RemoteError(Code.DELIVERY_NOT_HELD, "history is served only for a delivery the bridge is holding")
         limit = min(req.limit, 50)
         if limit == 0:
             return HistoryReply()
@@ -380,23 +378,23 @@ class Bridge:
         try:
             messages = await self.port.history(req.room.channel_id, before, limit)
         except PostError as exc:
-            raise RemoteError("history_unavailable", f"discord answered {exc.status}") from None
+            raise RemoteError(Code.HISTORY_UNAVAILABLE, f"discord answered {exc.status}") from None
         return HistoryReply(messages=tuple(messages))
 
     async def _text_update(self, req: TextUpdate) -> TextUpdateReply:
         held = self.held.get(req.delivery_id)
         if held is None or held.phase is not Phase.SUBMITTED:
-            raise RemoteError("delivery_not_held", "no live turn for that delivery")
+            raise RemoteError(Code.DELIVERY_NOT_HELD, "no live turn for that delivery")
         room = held.room
         if room.guild_id is None:
-            raise RemoteError("dm_not_allowed", "text updates are not available in DMs")
+            raise RemoteError(Code.DM_NOT_ALLOWED, "text updates are not available in DMs")
         if not self.ingress.room_admitted(room.guild_id, room.channel_id):
-            raise RemoteError("room_not_admitted", "that channel is outside the admitted rooms")
+            raise RemoteError(Code.ROOM_NOT_ADMITTED, "that channel is outside the admitted rooms")
         try:
             mid = await post_once(self.port, self.clock, self.retry, room.channel_id, req.text.strip(),
                                   guild_id=room.guild_id, reply_to=held.trigger_id)
         except PostError as exc:
-            raise RemoteError("text_update_failed", f"discord answered {exc.status}") from None
+            raise RemoteError(Code.TEXT_UPDATE_FAILED, f"discord answered {exc.status}") from None
         return TextUpdateReply(message_id=mid)
 
     # ------------------------------------------------------------ shutdown

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from clankie.errors import ClankieError
 from clankie.paths import ensure_private_dir
+from clankie.protocol import Code
 
 SUBDIRS = ("browser", "tldraw", "generated")
 EXTENSIONS = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "svg": "image/svg+xml", "tldr": "application/json"}
@@ -51,7 +52,7 @@ def parse_ref(ref: str) -> tuple[str, str, str]:
     """Return ``(digest, sub, ext)`` or raise ``artifact_ref_invalid``."""
     match = REF_RE.match(ref) if isinstance(ref, str) else None
     if match is None or match.group(1) != match.group(3):
-        raise ArtifactError("artifact_ref_invalid", "artifact ref does not match the governed grammar")
+        raise ArtifactError(Code.ARTIFACT_REF_INVALID, "artifact ref does not match the governed grammar")
     return match.group(1), match.group(2), match.group(4)
 
 
@@ -85,29 +86,29 @@ def resolve_artifact(root: Path, ref: str, max_bytes: int) -> Resolved:
     try:
         real_root = Path(os.path.realpath(root, strict=True))
     except OSError:
-        raise ArtifactError("artifact_root_unavailable", "attachment root does not exist") from None
+        raise ArtifactError(Code.ARTIFACT_ROOT_UNAVAILABLE, "attachment root does not exist") from None
     try:
         real = Path(os.path.realpath(real_root / sub / f"{digest}.{ext}", strict=True))
     except OSError:
-        raise ArtifactError("artifact_missing", "artifact file does not exist") from None
+        raise ArtifactError(Code.ARTIFACT_MISSING, "artifact file does not exist") from None
     if not real.is_relative_to(real_root):
-        raise ArtifactError("artifact_outside_root", "artifact resolves outside the attachment root")
+        raise ArtifactError(Code.ARTIFACT_OUTSIDE_ROOT, "artifact resolves outside the attachment root")
     try:
         # O_NONBLOCK: a FIFO planted at the path must not block the open (nor the caller) forever.
         fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        raise ArtifactError("artifact_missing", "artifact file cannot be opened") from None
+        raise ArtifactError(Code.ARTIFACT_MISSING, "artifact file cannot be opened") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise ArtifactError("artifact_not_a_file", "artifact path is not a regular file")
+        raise ArtifactError(Code.ARTIFACT_NOT_A_FILE, "artifact path is not a regular file")
     with os.fdopen(fd, "rb") as fh:
         size = st.st_size
         if size > max_bytes:
-            raise ArtifactError("artifact_too_large", f"artifact is {size} bytes, over the {max_bytes}-byte limit")
+            raise ArtifactError(Code.ARTIFACT_TOO_LARGE, f"artifact is {size} bytes, over the {max_bytes}-byte limit")
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise ArtifactError("artifact_too_large", "artifact grew past the upload limit")
+        raise ArtifactError(Code.ARTIFACT_TOO_LARGE, "artifact grew past the upload limit")
     if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), digest):
-        raise ArtifactError("artifact_hash_mismatch", "artifact bytes do not match the ref")
+        raise ArtifactError(Code.ARTIFACT_HASH_MISMATCH, "artifact bytes do not match the ref")
     return Resolved(real, data, f"{sub}-{digest[:12]}.{ext}", EXTENSIONS[ext])

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from clankie import framing, protocol
 from clankie.errors import (
@@ -31,9 +31,11 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
-from clankie.protocol import Hello, Record
+from clankie.protocol import Code, Hello, Record
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Record)
 
 Handler = Callable[["Connection", str, Record], Awaitable[Record | None]]
 
@@ -46,7 +48,7 @@ _EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) e
 
 
 async def _no_handler(conn: Connection, method: str, params: Record) -> Record | None:
-    raise RemoteError("method_not_found", f"{conn.role} serves no methods")
+    raise RemoteError(Code.METHOD_NOT_FOUND, f"{conn.role} serves no methods")
 
 
 class Connection(asyncio.Protocol):
@@ -106,9 +108,17 @@ class Connection(asyncio.Protocol):
     def transport(self) -> asyncio.Transport | None:
         return self._transport
 
-    async def request(self, method: str, params: Record, *, timeout: float | None = None) -> Record:
+    @overload
+    async def request(self, method: str, params: Record, *, expect: type[R], timeout: float | None = None) -> R: ...
+    @overload
+    async def request(self, method: str, params: Record, *, expect: None = None, timeout: float | None = None) -> Record: ...
+
+    async def request(self, method: str, params: Record, *, expect: type[Record] | None = None,
+                      timeout: float | None = None) -> Record:
         """Call ``method`` on the peer and return its validated result record.
 
+        With ``expect`` the reply comes back typed as that record; an ``expect``
+        that is not the method table's reply type is a ``TypeError`` before anything is sent.
         Raises :class:`RemoteError` for an error reply, :class:`ChannelBroken`
         or :class:`ChannelClosed` if the connection goes away first, and
         :class:`RequestTimeout` if ``timeout`` runs out.
@@ -116,6 +126,8 @@ class Connection(asyncio.Protocol):
         spec = self._spec(method)
         if spec.result is None:
             raise ValueError(f"{method} is a notification; use notify()")
+        if expect is not None and expect is not spec.result:
+            raise TypeError(f"{method} replies {spec.result.__name__}, not {expect.__name__}")
         raw = await self._call(method, params.to_wire(), timeout)
         return protocol.validate(spec.result, raw)
 
@@ -212,7 +224,7 @@ class Connection(asyncio.Protocol):
 
     def _violation(self, exc: RemoteProtocolError) -> None:
         log.warning("closing connection from %s: %s", self.peer_role or "unknown peer", exc)
-        if exc.code == "message_too_large":
+        if exc.code == Code.MESSAGE_TOO_LARGE:
             with contextlib.suppress(ChannelBroken, ChannelClosed):
                 self._send(protocol.notification("error", protocol.error_map(exc.code, str(exc))))
         self._shutdown(ChannelBroken(f"protocol violation: {exc}"))
@@ -272,7 +284,7 @@ class Connection(asyncio.Protocol):
         except protocol.BadEnvelope as exc:
             if exc.msgid is None:
                 raise
-            self._reply_error(exc.msgid, "invalid_request", str(exc))
+            self._reply_error(exc.msgid, Code.INVALID_REQUEST, str(exc))
             return
         if isinstance(env, protocol.Response):
             self._on_response(env)
@@ -293,7 +305,6 @@ class Connection(asyncio.Protocol):
             return
         if env.msgid == 0 and self.peer is None:
             peer = protocol.validate(Hello, env.result)  # a bad hello reply is a violation
-            assert isinstance(peer, Hello)
             self.peer = peer
             if not self._hello_seen.done():
                 self._hello_seen.set_result(None)
@@ -304,16 +315,16 @@ class Connection(asyncio.Protocol):
             self._on_hello(req)
             return
         if req.msgid in self._handling:
-            self._reply_error(req.msgid, "invalid_request", "msgid already in flight")
+            self._reply_error(req.msgid, Code.INVALID_REQUEST, "msgid already in flight")
             return
         spec = protocol.METHODS.get(self.role, {}).get(req.method)
         if spec is None or spec.result is None:
-            self._reply_error(req.msgid, "method_not_found", f"unknown method {req.method[:64]!r}")
+            self._reply_error(req.msgid, Code.METHOD_NOT_FOUND, f"unknown method {req.method[:64]!r}")
             return
         try:
             params = protocol.validate(spec.params, req.params)
         except RemoteProtocolError as exc:
-            self._reply_error(req.msgid, "invalid_request", str(exc))
+            self._reply_error(req.msgid, Code.INVALID_REQUEST, str(exc))
             return
         self._handling[req.msgid] = self._spawn(self._handle(req.msgid, req.method, params))
 
@@ -321,18 +332,17 @@ class Connection(asyncio.Protocol):
         try:
             hello = protocol.validate(Hello, req.params)
         except RemoteProtocolError as exc:
-            self._reply_error(req.msgid, "invalid_request", str(exc))
+            self._reply_error(req.msgid, Code.INVALID_REQUEST, str(exc))
             raise
-        assert isinstance(hello, Hello)
         if hello.protocol != protocol.PROTOCOL_VERSION:
             self._reply_error(
                 req.msgid,
-                "protocol_mismatch",
+                Code.PROTOCOL_MISMATCH,
                 f"peer speaks protocol {hello.protocol}, we speak {protocol.PROTOCOL_VERSION}",
             )
-            raise RemoteProtocolError("protocol version mismatch", code="protocol_mismatch")
+            raise RemoteProtocolError("protocol version mismatch", code=Code.PROTOCOL_MISMATCH)
         if self.peer is not None:
-            self._reply_error(req.msgid, "invalid_request", "hello already received")
+            self._reply_error(req.msgid, Code.INVALID_REQUEST, "hello already received")
             return
         self.peer = hello
         self._send(protocol.response(req.msgid, None, self._my_hello().to_wire()))
@@ -381,12 +391,12 @@ class Connection(asyncio.Protocol):
         except RemoteError as exc:
             self._reply_error(msgid, exc.code, exc.message)
         except asyncio.CancelledError:
-            self._reply_error(msgid, "cancelled", f"{method} was cancelled")
+            self._reply_error(msgid, Code.CANCELLED, f"{method} was cancelled")
         except (ChannelBroken, ChannelClosed):
             pass
         except Exception:
             log.exception("handler for %s failed", method)
-            self._reply_error(msgid, "internal_error", f"{method} failed inside {self.role}")
+            self._reply_error(msgid, Code.INTERNAL_ERROR, f"{method} failed inside {self.role}")
         else:
             try:
                 self._send(protocol.response(msgid, None, result.to_wire() if result is not None else {}))
@@ -394,7 +404,7 @@ class Connection(asyncio.Protocol):
                 pass
             except LocalProtocolError as exc:
                 log.warning("reply to %s not sent: %s", method, exc)
-                code = exc.code if exc.code == "message_too_large" else "internal_error"
+                code = exc.code if exc.code == Code.MESSAGE_TOO_LARGE else Code.INTERNAL_ERROR
                 self._reply_error(msgid, code, f"the reply to {method} could not be sent: {exc}")
         finally:
             self._handling.pop(msgid, None)

@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 
 from clankie.errors import LocalProtocolError, RemoteProtocolError
+from clankie.protocol import Code
 
 DEFAULT_MAX_FRAME = 1024 * 1024
 HEADER = struct.Struct(">I")
@@ -67,7 +68,7 @@ def _frame(body: bytes, max_frame_size: int) -> bytes:
     if len(body) > max_frame_size:
         raise LocalProtocolError(
             f"message of {len(body)} bytes exceeds the {max_frame_size}-byte frame limit",
-            code="message_too_large",
+            code=Code.MESSAGE_TOO_LARGE,
         )
     return HEADER.pack(len(body)) + body
 
@@ -139,7 +140,7 @@ class FrameDecoder:
             if need > self.max_frame_size:
                 raise RemoteProtocolError(
                     f"frame of {need} bytes exceeds the {self.max_frame_size}-byte limit",
-                    code="message_too_large",
+                    code=Code.MESSAGE_TOO_LARGE,
                 )
             del buf[:4]
             self._need = need

@@ -47,7 +47,8 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.handover import is_spare
 from clankie.paths import process_environment
-from clankie.protocol import Empty, Heartbeat, Record, Stopping
+from clankie.protocol import Code, Empty, Heartbeat, Record, Stopping
+from clankie.router import Router
 from clankie.settings import discord_attachment_root
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 HeartbeatReport = Callable[[], Heartbeat]
 
 LINK_ROLE = "child"
+# what the supervisor asks of a child that the child itself answers (the link answers shutdown/activate)
+CHILD_METHODS = frozenset({"abort_run", "lanes", "say", "probe_artifact", "resolve_artifact"})
 
 
 def link_fd(env: Mapping[str, str] | None = None) -> int | None:
@@ -189,17 +192,20 @@ async def supervisor_link(
     clock = clock or SystemClock()
     link_box: list[Link] = []
 
+    def on_shutdown(params: Stopping) -> None:
+        link_box[0].request_shutdown(params.reason or "supervisor asked")
+
+    def on_activate(params: Empty) -> None:
+        link_box[0].activated.set()
+
+    own = Router(LINK_ROLE, {"shutdown": on_shutdown, "activate": on_activate}, unserved=CHILD_METHODS)
+
     async def on_request(conn: ipc.Connection, method: str, params: Record) -> Record | None:
         link = link_box[0]
-        if method == "shutdown":
-            assert isinstance(params, Stopping)
-            link.request_shutdown(params.reason or "supervisor asked")
-            return None
-        if method == "activate":
-            link.activated.set()
-            return None
+        if method in own.methods:  # the link's own; the rest is the child's handler's
+            return await own(conn, method, params)
         if link.handler is None:
-            raise RemoteError("method_not_found", f"{name} serves no {method}")
+            raise RemoteError(Code.METHOD_NOT_FOUND, f"{name} serves no {method}")
         return await link.handler(conn, method, params)
 
     sock = socket.socket(fileno=fd)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import signal
 import sys
@@ -44,7 +45,8 @@ from clankie.clock import Clock, SystemClock
 from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
-from clankie.protocol import Artifact, Heartbeat, Record
+from clankie.protocol import Artifact, Code, Empty, Heartbeat, Record
+from clankie.router import Router
 from clankie.secrets import SECRET_VARIABLES
 from hosts.probe import probe_png
 
@@ -105,7 +107,7 @@ class HostRuntime:
     async def handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         deadline = self.host.deadlines.get(method)
         if deadline is None:
-            raise RemoteError("method_not_found", f"{self.host.name} does not serve {method[:64]!r}")
+            raise RemoteError(Code.METHOD_NOT_FOUND, f"{self.host.name} does not serve {method[:64]!r}")
         self.counters.inflight += 1
         try:
             async with asyncio.timeout(deadline) as scope:
@@ -130,13 +132,16 @@ class HostRuntime:
         return result
 
     def _internal(self, method: str) -> RemoteError:
-        self.counters.refused["host_internal_error"] += 1
-        return RemoteError("host_internal_error", f"{self.host.name} failed on {method}; see its log")
+        self.counters.refused[Code.HOST_INTERNAL_ERROR] += 1
+        return RemoteError(Code.HOST_INTERNAL_ERROR, f"{self.host.name} failed on {method}; see its log")
 
-    async def link_handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    @functools.cached_property
+    def link_handler(self) -> Router:
         """The supervisor's requests over the link: ``probe_artifact`` for ``clankiectl doctor``."""
-        if method != "probe_artifact":
-            raise RemoteError("method_not_found", f"{self.host.name} serves no {method[:64]!r} on its link")
+        return Router("child", {"probe_artifact": self._probe_artifact},
+                      unserved={"abort_run", "lanes", "say", "shutdown", "activate", "resolve_artifact"})
+
+    async def _probe_artifact(self, params: Empty) -> Artifact:
         sub = self.host.name if self.host.name in artifacts.SUBDIRS else "generated"
         artifact = await write_artifact(self.settings.attachment_root, sub, probe_png(self.host.name), "png")
         log.info("wrote the doctor probe %s", artifact.ref)
@@ -184,10 +189,10 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
         ref = await asyncio.to_thread(artifacts.write_artifact, root, sub, data, ext)
     except OSError as exc:
         log.error("cannot write a %s artifact under the attachment root: %s", sub, exc.strerror)
-        raise RemoteError("artifact_write_failed", "the artifact could not be written") from None
+        raise RemoteError(Code.ARTIFACT_WRITE_FAILED, "the artifact could not be written") from None
     except ConfigError as exc:  # the root is not ours and private: refused, and left as it is
         log.error("not writing a %s artifact: %s", sub, exc)
-        raise RemoteError("artifact_write_failed", "the attachment root is not usable") from None
+        raise RemoteError(Code.ARTIFACT_WRITE_FAILED, "the attachment root is not usable") from None
     digest, _sub, _ext = artifacts.parse_ref(ref)
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
 

@@ -15,6 +15,7 @@ its last agent event; it may answer with ``abort_run``, ``lanes`` or ``say``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import socket
@@ -25,11 +26,12 @@ from clankie import ipc, logs, spend
 from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
-from clankie.errors import EX_CONFIG, ConfigError, RemoteError
+from clankie.errors import EX_CONFIG, ConfigError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
 from clankie.paths import ensure_private_dir, process_environment, socket_path
-from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
+from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply
+from clankie.router import Router
 from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings
 from service.agent.model import Provider
@@ -135,23 +137,23 @@ class ServiceApp:
         if self.provider is not None:
             await self.provider.aclose()
 
-    async def link_handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
-        """What the supervisor may ask of the service."""
-        if method == "abort_run":
-            assert isinstance(params, AbortRun)
-            if params.reason != "stalled":  # the operator's proxy answers within 10 s: report the abort as sent
-                return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
-            wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
-            return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
-        if method == "lanes":
-            infos = self.captain.lane_infos()
-            dirs = self.captain.lane_directories()
-            spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
-            return LanesReply(lanes=tuple(i.model_copy(update={"tokens": spent.get(i.key)}) for i in infos))
-        if method == "say":
-            assert isinstance(params, SayRequest)
-            return await self.turns.say(params)
-        raise RemoteError("method_not_found", f"service does not serve {method}")
+    @functools.cached_property
+    def link_handler(self) -> Router:
+        """What the supervisor may ask of the service (``shutdown``/``activate`` are the link's own)."""
+        return Router("child", {"abort_run": self._abort_run, "lanes": self._lanes, "say": self.turns.say},
+                      unserved={"shutdown", "activate", "probe_artifact", "resolve_artifact"})
+
+    async def _abort_run(self, params: AbortRun) -> AbortReply:
+        if params.reason != "stalled":  # the operator's proxy answers within 10 s: report the abort as sent
+            return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
+        wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
+        return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
+
+    async def _lanes(self, params: Empty) -> LanesReply:
+        infos = self.captain.lane_infos()
+        dirs = self.captain.lane_directories()
+        spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
+        return LanesReply(lanes=tuple(i.model_copy(update={"tokens": spent.get(i.key)}) for i in infos))
 
     def heartbeat(self) -> Heartbeat:
         runs = self.captain.runs()

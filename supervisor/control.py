@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import os
 from pathlib import Path
@@ -21,10 +22,11 @@ from clankie.protocol import (
     AbortRun,
     ChildStatus,
     ChildTarget,
+    Code,
     ControlReply,
+    DoctorReply,
     Empty,
     ExitInfo,
-    LanesReply,
     LogsReply,
     LogsRequest,
     Record,
@@ -32,6 +34,7 @@ from clankie.protocol import (
     StatusReply,
     SupervisorInfo,
 )
+from clankie.router import Router
 from clankie.settings import Settings
 from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
@@ -156,16 +159,16 @@ class Control:
             return [self.tree.children[n] for n in self.tree.order]
         child = self.tree.child(name)
         if child is None:
-            raise RemoteError("no_such_child", f"no child named {name!r}; have {', '.join(self.tree.order)}")
+            raise RemoteError(Code.NO_SUCH_CHILD, f"no child named {name!r}; have {', '.join(self.tree.order)}")
         return [child]
 
     def _service(self) -> Child:
         for child in self.tree.children.values():
             if child.spec.proxy:
                 if child.link is None or child.link.closed:
-                    raise RemoteError("service_unavailable", f"{child.name} is {child.life.state.value}, not linked")
+                    raise RemoteError(Code.SERVICE_UNAVAILABLE, f"{child.name} is {child.life.state.value}, not linked")
                 return child
-        raise RemoteError("service_unavailable", "no service child in this tree")
+        raise RemoteError(Code.SERVICE_UNAVAILABLE, "no service child in this tree")
 
     async def _proxy(self, method: str, params: Record, timeout: float) -> Record:
         child = self._service()
@@ -173,56 +176,69 @@ class Control:
         try:
             return await child.link.request(method, params, timeout=timeout)
         except (ChannelBroken, ChannelClosed) as exc:
-            raise RemoteError("service_unavailable", f"{child.name} went away: {exc}") from None
+            raise RemoteError(Code.SERVICE_UNAVAILABLE, f"{child.name} went away: {exc}") from None
         except RequestTimeout:
-            raise RemoteError("service_timeout", f"{child.name} did not answer {method} in {timeout:g}s") from None
+            raise RemoteError(Code.SERVICE_TIMEOUT, f"{child.name} did not answer {method} in {timeout:g}s") from None
 
-    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    @functools.cached_property
+    def handle(self) -> Router:
+        """One handler per control method, checked against the method table."""
+        return Router(ROLE, {
+            "status": self._status,
+            "start": functools.partial(self._control, "start"),
+            "stop": functools.partial(self._control, "stop"),
+            "restart": functools.partial(self._control, "restart"),
+            "shutdown": self._shutdown,
+            "logs": self._logs,
+            "lanes": self._lanes,
+            "abort": self._abort,
+            "say": self._say,
+            "doctor": self._doctor,
+        })
+
+    async def _status(self, params: Empty) -> StatusReply:
         tree = self.tree
-        if method == "status":
-            day = dt.datetime.fromtimestamp(tree.clock.wall(), dt.UTC).date().isoformat()
-            spent = await asyncio.to_thread(spend.of_day, tree.settings.state_dir / "captain", day)
-            return status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
-        if method in ("start", "stop", "restart"):
-            assert isinstance(params, ChildTarget)
-            if tree.stopping:
-                raise RemoteError("shutting_down", "the supervisor is shutting down")
-            targets = self._targets(params.name)
-            if method == "start":
-                for child in targets:
-                    child.start()
-            elif method == "stop":  # like shutdown: the whole stop fits in the stop budget
-                deadline = tree.clock.monotonic() + tree.stop_budget
-                for child in reversed(targets):
-                    remaining = max(0.1, deadline - tree.clock.monotonic())
-                    await child.stop(min(child.spec.stop_timeout, remaining))
-            else:
-                for child in targets:
-                    child.kill("restart", counts_as_crash=False)
-                await asyncio.gather(*(self._wait_up(c) for c in targets))
-            children = tuple(child_status(tree, c) for c in targets)
-            return ControlReply(ok=True, message=f"{method} {params.name}", children=children)
-        if method == "shutdown":
-            asyncio.get_running_loop().call_soon(tree.request_stop)
-            return ControlReply(ok=True, message="shutting down")
-        if method == "logs":
-            assert isinstance(params, LogsRequest)
-            return await self._logs(params)
-        if method == "lanes":
-            reply = await self._proxy("lanes", Empty(), PROXY_TIMEOUT)
-            assert isinstance(reply, LanesReply)
-            return reply
-        if method == "abort":
-            assert isinstance(params, AbortRun)
-            return await self._proxy("abort_run", params.model_copy(update={"reason": "operator"}), PROXY_TIMEOUT)
-        if method == "say":
-            assert isinstance(params, SayRequest)
-            return await self._proxy("say", params, SAY_TIMEOUT)
-        if method == "doctor":
-            if tree.stopping:
-                raise RemoteError("shutting_down", "the supervisor is shutting down")
-            return await run_doctor(tree.children)
-        raise RemoteError("method_not_found", method)
+        day = dt.datetime.fromtimestamp(tree.clock.wall(), dt.UTC).date().isoformat()
+        spent = await asyncio.to_thread(spend.of_day, tree.settings.state_dir / "captain", day)
+        return status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
+
+    async def _control(self, method: str, params: ChildTarget) -> ControlReply:
+        tree = self.tree
+        if tree.stopping:
+            raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
+        targets = self._targets(params.name)
+        if method == "start":
+            for child in targets:
+                child.start()
+        elif method == "stop":  # like shutdown: the whole stop fits in the stop budget
+            deadline = tree.clock.monotonic() + tree.stop_budget
+            for child in reversed(targets):
+                remaining = max(0.1, deadline - tree.clock.monotonic())
+                await child.stop(min(child.spec.stop_timeout, remaining))
+        else:
+            for child in targets:
+                child.kill("restart", counts_as_crash=False)
+            await asyncio.gather(*(self._wait_up(c) for c in targets))
+        children = tuple(child_status(tree, c) for c in targets)
+        return ControlReply(ok=True, message=f"{method} {params.name}", children=children)
+
+    def _shutdown(self, params: Empty) -> ControlReply:
+        asyncio.get_running_loop().call_soon(self.tree.request_stop)
+        return ControlReply(ok=True, message="shutting down")
+
+    async def _lanes(self, params: Empty) -> Record | None:
+        return await self._proxy("lanes", Empty(), PROXY_TIMEOUT)
+
+    async def _abort(self, params: AbortRun) -> Record | None:
+        return await self._proxy("abort_run", params.model_copy(update={"reason": "operator"}), PROXY_TIMEOUT)
+
+    async def _say(self, params: SayRequest) -> Record | None:
+        return await self._proxy("say", params, SAY_TIMEOUT)
+
+    async def _doctor(self, params: Empty) -> DoctorReply:
+        if self.tree.stopping:
+            raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
+        return await run_doctor(self.tree.children)
 
     async def _wait_up(self, child: Child) -> None:
         """A restart answers once the old process is gone (the new one is spawned at that moment)."""
@@ -236,7 +252,7 @@ class Control:
     async def _logs(self, req: LogsRequest) -> LogsReply:
         child = self._targets(req.name)[0] if req.name != "all" else None
         if child is None:
-            raise RemoteError("no_such_child", "logs needs one child name")
+            raise RemoteError(Code.NO_SUCH_CHILD, "logs needs one child name")
         path = child.log_path
         limit = min(REPLY_LIMIT, self.tree.settings.max_frame_bytes // 2)  # a reply must fit one frame
         if req.offset is None:

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, assert_never
 
 from pydantic import ValidationError
 
@@ -50,7 +50,11 @@ from clankie.protocol import (
     SayRequest,
     StatusReply,
     Tokens,
+    TurnAbsorbed,
+    TurnFailed,
     TurnResult,
+    TurnSettled,
+    TurnSilent,
 )
 from clankie.settings import runtime_dir
 from supervisor.doctor import agreement
@@ -157,9 +161,12 @@ def bad_arguments(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-async def _call(conn: ipc.Connection, method: str, params: Record, timeout: float | None) -> Record:
+R = TypeVar("R", bound=Record)
+
+
+async def _call(conn: ipc.Connection, method: str, params: Record, timeout: float | None, expect: type[R]) -> R:
     try:
-        return await conn.request(method, params, timeout=timeout)
+        return await conn.request(method, params, expect=expect, timeout=timeout)
     except (ChannelBroken, ChannelClosed) as exc:
         raise Unreachable(f"the supervisor went away: {exc}") from None
     except RequestTimeout:
@@ -270,8 +277,7 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
     cmd, out = args.command, sys.stdout
     timeout = args.timeout
     if cmd == "status":
-        reply = await _call(conn, "status", Empty(), timeout)
-        assert isinstance(reply, StatusReply)
+        reply = await _call(conn, "status", Empty(), timeout, StatusReply)
         roots = roots_of(reply)  # over the whole tree, even when one child is shown
         if args.name:
             kept = tuple(c for c in reply.children if c.name == args.name)
@@ -290,8 +296,7 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
                     print(warning, file=sys.stderr)
         return EX_OK
     if cmd in ("start", "stop", "restart"):
-        ctl = await _call(conn, cmd, args.params, _bounded(args))
-        assert isinstance(ctl, ControlReply)
+        ctl = await _call(conn, cmd, args.params, _bounded(args), ControlReply)
         if args.json:
             print(json.dumps(_dump(ctl)), file=out)
         else:
@@ -299,13 +304,11 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
                 print(f"{c.name}: {c.state}" + (f" pid {c.pid}" if c.pid else ""), file=out)
         return EX_OK if ctl.ok else EX_FAILED
     if cmd == "shutdown":
-        ctl = await _call(conn, "shutdown", Empty(), timeout)
-        assert isinstance(ctl, ControlReply)
+        ctl = await _call(conn, "shutdown", Empty(), timeout, ControlReply)
         print(ctl.message, file=out)
         return EX_OK
     if cmd == "lanes":
-        lanes = await _call(conn, "lanes", Empty(), timeout)
-        assert isinstance(lanes, LanesReply)
+        lanes = await _call(conn, "lanes", Empty(), timeout, LanesReply)
         if args.json:
             print(json.dumps(_dump(lanes)), file=out)
         elif not lanes.lanes:
@@ -317,18 +320,24 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
                       f"last_event={age}  turns={lane.turns}  {format_tokens(lane.tokens)}", file=out)
         return EX_OK
     if cmd == "abort":
-        ab = await _call(conn, "abort", args.params, timeout)
-        assert isinstance(ab, AbortReply)
+        ab = await _call(conn, "abort", args.params, timeout, AbortReply)
         print(json.dumps(_dump(ab)) if args.json else ("aborted" if ab.aborted else "no live run"), file=out)
         return EX_OK if ab.aborted else EX_FAILED
     if cmd == "say":
-        res = await _call(conn, "say", args.params, _bounded(args))
-        assert isinstance(res, TurnResult)
+        res = await _call(conn, "say", args.params, _bounded(args), TurnResult)
         if args.json:
             print(json.dumps(_dump(res)), file=out)
         else:
-            print(res.text if res.outcome == "settled" else f"({res.outcome}{': ' + res.code if res.code else ''})",
-                  file=out)
+            match res.kind:
+                case TurnSettled(text=text):
+                    line = text
+                case TurnFailed(code=code):
+                    line = f"(failed: {code})"
+                case TurnSilent() | TurnAbsorbed():
+                    line = f"({res.outcome})"
+                case unreachable:
+                    assert_never(unreachable)
+            print(line, file=out)
         return EX_FAILED if res.outcome == "failed" else EX_OK
     if cmd == "logs":
         return await _logs(conn, args)
@@ -355,22 +364,20 @@ def format_doctor(reply: DoctorReply) -> str:
 
 
 async def _doctor(conn: ipc.Connection, args: argparse.Namespace) -> int:
-    reply = await _call(conn, "doctor", Empty(), args.timeout + 35.0)
-    assert isinstance(reply, DoctorReply)
+    reply = await _call(conn, "doctor", Empty(), args.timeout + 35.0, DoctorReply)
     print(json.dumps(_dump(reply)) if args.json else format_doctor(reply), file=sys.stdout)
     return EX_OK if reply.ok else EX_FAILED
 
 
 async def _logs(conn: ipc.Connection, args: argparse.Namespace) -> int:
     buf = sys.stdout.buffer
-    reply = await _call(conn, "logs", args.params, args.timeout)
-    assert isinstance(reply, LogsReply)
+    reply = await _call(conn, "logs", args.params, args.timeout, LogsReply)
     buf.write(reply.data)
     buf.flush()
     offset = reply.offset
     while args.follow:
-        reply = await _call(conn, "logs", LogsRequest(name=args.name, offset=offset, wait=5.0), args.timeout + 5.0)
-        assert isinstance(reply, LogsReply)
+        reply = await _call(conn, "logs", LogsRequest(name=args.name, offset=offset, wait=5.0), args.timeout + 5.0,
+                            LogsReply)
         if reply.data:
             buf.write(reply.data)
             buf.flush()

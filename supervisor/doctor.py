@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
-from clankie.protocol import Artifact, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
+from clankie.protocol import Artifact, Code, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
 
 if TYPE_CHECKING:
     from supervisor.process import Child
@@ -40,18 +40,21 @@ def agreement(roots: Mapping[str, str | None]) -> dict[str, Any]:
     return {"agree": len(reported) <= 1, "by_child": dict(roots)}
 
 
+R = TypeVar("R", bound=Record)
+
+
 class _Failed(Exception):
     def __init__(self, code: str) -> None:
         super().__init__(code)
         self.code = code
 
 
-async def _ask(child: Child, role: str, method: str, params: Record) -> Record:
+async def _ask(child: Child, role: str, method: str, params: Record, expect: type[R]) -> R:
     link = child.link
     if link is None or link.closed:
         raise _Failed(f"{role}_not_running")
     try:
-        return await link.request(method, params, timeout=STEP_TIMEOUT)
+        return await link.request(method, params, expect=expect, timeout=STEP_TIMEOUT)
     except RemoteError as exc:
         raise _Failed(exc.code) from None
     except RequestTimeout:
@@ -64,16 +67,14 @@ async def check_pair(writer: Child, reader: Child) -> DoctorCheck:
     """One probe from ``writer`` resolved by ``reader``."""
     ref: str | None = None
     try:
-        artifact = await _ask(writer, "writer", "probe_artifact", Empty())
-        assert isinstance(artifact, Artifact)
+        artifact = await _ask(writer, "writer", "probe_artifact", Empty(), Artifact)
         ref = artifact.ref
-        resolved = await _ask(reader, "reader", "resolve_artifact", ResolveRequest(ref=ref))
-        assert isinstance(resolved, ResolveReply)
+        resolved = await _ask(reader, "reader", "resolve_artifact", ResolveRequest(ref=ref), ResolveReply)
         code = resolved.code if not resolved.ok else None
     except _Failed as exc:
         code = exc.code
     if code is None and writer.attachment_root != reader.attachment_root:
-        code = "attachment_root_mismatch"
+        code = Code.ATTACHMENT_ROOT_MISMATCH
     if code is not None:
         log.warning("doctor: %s -> %s failed: %s", writer.name, reader.name, code)
     return DoctorCheck(

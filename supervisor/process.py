@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno as errno_mod
+import functools
 import logging
 import os
 import signal
@@ -28,7 +29,8 @@ from clankie import ipc
 from clankie.child import SUPERVISOR_PID_ENV
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
-from clankie.protocol import Empty, Heartbeat, Record, Stopping
+from clankie.protocol import Empty, Heartbeat, Stopping
+from clankie.router import Router, ignore
 from clankie.secrets import hand_over
 from supervisor.environment import for_child
 from supervisor.lifecycle import Action, Event, Exit, Lifecycle, State
@@ -180,27 +182,37 @@ class Child:
         with contextlib.suppress(ChannelBroken, ChannelClosed):
             await proc.link.notify("activate", Empty())
 
-    async def _on_link(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
-        if conn is not self.link and self.link is not None:
-            return None
+    @functools.cached_property
+    def _on_link(self) -> Router:
+        """What the child's process says on its link (a spare's ``parked`` is the spare's business)."""
+        return Router("supervisor", {"ready": self._ready, "heartbeat": self._heartbeat,
+                                     "stopping": self._stopping, "parked": ignore})
+
+    def _current(self, conn: ipc.Connection) -> bool:
+        return conn is self.link or self.link is None
+
+    def _ready(self, conn: ipc.Connection, params: Empty) -> None:
+        if not self._current(conn):
+            return
         now = self.clock.monotonic()
-        if method == "ready":
-            self.life.ready(now)
-            self.liveness.beat(now)
-            log.info("%s is ready", self.name)
-            self.tree.changed()
-            self.tree.want_spare(self.spare)
-        elif method == "heartbeat":
-            assert isinstance(params, Heartbeat)
-            self.liveness.beat(now)
-            self.last_heartbeat = params
-            self.detail = params.detail
-            if self.stall is not None:
-                self.stall.observe(params, self.clock.boottime())
-        elif method == "stopping":
-            assert isinstance(params, Stopping)
+        self.life.ready(now)
+        self.liveness.beat(now)
+        log.info("%s is ready", self.name)
+        self.tree.changed()
+        self.tree.want_spare(self.spare)
+
+    def _heartbeat(self, conn: ipc.Connection, params: Heartbeat) -> None:
+        if not self._current(conn):
+            return
+        self.liveness.beat(self.clock.monotonic())
+        self.last_heartbeat = params
+        self.detail = params.detail
+        if self.stall is not None:
+            self.stall.observe(params, self.clock.boottime())
+
+    def _stopping(self, conn: ipc.Connection, params: Stopping) -> None:
+        if self._current(conn):
             log.info("%s says it is stopping", self.name)
-        return None
 
     # ------------------------------------------------------------ exit
 

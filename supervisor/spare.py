@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import errno as errno_mod
+import functools
 import logging
 import signal
 from collections.abc import Callable
 
 from clankie import ipc
-from clankie.protocol import Record
+from clankie.protocol import Empty, Heartbeat
+from clankie.router import Router, ignore
 from supervisor.lifecycle import Exit, State, describe
 from supervisor.owner import SpareOwner
 from supervisor.sparelife import SpareLife, SpareState
@@ -100,16 +102,23 @@ class Spare:
         log.info("warming a spare for %s: pid=%d", self.child.name, self.proc.pid)
         self.child.tree.changed()
 
-    async def _on_link(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    @functools.cached_property
+    def _on_link(self) -> Router:
+        """A warming spare says ``parked`` and heartbeats; the rest waits until it is the child."""
+        return Router("supervisor", {"parked": self._parked, "heartbeat": self._beat,
+                                     "ready": ignore, "stopping": ignore})
+
+    def _beat(self, conn: ipc.Connection, params: Heartbeat) -> None:
+        if self.proc is not None and conn is self.proc.link:
+            self.liveness.beat(self.child.clock.monotonic())
+
+    def _parked(self, conn: ipc.Connection, params: Empty) -> None:
         if self.proc is None or conn is not self.proc.link:
-            return None
-        now = self.child.clock.monotonic()
-        if method in ("parked", "heartbeat"):
-            self.liveness.beat(now)
-        if method == "parked" and self.life.parked() is SpareState.PARKED:
+            return
+        self.liveness.beat(self.child.clock.monotonic())
+        if self.life.parked() is SpareState.PARKED:
             log.info("%s spare pid=%d is parked", self.child.name, self.proc.pid)
             self.child.tree.changed()
-        return None
 
     # ------------------------------------------------------------ taking
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clankie.errors import ClankieError
+from clankie.protocol import Code
 
 __all__ = ["DiagramError", "DiagramInvalid", "DiagramTooLarge", "RenderFailed"]
 
@@ -15,7 +16,7 @@ class DiagramError(ClankieError):
     names the offending field, never echoes large content).
     """
 
-    code: str = "diagram_error"
+    code: str = Code.DIAGRAM_ERROR
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -29,7 +30,7 @@ class DiagramInvalid(DiagramError):
     references to unknown entities or participants, forbidden characters.
     """
 
-    code = "diagram_invalid"
+    code = Code.DIAGRAM_INVALID
 
 
 class DiagramTooLarge(DiagramError):
@@ -39,7 +40,7 @@ class DiagramTooLarge(DiagramError):
     longer than its limit, or a laid-out canvas too big to rasterize.
     """
 
-    code = "diagram_too_large"
+    code = Code.DIAGRAM_TOO_LARGE
 
 
 class RenderFailed(DiagramError):
@@ -49,4 +50,4 @@ class RenderFailed(DiagramError):
     the original exception is kept in ``__cause__``.
     """
 
-    code = "render_failed"
+    code = Code.RENDER_FAILED

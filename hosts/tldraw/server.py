@@ -21,7 +21,7 @@ from typing import Any
 
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.protocol import DiagramRequest, Record
+from clankie.protocol import Code, DiagramRequest, Record
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
@@ -44,7 +44,7 @@ class TldrawHost:
 
     name = "tldraw"
     deadlines = {method: DEADLINE for method in RENDERERS}
-    timeout_code = "render_failed"
+    timeout_code = Code.RENDER_FAILED
 
     def __init__(self, settings: Settings, clock: Clock) -> None:
         self.settings = settings

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from clankie.errors import LocalProtocolError
+from clankie.protocol import Code
 
-STALLED = "captain_turn_stalled"
+STALLED = Code.CAPTAIN_TURN_STALLED
 
 
 class LaneState(enum.StrEnum):

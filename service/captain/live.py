@@ -15,8 +15,7 @@ from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
-from clankie.protocol import HistoryMessage, Room, ToolActivity, Trigger, TurnResult, TypingSignal
-
+from clankie.protocol import Code, HistoryMessage, Room, ToolActivity, Trigger, TurnResult, TypingSignal
 from service.agent.agent import Agent
 from service.agent.content import UserMessage
 from service.agent.events import ToolEnd, ToolStart
@@ -28,15 +27,15 @@ from service.captain.records import LaneLog
 from service.captain.tools import DeliveryContext, TurnCapture
 
 HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}")
-SESSION_FAILED = "captain_session_failed"
+SESSION_FAILED = Code.CAPTAIN_SESSION_FAILED
 # internal only: the run was cut by a graceful shutdown; the turn service answers ``shutting_down``
 # and leaves the delivery unsettled so the restarted service runs it again
-SHUTDOWN_CODE = "shutting_down"
-UNCONFIGURED = "captain_provider_unconfigured"
+SHUTDOWN_CODE = Code.SHUTTING_DOWN
+UNCONFIGURED = Code.CAPTAIN_PROVIDER_UNCONFIGURED
 FAILURE_CODES = {
-    OutcomeKind.USAGE_LIMIT: "captain_usage_limit_reached",
-    OutcomeKind.MODEL_FAILED: "captain_model_failed",
-    OutcomeKind.RESPONSE_MISSING: "captain_response_missing",
+    OutcomeKind.USAGE_LIMIT: Code.CAPTAIN_USAGE_LIMIT_REACHED,
+    OutcomeKind.MODEL_FAILED: Code.CAPTAIN_MODEL_FAILED,
+    OutcomeKind.RESPONSE_MISSING: Code.CAPTAIN_RESPONSE_MISSING,
     OutcomeKind.ABORTED: SESSION_FAILED,
 }
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, replace
@@ -31,8 +32,8 @@ from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.protocol import Author, Record, SayRequest, Trigger, TurnResult, TurnSubmit
-
+from clankie.protocol import Author, Code, SayRequest, Trigger, TurnResult, TurnSubmit
+from clankie.router import Router
 from service.captain import keys
 from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
@@ -42,7 +43,7 @@ from service.captain.tools import DeliveryContext
 log = logging.getLogger(__name__)
 
 # the disk refused a delivery's record: the turn is not run, since what it did could not be remembered
-DISK_FULL_CODE, DISK_ERROR_CODE = "service_disk_full", "service_disk_error"
+DISK_FULL_CODE, DISK_ERROR_CODE = Code.SERVICE_DISK_FULL, Code.SERVICE_DISK_ERROR
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 EVIDENCE_EVENT = {"settled": "settled", "absorbed": "absorbed", "silent": "declined", "failed": "failed"}
 OPERATOR = Author(id="operator", name="operator")
@@ -78,22 +79,23 @@ class TurnService:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def handle(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
+    @functools.cached_property
+    def handle(self) -> Router:
         """The ``service.sock`` handler."""
-        if method == "turn.submit":
-            assert isinstance(params, TurnSubmit)
-            return await self.submit(params, conn)
-        raise RemoteError("method_not_found", f"service does not serve {method}")
+        return Router("service", {"turn.submit": self._on_submit})
+
+    async def _on_submit(self, conn: ipc.Connection, params: TurnSubmit) -> TurnResult:
+        return await self.submit(params, conn)
 
     async def submit(self, submit: TurnSubmit, conn: ipc.Connection | None) -> TurnResult:
         did = submit.delivery_id
         if self.closing:
-            raise RemoteError("shutting_down", "the service is stopping; submit again when it is back")
+            raise RemoteError(Code.SHUTTING_DOWN, "the service is stopping; submit again when it is back")
         fp = fingerprint(submit)
         live = self._inflight.get(did)
         if live is not None:
             if live.fingerprint != fp:
-                raise RemoteError("delivery_conflict", "this delivery id was submitted with a different body")
+                raise RemoteError(Code.DELIVERY_CONFLICT, "this delivery id was submitted with a different body")
             if conn is not None:
                 live.delivery.conn = conn  # the bridge reconnected: answer on the new connection
             log.info("delivery %s re-submitted while running; attached", did)
@@ -102,7 +104,7 @@ class TurnService:
         retained = self.store.load(did)
         decision = reckon(retained, fp, self.poison_runs)
         if isinstance(decision, Conflict):
-            raise RemoteError("delivery_conflict", "this delivery id was submitted with a different body")
+            raise RemoteError(Code.DELIVERY_CONFLICT, "this delivery id was submitted with a different body")
         if isinstance(decision, Answer):
             log.info("delivery %s re-submitted; returning the retained result", did)
             return decision.result
@@ -170,7 +172,7 @@ class TurnService:
         try:
             room = keys.parse_room(request.room, self.captain.character)
         except ValueError as exc:
-            raise RemoteError("invalid_room", str(exc)) from None
+            raise RemoteError(Code.INVALID_ROOM, str(exc)) from None
         message_id = uuid.uuid4().hex[:20]
         submit = TurnSubmit(
             delivery_id=f"say-{message_id}",
@@ -183,5 +185,5 @@ class TurnService:
 def _answer(result: TurnResult) -> TurnResult:
     """The caller's answer; a turn cut by shutdown is a retryable refusal, never a result."""
     if result.code == SHUTDOWN_CODE:
-        raise RemoteError("shutting_down", "the service stopped mid-turn; submit again when it is back")
+        raise RemoteError(Code.SHUTTING_DOWN, "the service stopped mid-turn; submit again when it is back")
     return result

@@ -91,12 +91,12 @@ def text_update_tool(capture: TurnCapture, admission: Admission) -> Tool:
         if owner is None or owner.conn is None or owner.conn.closed:
             return _error("I can't reach my live Discord body for that action.")
         try:
-            reply = await owner.conn.request("text_update", TextUpdate(delivery_id=owner.delivery_id, text=text), timeout=20)
+            await owner.conn.request("text_update", TextUpdate(delivery_id=owner.delivery_id, text=text),
+                                     expect=TextUpdateReply, timeout=20)
         except RemoteError as exc:
             return _error(f"My Discord body refused that action: {exc.code}")
         except (ChannelBroken, ChannelClosed, RequestTimeout):
             return _error("I can't reach my live Discord body for that action.")
-        assert isinstance(reply, TextUpdateReply)
         return ToolResult(content="I posted that text update. Keep working; your final text reply still posts when the turn ends.")
 
     return Tool(

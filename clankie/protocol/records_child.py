@@ -1,0 +1,78 @@
+"""Records between a child and the supervisor over the link."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from clankie.protocol.base import Record
+
+
+class RunReport(Record):
+    """A live run as the service sees it; ages are CLOCK_BOOTTIME seconds at send time."""
+
+    lane: str
+    run_id: str
+    last_event_age_s: float = Field(ge=0)
+    started_age_s: float = Field(default=0.0, ge=0)
+    turns: int = 0
+
+
+class Heartbeat(Record):
+    """``heartbeat`` (child -> supervisor), with a role-specific report."""
+
+    seq: int = 0
+    detail: str = Field(default="", max_length=200)
+    runs: tuple[RunReport, ...] = ()
+    report: dict[str, Any] = Field(default_factory=dict)
+
+
+class Stopping(Record):
+    reason: str = Field(default="", max_length=200)
+
+
+class AbortRun(Record):
+    """``abort_run`` (supervisor -> service)."""
+
+    lane: str
+    run_id: str | None = None
+    reason: Literal["stalled", "operator"] = "operator"
+
+
+class AbortReply(Record):
+    aborted: bool
+
+
+class Tokens(Record):
+    """Tokens as the provider bills them: ``input`` is the uncached remainder."""
+
+    input: int = Field(default=0, ge=0)
+    cache_read: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)
+    output: int = Field(default=0, ge=0)
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(input=self.input + other.input, cache_read=self.cache_read + other.cache_read,
+                      cache_write=self.cache_write + other.cache_write, output=self.output + other.output)
+
+
+class LaneInfo(Record):
+    key: str
+    warm: bool
+    state: str
+    run_id: str | None = None
+    last_event_age_s: float | None = None
+    turns: int = 0
+    tokens: Tokens | None = None  # everything its session trees record (None: not read)
+
+
+class LanesReply(Record):
+    lanes: tuple[LaneInfo, ...] = ()
+
+
+class SayRequest(Record):
+    """``say``: an operator turn through the service without Discord."""
+
+    room: str = Field(min_length=1, max_length=200)
+    text: str = Field(min_length=1, max_length=8000)
