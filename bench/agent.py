@@ -28,15 +28,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clankie.clock import SystemClock  # noqa: E402
-from clankie.testing import fake_anthropic as fa  # noqa: E402
-
-from service.agent.agent import Agent  # noqa: E402
-from service.agent.model import ModelRequest, ModelResponse, Signal  # noqa: E402
-from service.agent.outcome import Usage  # noqa: E402
-from service.agent.provider import AnthropicProvider  # noqa: E402
-from service.agent.session import SessionTree  # noqa: E402
-from service.agent.tools import Tool, ToolContext  # noqa: E402
+from clankie.clock import SystemClock
+from clankie.testing import fake_anthropic as fa
+from service.agent.agent import Agent
+from service.agent.model import ModelRequest, ModelResponse, Signal
+from service.agent.outcome import Usage
+from service.agent.provider import AnthropicProvider
+from service.agent.session import SessionTree
+from service.agent.tools import Tool, ToolContext
 
 TURNS = 20
 SYSTEM = (

@@ -56,17 +56,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from clankie import artifacts, ipc  # noqa: E402
-from clankie import settings as settings_mod  # noqa: E402
-from clankie.paths import socket_path  # noqa: E402
-from clankie.protocol import Artifact, HistoryMessage, HistoryReply, HistoryRequest, Record, ScreenshotRequest  # noqa: E402
-from clankie.testing import fake_anthropic as fa  # noqa: E402
-from clankie.testing.fake_anthropic import FakeAnthropic  # noqa: E402
-from service.app import ServiceApp  # noqa: E402
-from service.captain import captain as captain_mod  # noqa: E402
-from tests.service.captain.harness import FakeBridge, msg  # noqa: E402
+from clankie import artifacts, ipc
+from clankie import settings as settings_mod
+from clankie.paths import socket_path
+from clankie.protocol import Artifact, HistoryMessage, HistoryReply, HistoryRequest, Record, ScreenshotRequest
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_anthropic import FakeAnthropic
+from service.app import ServiceApp
+from service.captain import captain as captain_mod
+from tests.service.captain.harness import FakeBridge, msg
 
 TOOL_SECONDS = 10.0
 ANSWER_SECONDS = 1.5
@@ -296,7 +296,8 @@ async def main(scale: float) -> None:
     combos = [(mode, lane, size) for size in BURSTS for lane in LANES for mode in MODES]
     results = await asyncio.gather(*(scenario(mode, lane, size, scale) for mode, lane, size in combos))
     by = {(r.mode, r.lane, r.size): r for r in results}
-    print(f"burst.py: scale={scale:g}; each turn = tool call (~{TOOL_SECONDS:g} s screenshot) + answer; cache min {CACHE_MIN_TOKENS} tokens")
+    print(f"burst.py: scale={scale:g}; each turn = tool call (~{TOOL_SECONDS:g} s screenshot) + answer;"
+          f" cache min {CACHE_MIN_TOKENS} tokens")
     print("raw = every input token read (uncached + cache read + cache write); billed = uncached + 0.1×read + 1.25×write")
     print("input_ratio_vs_oneshot = durable raw input tokens / one-shot raw input tokens, cold lane, burst of 3")
     print()

@@ -30,9 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clankie.clock import SystemClock  # noqa: E402
-from clankie.protocol import TurnResult  # noqa: E402
-from service.captain import deliveries as new_module  # noqa: E402
+from clankie.clock import SystemClock
+from clankie.protocol import TurnResult
+from service.captain import deliveries as new_module
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_REF = "9d47750"

@@ -26,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clankie.protocol import DiagramRequest, ScreenshotRequest  # noqa: E402
-from hosts.tldraw.engine import render_er  # noqa: E402
-from hosts.tldraw.examples import er_example  # noqa: E402
-from tests.hosts.hostproc import HostProcess  # noqa: E402
-from tests.hosts.pages import Site  # noqa: E402
+from clankie.protocol import DiagramRequest, ScreenshotRequest
+from hosts.tldraw.engine import render_er
+from hosts.tldraw.examples import er_example
+from tests.hosts.hostproc import HostProcess
+from tests.hosts.pages import Site
 
 
 def _env(base: Path, **extra: str) -> dict[str, str]:

@@ -52,7 +52,7 @@ class StampedAnthropic(FakeAnthropic):
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def summary(name: str, ms: list[float]) -> str:
@@ -61,7 +61,7 @@ def summary(name: str, ms: list[float]) -> str:
 
 
 async def spawn(module: str, env: dict[str, str], log: Path) -> asyncio.subprocess.Process:
-    fh = open(log, "wb")  # noqa: SIM115 - handed to the child
+    fh = open(log, "wb")
     return await asyncio.create_subprocess_exec(sys.executable, "-m", module, env=env, stdout=fh, stderr=fh)
 
 
@@ -83,9 +83,9 @@ async def drive(fake: FakeDiscord, rooms: list[str], per_room: int, arrived: Cal
             before_arrivals, before_posts = arrived(), len(fake.posts)
             t0 = time.monotonic()
             await fake.message(room, f"message {j} in {room}", author_id=PERSON)
-            await fake.wait_for(lambda: arrived() > before_arrivals, timeout=30)
+            await fake.wait_for(lambda: arrived() > before_arrivals, timeout=30)  # noqa: B023 (awaited within the iteration)
             out.append(t0)
-            await fake.wait_for(lambda: len(fake.posts) > before_posts, timeout=30)
+            await fake.wait_for(lambda: len(fake.posts) > before_posts, timeout=30)  # noqa: B023 (awaited within the iteration)
     return out
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -62,13 +63,12 @@ from typing import Any
 import psutil
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from restart import ensure_supervisord, pct  # noqa: E402  (the same supervisord the restart bench uses)
-
-from clankie import ipc  # noqa: E402
-from clankie.protocol import Empty, StatusReply  # noqa: E402
-from clankie.testing import fake_anthropic as fa  # noqa: E402
-from clankie.testing.fake_discord import FakeDiscord, Post  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.restart import ensure_supervisord, pct
+from clankie import ipc
+from clankie.protocol import Empty, StatusReply
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_discord import FakeDiscord, Post
 
 REPO = Path(__file__).resolve().parents[1]
 GUILD, CHAN = "100", "101"
@@ -191,7 +191,7 @@ class Tree:
         while True:  # the whole tree answers: it is up (until then a message may reach no bridge)
             mid = await self.say("clankie, are you up?")
             with contextlib.suppress(TimeoutError):
-                await self.discord.wait_for(lambda m=mid: self.reply(m) is not None, 2.0)
+                await self.discord.wait_for(functools.partial(self.has_reply, mid), 2.0)
             if self.reply(mid) is not None:
                 break
             if time.monotonic() > end or (self.proc is not None and self.proc.poll() is not None):
@@ -263,6 +263,9 @@ class Tree:
                     return parked
             await asyncio.sleep(0.05)
         return False
+
+    def has_reply(self, message_id: str) -> bool:
+        return self.reply(message_id) is not None
 
     def reply(self, message_id: str) -> tuple[Post, float] | None:
         """The bot's reply to ``message_id`` and when its POST reached the fake."""

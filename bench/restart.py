@@ -23,6 +23,7 @@ Last line: ``bench restart: p50_ms=… p99_ms=… supervisord_p50_ms=… speedup
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -102,6 +103,11 @@ def thread_stats(pid: int) -> tuple[int, float, int]:
     return switches, cpu, rss
 
 
+def all_started(sup: Ours | Supervisord) -> bool:
+    """Every one of the four children has written its start line."""
+    return all(starts(sup.starts_file(i)) for i in range(4))
+
+
 class Ours:
     name = "clankie"
 
@@ -173,7 +179,7 @@ def measure_restarts(sup: Ours | Supervisord, kills: int, settle: float) -> list
         count = len(starts(path))
         t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         os.kill(pid, signal.SIGKILL)
-        if not wait_until(lambda: len(starts(path)) > count, 10):
+        if not wait_until(lambda: len(starts(path)) > count, 10):  # noqa: B023 (called within the iteration)
             raise SystemExit(f"{sup.name}: no restart within 10 s")
         lat.append((starts(path)[count][0] - t0) / 1e6)
     return lat
@@ -192,7 +198,7 @@ def orphans(sup: Ours | Supervisord) -> int:
 
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def main() -> int:
@@ -211,7 +217,7 @@ def main() -> int:
         ours = Ours(root / "ours", child)
         sd = Supervisord(root / "sd", child, exe)
         for sup in (ours, sd):
-            if not wait_until(lambda s=sup: all(starts(s.starts_file(i)) for i in range(4)), 15):
+            if not wait_until(functools.partial(all_started, sup), 15):
                 raise SystemExit(f"{sup.name}: children did not start")
         time.sleep(1.0)
         before = {s.name: (thread_stats(s.proc.pid), time.monotonic()) for s in (ours, sd)}
@@ -219,9 +225,9 @@ def main() -> int:
         idle = {}
         for s in (ours, sd):
             (sw0, cpu0, _), t0 = before[s.name]
-            sw1, cpu1, rss = thread_stats(s.proc.pid)
+            sw1, cpu1, rss_bytes = thread_stats(s.proc.pid)
             span = time.monotonic() - t0
-            idle[s.name] = ((sw1 - sw0) / span, 100 * (cpu1 - cpu0) / span, rss / 1048576)
+            idle[s.name] = ((sw1 - sw0) / span, 100 * (cpu1 - cpu0) / span, rss_bytes / 1048576)
         for name, (wk, cpu, rss) in idle.items():
             print(f"idle {name:<11} wakeups/s={wk:.2f} cpu%={cpu:.3f} rss_mib={rss:.1f} ({args.idle_seconds:g}s, 4 idle children)")
         print(

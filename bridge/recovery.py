@@ -135,13 +135,13 @@ async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: 
         report.capped += len(ordered) - limits.max_rooms
         ordered = ordered[: limits.max_rooms]
     budget = limits.max_messages
-    for room, newest in ordered:
+    for room, mark in ordered:
         if budget <= 0:
             report.capped += 1
             continue
         want = min(budget, limits.max_pages * PAGE)
         try:
-            found = await bridge.port.missed(room, str(newest), want)
+            found = await bridge.port.missed(room, str(mark), want)
         except PostError as exc:
             log.warning("recovery: history of channel %s unavailable (%s)", room.channel_id, exc.code)
             report.failed_rooms += 1

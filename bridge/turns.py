@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
@@ -52,6 +52,14 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING_TRIGGERS = 2000
 
+
+
+class _ReceiptIds(TypedDict):
+    """The ids every admission receipt carries."""
+
+    delivery_id: str
+    channel_id: str
+    guild_id: str | None
 
 class Phase(enum.Enum):
     SUBMITTED = "submitted"  # waiting for the service's result; typing may be lit
@@ -142,7 +150,7 @@ class Bridge:
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
         decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id))
-        ids = {"delivery_id": inbound.message_id, "channel_id": inbound.channel_id, "guild_id": inbound.guild_id}
+        ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
         if isinstance(decision, Drop):
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-async def until(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition", step: float = 0.01) -> Any:
+async def until(pred: Callable[[], T | None], timeout: float = 10.0, what: str = "condition", step: float = 0.01) -> T:
     """Poll real state until ``pred()`` is truthy and return that value; fail naming ``what`` after ``timeout`` s."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout

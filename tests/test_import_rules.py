@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +52,7 @@ def test_process_packages_never_import_each_other() -> None:
 def test_third_party_clients_stay_in_their_one_home() -> None:
     """Only the bridge imports discord, only the browser host imports playwright,
     only the agent runtime's provider module imports anthropic."""
-    homes = {
+    homes: dict[str, Callable[[Path], bool]] = {
         "discord": lambda rel: rel.parts[0] == "bridge",
         "playwright": lambda rel: rel.parts[:2] == ("hosts", "browser"),
         "anthropic": lambda rel: rel.parts[:2] == ("service", "agent") and rel.stem.startswith("provider"),

@@ -40,7 +40,7 @@ def arrow_bounds(arrow: Arrow) -> tuple[float, float, float, float]:
 
 def finish(scene: Scene, title: str) -> Scene:
     """Translate everything so the content starts at the margin, add the title, size the page."""
-    rects = [(b.x, b.y, b.x + b.w, b.y + b.h) for b in scene.boxes]
+    rects: list[tuple[float, float, float, float]] = [(b.x, b.y, b.x + b.w, b.y + b.h) for b in scene.boxes]
     rects += [arrow_bounds(a) for a in scene.arrows]
     rects += [(ln.x, ln.top, ln.x, ln.bottom) for ln in scene.lifelines]
     min_x = math.floor(min(r[0] for r in rects))

@@ -56,7 +56,7 @@ def layout_sequence(diagram: SequenceDiagram) -> Scene:
                 header=True,
             )
         )
-    y = box_h + FIRST_ROW
+    y: float = box_h + FIRST_ROW
     for j, message in enumerate(diagram.messages):
         head, dashed = STYLE[message.kind]
         x1, x2 = centres[message.source], centres[message.target]
@@ -91,8 +91,8 @@ def layout_sequence(diagram: SequenceDiagram) -> Scene:
             y += label_h + ROW_GAP
         scene.arrows.append(arrow)
     bottom = y + TAIL
-    for i, x in enumerate(centres):
-        scene.lifelines.append(Lifeline(key=f"l{i}", x=x, top=box_h, bottom=bottom))
+    for i, centre in enumerate(centres):
+        scene.lifelines.append(Lifeline(key=f"l{i}", x=centre, top=box_h, bottom=bottom))
     return finish(scene, diagram.title)
 
 

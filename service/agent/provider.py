@@ -21,6 +21,7 @@ from typing import Any
 
 import anthropic
 import httpx2
+from anthropic.types import TextDelta
 
 from clankie.errors import ClankieError
 from clankie.settings import Settings
@@ -138,14 +139,13 @@ class AnthropicProvider:
         stopped = False
         async with self._client.messages.stream(**self.params(request)) as stream:
             async for event in stream:
-                kind = event.type
-                if kind == "text":
+                if event.type == "text":
                     on_signal(Signal(kind="text", text=event.text))
-                elif kind == "content_block_delta" and event.delta.type == "text_delta":
+                elif event.type == "content_block_delta" and isinstance(event.delta, TextDelta):
                     continue  # reported once, as the "text" helper event
                 else:
-                    stopped = stopped or kind == "message_stop"
-                    on_signal(Signal(kind=kind))
+                    stopped = stopped or event.type == "message_stop"
+                    on_signal(Signal(kind=event.type))
             message = stream.current_message_snapshot if stopped else None
         if message is None or message.stop_reason is None:
             raise ProviderError(FailureKind.TRUNCATED, "stream ended without message_stop")
@@ -224,7 +224,8 @@ def _sse(blocks: list[dict[str, Any]], stop_reason: str) -> bytes:
     ]
     for i, block in enumerate(blocks):
         if block["type"] == "text":
-            start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            delta: dict[str, Any] = {"type": "text_delta", "text": block["text"]}
         else:
             start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}

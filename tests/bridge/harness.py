@@ -117,7 +117,7 @@ async def running(
     h = Harness(fake, service, app, settings.state_dir, task)
     try:
         if wait_connected:
-            await h.until(lambda: app.discord_status == "connected" and app.bridge.link.status == "connected" or task.done())
+            await h.until(lambda: (app.discord_status == "connected" and app.bridge.link.status == "connected") or task.done())
             if task.done():
                 task.result()
         yield h

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from tests.bridge.harness import CHAN, Harness, CHAN2, OTHER_CHAN, OTHER_GUILD, OWNER, PERSON, running
+from tests.bridge.harness import CHAN, CHAN2, OTHER_CHAN, OTHER_GUILD, OWNER, PERSON, Harness, running
 
 FRIEND = "500000000000000009"
 
 
 def reasons(h: Harness, ids: list[str]) -> list[str | None]:
     """The drop reason of each delivery, or its first outcome when it was not dropped."""
-    first = {}
+    first: dict[str, dict[str, Any]] = {}
     for r in h.receipts():
         first.setdefault(r["delivery_id"], r)
     return [first[i].get("reason") if first[i]["outcome"] == "dropped" else first[i]["outcome"] for i in ids]

@@ -154,7 +154,7 @@ def test_an_unsolicited_tool_turn_gets_no_card_and_no_typing(env: dict[str, str]
     """A turn he was not addressed in may use tools for as long as it likes without announcing it."""
     clock = FakeClock()
     h: Harness
-    armed: list[float] = []
+    armed: list[int] = []
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         armed.append(len(clock.slept))

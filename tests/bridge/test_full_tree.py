@@ -17,14 +17,13 @@ import pytest
 
 from bridge.app import BridgeApp
 from bridge.delivery import RetryPolicy
-from clankie import paths
+from clankie import jsonl, paths
 from clankie.clock import Clock
 from clankie.settings import Settings, load
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_discord import FakeDiscord
 from service.app import ServiceApp
-from service.captain import records
 from tests.bridge.harness import CHAN, GUILD, OWNER, PERSON, Harness
 
 MSGS = "POST /channels/{id}/messages"
@@ -97,7 +96,9 @@ def test_burst_of_three_is_one_reply_threaded_to_the_first(env: dict[str, str]) 
             await t.anthropic.wait_for_requests(1)
             m2 = await t.h.fake.message(CHAN, "it's very rude", author_id=PERSON)
             m3 = await t.h.fake.message(CHAN, "like, really", author_id=PERSON)
-            await t.h.until(lambda: any(i.turns >= 3 for i in t.service.captain.lane_infos()))
+            app = t.service
+            assert app is not None
+            await t.h.until(lambda: any(i.turns >= 3 for i in app.captain.lane_infos()))
             gate.set()
             ids = [m1["id"], m2["id"], m3["id"]]
             await t.h.until(lambda: all(len(t.h.outcomes(i)) == 2 for i in ids), timeout=30)
@@ -285,7 +286,7 @@ def test_service_killed_mid_turn_is_resubmitted_and_answered_once(env: dict[str,
             finally:
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.to_thread(proc.wait, 15) == 0
-        evidence = records.read_lines(t.settings.state_dir / "captain" / "evidence.jsonl")
+        evidence = jsonl.read_lines(t.settings.state_dir / "captain" / "evidence.jsonl")
         events = [e["event"] for e in evidence if e["delivery_id"] == m["id"]]
         assert events.count("settled") == 1 and events[-1] == "settled"
         assert events.count("accepted") == 2  # once before the kill, once on the re-submission

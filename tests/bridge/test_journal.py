@@ -111,8 +111,10 @@ def test_compaction_rebuilds_the_same_state_it_was_made_from() -> None:
                  admit("3", 3.0), admit("4", 4.0), close("4", "failed"),
                  buffer("5", 5.0))
     again = state_of(*s.compacted(since=0.0))
-    view = lambda st: sorted((e.delivery_id, e.outcome, e.folds, e.folded_into,  # noqa: E731
-                              e.submit is None if e.open else None) for e in st.entries.values() if e.open)
+    def view(st: JournalState) -> list[tuple[str, str | None, tuple[str, ...], str | None, bool | None]]:
+        return sorted((e.delivery_id, e.outcome, e.folds, e.folded_into, e.submit is None if e.open else None)
+                      for e in st.entries.values() if e.open)
+
     assert view(again) == view(s)
     assert again.entries["4"].outcome == "failed" and again.entries["4"].submit is None
     assert [e.delivery_id for e in again.open_entries()] == ["2", "3", "5"]

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from bridge.app import BridgeApp
+from clankie import paths
 from clankie.settings import load
 from clankie.testing.fake_discord import FakeDiscord
-from clankie import paths
 from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService, Harness
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -15,6 +16,9 @@ from clankie.testing.fake_discord import FakeDiscord
 from tests.bridge.harness import CHAN, CHAN2, GUILD, OTHER_CHAN, OTHER_GUILD, PERSON, Harness, running
 
 
+def settled(h: Harness, delivery_id: str) -> bool:
+    return "settled" in h.outcomes(delivery_id)
+
 def fake() -> FakeDiscord:
     return FakeDiscord(guilds={GUILD: [CHAN, CHAN2], OTHER_GUILD: [OTHER_CHAN]})
 
@@ -24,7 +28,7 @@ async def one_answered_message_per_room(env: dict[str, str], discord: FakeDiscor
     async with running(env, fake=discord) as h:
         for room in (CHAN, CHAN2):
             m = await discord.message(room, f"first in {room}", author_id=PERSON)
-            await h.until(lambda m=m: "settled" in h.outcomes(m["id"]))
+            await h.until(functools.partial(settled, h, str(m["id"])))
 
 
 async def while_down(discord: FakeDiscord, counts: dict[str, int]) -> list[dict[str, Any]]:

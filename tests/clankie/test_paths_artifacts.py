@@ -156,7 +156,7 @@ def _resolve_in_thread(root: Path, ref: str, unblock: Path) -> BaseException | a
     def run() -> None:
         try:
             box.append(artifacts.resolve_artifact(root, ref, 1024))
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:
             box.append(exc)
 
     worker = threading.Thread(target=run, daemon=True)

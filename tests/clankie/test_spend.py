@@ -28,7 +28,7 @@ def test_message_usage_is_summed_and_everything_else_ignored() -> None:
         message("2027-01-15", input=10, cache_read=100, cache_write=5, output=7),
         message("2027-01-14", input=1, output=1),
         {"type": "custom", "usage": {"input": 999}},
-        message("2027-01-15", input=-3, output=True),  # type: ignore[arg-type]
+        message("2027-01-15", input=-3, output=True),  # a bool where a count belongs: skipped, not counted
     ]
     assert spend.of_entries(entries) == Tokens(input=11, cache_read=100, cache_write=5, output=8)
     assert spend.of_entries(entries, "2027-01-15") == Tokens(input=10, cache_read=100, cache_write=5, output=7)

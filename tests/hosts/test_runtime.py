@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -23,7 +23,7 @@ class _Host:
     """A host whose one method does what the request's spec says."""
 
     name = "tldraw"
-    deadlines = {"draw_er_diagram": 0.2}
+    deadlines: ClassVar[dict[str, float]] = {"draw_er_diagram": 0.2}
     timeout_code = "render_failed"
 
     def __init__(self) -> None:

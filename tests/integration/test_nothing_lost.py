@@ -21,7 +21,8 @@ import pytest
 
 from clankie.jsonl import read_lines
 from clankie.testing.fake_discord import Post
-from tests.integration.tree import PERSON, Tree, real_tree, until
+from tests.integration.tree import PERSON, Tree, real_tree
+from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -126,7 +127,7 @@ def test_three_bridge_kills_in_a_row_lose_nothing(tmp_path: Path, runtime_dir: P
             sent: list[dict[str, Any]] = []
             for kill in range(3):
                 sent += await say(t, 1, f"kill{kill}")
-                await until(lambda: {m["id"] for m in sent} <= journaled(t), 20, "every delivery journaled")
+                await until(lambda: {m["id"] for m in sent} <= journaled(t), 20, "every delivery journaled")  # noqa: B023 (awaited within the iteration)
                 await kill_bridge(t)
             t.anthropic.gate.set()
             await answered(t, sent)

@@ -11,6 +11,7 @@ Only those are charged a crashed run (docs/captain.md, "Crashes").
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ import pytest
 from clankie.clock import SystemClock
 from clankie.testing import fake_anthropic as fa
 from service.captain.deliveries import DeliveryStore
-from tests.integration.tree import PERSON, Tree, real_tree, until
+from tests.integration.tree import PERSON, Tree, real_tree
+from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -148,6 +150,9 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_the_res
         async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values())) as t:
             poison_seen: list[int] = []
 
+            def seen_more_than(count: int) -> bool:
+                return len(poison_seen) > count
+
             def respond(body: dict[str, Any]) -> fa.Scenario:
                 if POISON in said(body):
                     poison_seen.append(len(t.anthropic.requests))
@@ -158,10 +163,10 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_the_res
             poison = str((await t.discord.message(ROOMS["A"], f"room A message 1: {POISON}", author_id=PERSON))["id"])
             others: list[tuple[str, str]] = []
             for crash in range(3):
-                await until(lambda c=crash: len(poison_seen) > c, 60, f"poison run {crash + 1} reaching the model")
+                await until(functools.partial(seen_more_than, crash), 60, f"poison run {crash + 1} reaching the model")
                 room = "BC"[crash % 2]
                 other = await speak(t, room, crash + 1)  # another room, asked while the poison run is live
-                got = await until(lambda o=other: t.outcome_of(o), 60, f"an answer in room {room}")
+                got = await until(functools.partial(t.outcome_of, other), 60, f"an answer in room {room}")
                 assert got["outcome"] == "settled"
                 others.append((room, other))
                 await t.kill("service")

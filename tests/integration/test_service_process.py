@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from clankie import jsonl
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import records
-from tests.service.captain.harness import FakeBridge, msg, run, service_env, service_socket, until
+from tests.service.captain.harness import FakeBridge, msg, run, service_env, service_socket
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,12 +80,12 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
             finally:
                 proc.send_signal(signal.SIGTERM)
                 assert proc.wait(15) == 0
-        evidence = records.read_lines(state_dir / "captain" / "evidence.jsonl")
+        evidence = jsonl.read_lines(state_dir / "captain" / "evidence.jsonl")
         m1 = [e["event"] for e in evidence if e["delivery_id"] == "m1"]
         assert m1 == ["accepted", "accepted", "settled"]  # one outcome, after one interrupted attempt
         # the owner was part of the run the kill hit: its re-acceptance says so; m2 never crashed
         assert [e.get("crashed_runs") for e in evidence if e["delivery_id"] in ("m1", "m2") and e["event"] == "accepted"] == [None, 1, None]
-        said = [e for e in records.read_lines(next((state_dir / "captain" / "lanes").glob("*.jsonl"))) if e["kind"] == "said"]
+        said = [e for e in jsonl.read_lines(next((state_dir / "captain" / "lanes").glob("*.jsonl"))) if e["kind"] == "said"]
         assert [e["text"] for e in said] == ["answer after restart", "warm now"]
 
     run(body(), timeout=80)

@@ -10,13 +10,14 @@ import asyncio
 import pytest
 
 from bridge.service_link import RETRYABLE_REMOTE
+from clankie import jsonl
 from clankie import settings as settings_mod
 from clankie.errors import RemoteError
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from service.captain import records
-from tests.service.captain.harness import FakeBridge, msg, run, service, service_env, until
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service, service_env
 
 
 def test_graceful_restart_mid_turn_runs_the_turn_again(env: dict[str, str]) -> None:
@@ -132,7 +133,7 @@ def test_graceful_stops_charge_nobody_however_many(env: dict[str, str]) -> None:
                 first, second = await asyncio.gather(bridge.submit(msg("m1", "first")), bridge.submit(msg("m2", "second")))
                 assert (first.outcome, first.text, second.outcome) == ("settled", "answered at last", "absorbed")
                 assert len(fake.requests) == before + 1
-                evidence = records.read_lines(again.captain.paths.evidence)
+                evidence = jsonl.read_lines(again.captain.paths.evidence)
                 assert not any("crashed_runs" in e or "cause" in e for e in evidence)
 
     run(body())

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from clankie import jsonl
 from clankie.errors import RemoteError
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import keys, records
+from service.captain import keys
 from tests.disk import writes_refused_past
-from tests.service.captain.harness import FakeBridge, msg, run, service, until
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service
 
 
 def _tree_text(state_dir: Path) -> str:
@@ -38,7 +40,7 @@ def test_silence_is_the_whole_trimmed_reply(env: dict[str, str], reply: str, out
             await bridge.connect(app)
             result = await bridge.submit(msg("m1", "say the token"))
             assert (result.outcome, result.text) == (outcome, text)
-            kinds = [e["kind"] for e in records.read_lines(app.captain.paths.lane_log(msg("m1", "").room))]
+            kinds = [e["kind"] for e in jsonl.read_lines(app.captain.paths.lane_log(msg("m1", "").room))]
             assert kinds == (["heard"] if outcome == "silent" else ["heard", "said"])
             assert app.turns.evidence.of("m1") == ["accepted", "declined" if outcome == "silent" else "settled"]
 
@@ -97,7 +99,7 @@ def test_model_failure_after_retries_posts_nothing_even_with_partial_text(env: d
             result = await bridge.submit(msg("m1", "hello"))
             assert (result.outcome, result.code, result.text) == ("failed", "captain_model_failed", "")
             assert len(fake.requests) == 4
-            assert records.read_lines(app.captain.paths.lane_log(msg("m1", "").room))[-1]["kind"] == "heard"
+            assert jsonl.read_lines(app.captain.paths.lane_log(msg("m1", "").room))[-1]["kind"] == "heard"
 
     run(body())
 
@@ -154,7 +156,7 @@ def test_reconnected_bridge_attaches_to_the_running_turn(env: dict[str, str]) ->
             await fake.wait_for_requests(1)
             assert old.conn is not None
             await old.conn.aclose()
-            with pytest.raises(Exception):
+            with pytest.raises(Exception):  # noqa: B017 (whichever error the closed link raises: the point is that it does not hang)
                 await lost
             new = FakeBridge()
             await new.connect(app)

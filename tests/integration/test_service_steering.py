@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from clankie import jsonl
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import records
-from tests.service.captain.harness import FakeBridge, msg, run, service, until, user_texts
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
 
 
 def test_single_message_settles_with_the_reply(env: dict[str, str]) -> None:
@@ -54,7 +55,7 @@ def test_burst_of_three_gets_one_answer_and_two_absorbed(env: dict[str, str]) ->
             last_user = fake.requests[1]["messages"][-1]
             texts = [b["text"] for b in last_user["content"] if b["type"] == "text"]
             assert any("it's very rude" in t for t in texts) and any("like actually" in t for t in texts)
-            log = records.read_lines(app.captain.paths.lane_log(msg("m1", "").room))
+            log = jsonl.read_lines(app.captain.paths.lane_log(msg("m1", "").room))
             assert [e["kind"] for e in log] == ["heard", "heard", "heard", "said"]
             events = app.turns.evidence
             assert events.of("m1") == ["accepted", "settled"]

@@ -14,7 +14,8 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from tests.service.captain.harness import FakeBridge, msg, run, service, until
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service
 
 ROOM_KEY = "discord:clankie:discord:1:2"
 

@@ -15,7 +15,8 @@ from clankie.protocol import Artifact, Record, ScreenshotRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain.tools import TEXT_UPDATE_DESCRIPTION
-from tests.service.captain.harness import FakeBridge, msg, run, service, until
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service
 
 
 def _tool_results(body: dict) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ def test_a1_crash_at_startup_backs_off_and_leaves_the_others_alone(tmp_path: Pat
         assert bad.last_exit.code == 3 and bad.next_start_at is not None and bad.next_start_at > time.time() - 1
         assert "crashed: exited 3" in bad.reason
         starts = [t for _, t, _ in events(ev, "START")]
-        gaps = [(b - a) / 1e9 for a, b in zip(starts, starts[1:])]
+        gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(starts)]
         assert max(gaps) < 0.8 + 1.0  # capped: never a hot loop, never beyond the cap plus a start
         good = sup.child("good")
         assert good.state == "running" and good.restarts == 0
@@ -132,7 +133,7 @@ def test_a12_exit_codes_and_signals_are_reported_faithfully(tmp_path: Path, runt
         for sig in (signal.SIGSEGV, signal.SIGABRT, signal.SIGTERM):
             pid = sup.child("svc").pid
             os.kill(pid, sig)
-            c = wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running" and c, 10, "restart")
+            c = wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running" and c, 10, "restart")  # noqa: B023 (called within the iteration)
             if sig is signal.SIGTERM:
                 assert c.last_exit.code == 0  # the fixture handles SIGTERM and exits 0: an unrequested clean exit
             else:
@@ -169,7 +170,7 @@ def test_a19_children_get_only_their_own_fds_and_the_supervisor_does_not_leak(tm
         for _ in range(15):
             pid = sup.child("svc").pid
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running", 10, "restart")
+            wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.state == "running", 10, "restart")  # noqa: B023 (called within the iteration)
         assert abs(sup_ps.num_fds() - before) <= 2
 
 

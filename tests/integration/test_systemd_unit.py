@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -37,6 +38,8 @@ from clankie.testing.fake_discord import FakeDiscord, Post
 from hosts.tldraw.examples import er_example
 from tests.integration.systemd_ns import NamespacedSystemd, missing_tools, unmet_prerequisite, unreachable_reason
 from tests.integration.tree import CHAN, GUILD, PERSON, Site
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 
@@ -101,7 +104,7 @@ class Booted:
         return await poll(reply, 60, f"a reply to {text!r}", self.ns)
 
 
-async def poll(probe: Any, timeout: float, what: str, ns: NamespacedSystemd) -> Any:
+async def poll(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str, ns: NamespacedSystemd) -> T:
     """Poll an async probe of real state; fail with the unit's journal."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout

@@ -22,7 +22,8 @@ from clankie.protocol import ChildTarget
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import Post
 from hosts.tldraw.examples import er_example, sequence_example
-from tests.integration.tree import CHAN, PERSON, Tree, real_tree, until
+from tests.integration.tree import CHAN, PERSON, Tree, real_tree
+from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

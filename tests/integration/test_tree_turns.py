@@ -11,13 +11,15 @@ lane cold from disk and is answered.
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clankie.testing import fake_anthropic as fa
-from tests.integration.tree import CHAN, Tree, real_tree, until
+from tests.integration.tree import CHAN, Tree, real_tree
+from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -74,7 +76,7 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
             reply = await t.reply_to(first["id"])
             assert reply.content == "Eight o'clock, same lobby, and yes, bring the new deck."
             for delivery in (second["id"], third["id"]):
-                got = await until(lambda d=delivery: outcome_of(t, d), 20, f"an outcome for {delivery}")
+                got = await until(functools.partial(outcome_of, t, delivery), 20, f"an outcome for {delivery}")
                 assert got["outcome"] == "absorbed"
             # the outcome receipt is written after the reply is posted: wait for it, as for the others
             got = await until(lambda: outcome_of(t, first["id"]), 20, "the first message's outcome")
@@ -94,7 +96,7 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
             steered = await t.discord.message(CHAN, "the one from saturday")
             await wait_lane_turns(t, 2)
             for delivery in (stuck["id"], steered["id"]):
-                got = await until(lambda d=delivery: outcome_of(t, d), 30, f"the stall to fail {delivery}")
+                got = await until(functools.partial(outcome_of, t, delivery), 30, f"the stall to fail {delivery}")
                 assert (got["outcome"], got.get("reason")) == ("failed", "captain_turn_stalled")
             assert len(t.discord.posts_in(CHAN)) == 1, "a stalled run posts nothing"
             assert (await t.child("service")).restarts == 0, "the abort was confirmed; no restart needed"

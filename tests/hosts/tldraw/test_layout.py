@@ -84,8 +84,8 @@ def test_sequence_boxes_and_labels_never_overlap() -> None:
     for a, b in itertools.combinations(scene.boxes, 2):
         assert not a.overlaps(b, margin=20)
     labels = _label_rects(scene)
-    for a, b in itertools.combinations(labels, 2):
-        assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+    for la, lb in itertools.combinations(labels, 2):
+        assert la[2] <= lb[0] or lb[2] <= la[0] or la[3] <= lb[1] or lb[3] <= la[1]
     _inside_page(scene)
 
 

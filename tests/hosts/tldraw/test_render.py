@@ -71,7 +71,7 @@ def test_hostile_text_is_escaped_in_svg_and_tldr() -> None:
 
 def test_rasterizer_failure_is_render_failed() -> None:
     """A ValueError from resvg becomes RenderFailed with code render_failed."""
-    with mock.patch.object(raster.resvg_py, "svg_to_bytes", side_effect=ValueError("boom")):
+    with mock.patch("hosts.tldraw.raster.resvg_py.svg_to_bytes", side_effect=ValueError("boom")):
         with pytest.raises(RenderFailed) as info:
             render_er(er_example(2))
     assert info.value.code == "render_failed"

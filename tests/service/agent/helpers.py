@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
-
 from service.agent.agent import Agent, AgentConfig
 from service.agent.events import AgentEvent
 from service.agent.provider import AnthropicProvider

@@ -7,17 +7,15 @@ from pathlib import Path
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.agent import ABORTED_RESULT
 from service.agent.events import RetryStart, RunEnd, TextDelta, ToolStart
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.transcript import repair
-
 from tests.service.agent.helpers import arun, echo_tool, harness
 
 
-def _valid(messages: list[dict]) -> bool:  # type: ignore[type-arg]
+def _valid(messages: list[dict]) -> bool:
     return repair(messages) == messages
 
 

@@ -8,14 +8,12 @@ from typing import Any
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.agent import AgentConfig
 from service.agent.compaction import SUMMARY_SYSTEM, context_tokens, plan
 from service.agent.events import CompactionEnd, CompactionStart, TextDelta
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.transcript import SUMMARY_PREFIX, repair
-
 from tests.service.agent.helpers import arun, harness, user_texts
 
 BIG = "x" * 1600  # about 400 tokens
@@ -80,7 +78,7 @@ def test_threshold_compaction_summarises_and_keeps_the_tail(tmp_path: Path) -> N
             assert messages[2]["content"][0]["type"] == "tool_result"
             assert user_texts(messages[-1]) == ["now"]
             assert not any(b.get("text", "").startswith("u0 ") for m in messages for b in m["content"])
-            entry = [e for e in h.session.entries if e["type"] == "compaction"][0]
+            entry = next(e for e in h.session.entries if e["type"] == "compaction")
             assert entry["first_kept_id"] == ids[3] and entry["tokens_before"] > 2000
             assert [e.reason for e in h.of(CompactionEnd) if e.ok] == ["threshold"]
             assert "".join(e.text for e in h.of(TextDelta)) == "answer"  # summary text is not answer text

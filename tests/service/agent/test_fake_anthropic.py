@@ -7,9 +7,7 @@ from typing import Any
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.events import StreamProgress, TextDelta
-
 from tests.service.agent.helpers import arun, harness
 
 
@@ -26,7 +24,7 @@ def test_usage_responds_to_cache_control_and_prefix_reuse() -> None:
     """Breakpoints write the prefix, a repeated prefix reads it, and without cache_control all input is uncached."""
     cache = fa.PromptCache()
     one = [{"role": "user", "content": "hello " * 50}]
-    two = one + [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "again " * 50}]
+    two = [*one, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again " * 50}]
     first = cache.usage(_body(True, one))
     assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 0
     second = cache.usage(_body(True, two))

@@ -10,13 +10,11 @@ import pytest
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.agent import Agent
 from service.agent.events import AgentEvent, RetryEnd, RetryStart, RunEnd
 from service.agent.model import ModelRequest, ModelResponse, Signal
 from service.agent.outcome import OutcomeKind
 from service.agent.provider import AnthropicProvider
-
 from tests.service.agent.helpers import SYSTEM, arun, harness
 
 MIDSTREAM = fa.text("partial answer here", error_after=3)

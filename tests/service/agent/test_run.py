@@ -8,13 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from clankie.testing import fake_anthropic as fa
-
 from service.agent.content import UserMessage
 from service.agent.events import RunEnd, RunStart, TextDelta, ToolEnd, ToolStart, ToolUpdate, TurnEnd, TurnStart
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.tools import Tool, ToolContext, ToolResult
-
 from tests.service.agent.helpers import SYSTEM, arun, echo_tool, harness
 
 

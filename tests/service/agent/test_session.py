@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from clankie.testing.clock import FakeClock
-
 from service.agent.session import SessionCorrupt, SessionTree
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,11 +6,9 @@ import asyncio
 from pathlib import Path
 
 from clankie.testing import fake_anthropic as fa
-
 from service.agent.agent import AgentBusy
 from service.agent.events import RunEnd, SteerDelivered, TextDelta, ToolEnd, ToolStart
 from service.agent.outcome import OutcomeKind
-
 from tests.service.agent.helpers import arun, echo_tool, harness, user_texts
 
 

@@ -10,12 +10,10 @@ import pytest
 from clankie.settings import load
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
-
 from service.agent.agent import AgentConfig
 from service.agent.content import UnsupportedImage, UserMessage
 from service.agent.outcome import OutcomeKind
 from service.agent.provider import AnthropicProvider, ProviderUnconfigured
-
 from tests.service.agent.helpers import arun, harness
 
 

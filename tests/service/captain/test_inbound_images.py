@@ -25,7 +25,8 @@ from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import inbound
 from service.captain.inbound import FetchPolicy, ImageFetcher
-from tests.service.captain.harness import FakeBridge, msg, run, service, until, user_texts
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
 
 BIG = inbound.MAX_BYTES + 1
 

@@ -16,7 +16,8 @@ from service.app import ServiceApp
 from service.captain import keys
 from service.captain.captain import TEARDOWN_GRACE, Captain, CaptainDeps
 from service.captain.tools import DeliveryContext, TurnCapture
-from tests.service.captain.harness import msg, run, service_env, until
+from tests.polling import until
+from tests.service.captain.harness import msg, run, service_env
 
 ROOM_KEY = "discord:clankie:discord:1:2"
 
