@@ -29,10 +29,9 @@ from clankie.errors import EX_CONFIG, ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.link import Link, supervisor_link
 from clankie.paths import ensure_private_dir, socket_path
-from clankie.secrets import receive as receive_secrets
 from clankie.protocol import AbortReply, AbortRun, Heartbeat, LanesReply, Record, SayRequest
+from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings
-
 from service import fdlimit
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps

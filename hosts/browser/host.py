@@ -30,10 +30,12 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any
 
-from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
+from playwright.async_api import Browser, BrowserContext, FloatRect, Page, Playwright, ProxySettings, async_playwright
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -84,7 +86,7 @@ class BrowserHost:
     """Serves ``screenshot`` for the host runtime (see :class:`hosts.runtime.Host`)."""
 
     name = "browser"
-    deadlines: ClassVar[dict[str, float]] = {"screenshot": REQUEST_DEADLINE}
+    deadlines: Mapping[str, float] = MappingProxyType({"screenshot": REQUEST_DEADLINE})
     timeout_code = "browser_timeout"
 
     def __init__(self, settings: Settings, clock: Clock, *, resolver: Resolver = system_resolver) -> None:
@@ -212,7 +214,7 @@ class BrowserHost:
         browser = await self._pw.chromium.launch(
             executable_path=executable,
             headless=True,
-            proxy={"server": self._default.url, **self.proxy.credentials},
+            proxy=self._proxy_settings(self._default.url),
             args=list(LAUNCH_ARGS),
             timeout=START_DEADLINE * 1000,
         )
@@ -245,6 +247,10 @@ class BrowserHost:
                 self.life.apply("stopped", self.clock.monotonic())
             log.info("browser closed after %.0fs idle", now - self._last_done)
 
+    def _proxy_settings(self, url: str) -> ProxySettings:
+        creds = self.proxy.credentials
+        return ProxySettings(server=url, username=creds["username"], password=creds["password"])
+
     def _on_disconnected(self, browser: Browser) -> None:
         if self._browser is browser:
             self._browser = None
@@ -267,7 +273,7 @@ class BrowserHost:
         try:
             ctx = await browser.new_context(
                 viewport={"width": view.width, "height": view.height},
-                proxy={"server": session.url, **self.proxy.credentials},
+                proxy=self._proxy_settings(session.url),
                 service_workers="block",
                 accept_downloads=False,
             )
@@ -303,7 +309,7 @@ class BrowserHost:
 
     async def _capture(self, ctx: BrowserContext, page: Page, req: ScreenshotRequest, view: Viewport) -> tuple[bytes, str]:
         limit = self.settings.discord_upload_limit_bytes
-        clip = {"x": 0, "y": 0, "width": view.width, "height": MAX_HEIGHT} if req.full_page else None
+        clip = FloatRect(x=0, y=0, width=view.width, height=MAX_HEIGHT) if req.full_page else None
         try:
             data = await page.screenshot(full_page=req.full_page, clip=clip, timeout=SHOT_TIMEOUT_MS)
         except PlaywrightTimeout:
