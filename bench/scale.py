@@ -16,7 +16,9 @@ limit cannot hide an fd leak.
    in status and take one more: its extra time over the warm one is what the
    first screenshot after idle pays.
 2. **One long room**: ``--turns`` (2,000) turns, one after another as fast as
-   the tree answers (each message waits for its reply). Service RSS growth
+   the tree answers (each message waits for its reply), within
+   ``--long-seconds`` (90 s): a lane whose turns slow down as it grows
+   reports the turns it reached, and its turn time first and last. Service RSS growth
    per turn, the model request's size at the last turn, then ``restart
    service`` and the time from the next message to its reply.
 3. **Rooms**: 100, 1,000 and 10,000 rooms (``--rooms``), cumulative, one
@@ -25,7 +27,8 @@ limit cannot hide an fd leak.
    p50/p99 (gateway MESSAGE_CREATE → the model request at the fake
    Anthropic). Every wait is bounded: a reply has ``--reply-timeout``, and
    once ``2 × concurrency`` messages in a row go unanswered the step stops
-   sending and counts the rest as unanswered. So a service that stops
+   sending and counts the rest as unanswered; so does a step past
+   ``--step-seconds`` (600 s). So a service that stops
    answering (issue 13 saw ``Errno 24`` at about 1,015 rooms) shows as
    ``answered < rooms`` and the bench still ends.
 
@@ -259,12 +262,16 @@ class Bench:
         await self.replies.wait(mid, self.args.reply_timeout)
         rss0, _ = await self.service_numbers()
         answered, t0 = 0, time.monotonic()
-        for _ in range(turns):
+        took: list[float] = []
+        while answered < turns and time.monotonic() - t0 < self.args.long_seconds:
+            t = time.monotonic()
             mid, _ = await self.say(self.long_chan)
             if not await self.replies.wait(mid, self.args.reply_timeout):
                 break
+            took.append((time.monotonic() - t) * 1000)
             answered += 1
         elapsed = time.monotonic() - t0
+        first_ms, last_ms = pct(took[:50], 0.5), pct(took[-50:], 0.5)
         rss1, fds = await self.service_numbers()
         size = self.anthropic.last_size
         await self.call("restart", ChildTarget(name="service"), timeout=90)
@@ -274,7 +281,8 @@ class Bench:
         ok = await self.replies.wait(mid, self.args.reply_timeout)
         first = (time.monotonic() - t1) * 1000 if ok else float("nan")
         return {"turns": answered, "kb_per_turn": (rss1 - rss0) / 1024 / max(1, answered), "request_kb": size / 1024,
-                "turns_per_s": answered / elapsed if elapsed else 0.0, "first_after_restart_ms": first, "fds": fds}
+                "turns_per_s": answered / elapsed if elapsed else 0.0, "first_after_restart_ms": first, "fds": fds,
+                "first50_ms": first_ms, "last50_ms": last_ms}
 
     # ------------------------------------------------------------ 3. rooms
 
@@ -284,28 +292,30 @@ class Bench:
         misses = 0
         answered = 0
         ingress: list[float] = []
+        budget_hit = [False]
+        t0 = time.monotonic()
 
         async def one(room: str) -> None:
             nonlocal misses, answered
             async with sem:
-                if stop.is_set():
+                if stop.is_set() or time.monotonic() - t0 > self.args.step_seconds:
+                    budget_hit[0] |= not stop.is_set()
                     return
-                t0 = time.monotonic()
+                sent = time.monotonic()
                 mid, seq = await self.say(room)
                 if await self.replies.wait(mid, self.args.reply_timeout):
                     answered += 1
                     misses = 0
                     if seq in self.anthropic.arrived:
-                        ingress.append((self.anthropic.arrived[seq] - t0) * 1000)
+                        ingress.append((self.anthropic.arrived[seq] - sent) * 1000)
                 else:
                     misses += 1
                     if misses >= 2 * self.args.concurrency:
                         stop.set()
 
-        t0 = time.monotonic()
         await asyncio.gather(*(one(r) for r in rooms))
         return {"answered": answered, "p50": pct(ingress, 0.5), "p99": pct(ingress, 0.99),
-                "seconds": time.monotonic() - t0, "gave_up": stop.is_set()}
+                "seconds": time.monotonic() - t0, "gave_up": stop.is_set(), "budget": budget_hit[0]}
 
     async def rooms(self) -> list[dict[str, float]]:
         base, _ = await self.service_numbers()
@@ -322,8 +332,9 @@ class Bench:
                         "kb_per_room": (rss - base) / 1024 / count})
             print(f"  {count:>6} rooms: answered {answered_total:>6}  service rss {rss / 2**20:7.1f} MB  fds {fds:>5}  "
                   f"{out[-1]['kb_per_room']:6.2f} kB/room  ingress p50 {step['p50']:7.1f} ms  p99 {step['p99']:7.1f} ms  "
-                  f"({step['seconds']:.0f} s{', stopped sending: no answers' if step['gave_up'] else ''})", flush=True)
-            if step["gave_up"]:
+                  f"({step['seconds']:.0f} s{', stopped sending: no answers' if step['gave_up'] else ''}"
+                  f"{', stopped sending: --step-seconds ran out' if step['budget'] else ''})", flush=True)
+            if step["gave_up"] or step["budget"]:
                 break
         return out
 
@@ -336,6 +347,8 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rooms", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000, 10000])
     parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--long-seconds", type=float, default=90.0, help="time budget of the long room")
+    parser.add_argument("--step-seconds", type=float, default=600.0, help="time budget of one rooms step")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--reply-timeout", type=float, default=20.0)
     parser.add_argument("--nofile", type=int, default=1024, help="RLIMIT_NOFILE (soft and hard) for the supervisor")
@@ -352,7 +365,8 @@ async def main() -> int:
             long = await bench.long_room(args.turns)
             print(f"one room, {long['turns']:.0f} turns ({long['turns_per_s']:.0f}/s): {long['kb_per_turn']:.2f} kB/turn of "
                   f"service RSS, last request {long['request_kb']:.0f} kB, first turn after a restart "
-                  f"{long['first_after_restart_ms']:.0f} ms", flush=True)
+                  f"{long['first_after_restart_ms']:.0f} ms; a turn took {long['first50_ms']:.0f} ms (p50, first 50) -> "
+                  f"{long['last50_ms']:.0f} ms (last 50)", flush=True)
             steps = await bench.rooms()
         finally:
             await bench.stop()
