@@ -187,6 +187,7 @@ class Settings(BaseSettings):
     # hosts
     browser_allow_private: bool = False
     chromium_path: Path | None = None
+    browser_idle_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)  # Chromium closes after this long unused
     browser_pinned_hosts: str = ""  # name=ip,... resolved by the browser policy proxy and trusted (tests; docs/hosts.md)
 
     # supervision

@@ -34,6 +34,7 @@ from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply
 from clankie.router import Router
 from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings
+from service import fdlimit
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
@@ -164,7 +165,10 @@ class ServiceApp:
             detail += f", {zombies} aborted runs not stopping"
         if self.provider is None:
             detail += ", provider unconfigured"
-        report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies, **counts}
+        fds, fd_limit = fdlimit.usage()
+        detail += f", fds {fds}/{fd_limit}"
+        report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies, **counts,
+                  "fds": fds, "fd_limit": fd_limit}
         return Heartbeat(detail=detail, runs=runs, report=report)
 
 
@@ -203,6 +207,7 @@ async def _amain(environ: Mapping[str, str]) -> int:
             print(f"service: {exc}", file=sys.stderr, flush=True)
             return EX_CONFIG
         logs.configure("service", settings.log_level)
+        fdlimit.raise_to_hard()
         return await _serve(settings, environ, link)
 
 

@@ -1,4 +1,10 @@
-"""The browser host: one long-lived headless Chromium, a fresh context per screenshot.
+"""The browser host: a headless Chromium started on demand, a fresh context per screenshot.
+
+Chromium (and Playwright's Node driver) start on the first request and close
+once no request has finished for ``browser_idle_seconds``
+(``CLANKIE_BROWSER_IDLE_SECONDS``): an idle tree holds no browser. Starting
+and closing share one lock, so concurrent first requests start it once and a
+request arriving while it closes waits for the close, then starts it again.
 
 Playwright for Python drives Debian's ``chromium-headless-shell`` (no browser
 is ever downloaded). Every context goes through its own policy-proxy
@@ -24,10 +30,12 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from playwright.async_api import Browser, BrowserContext, Page, Playwright, async_playwright
+from playwright.async_api import Browser, BrowserContext, FloatRect, Page, Playwright, ProxySettings, async_playwright
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -39,7 +47,7 @@ from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
 from . import policy
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, idle_due
 from .proxy import MARKER, PolicyProxy, Resolver, Session, system_resolver
 
 log = logging.getLogger(__name__)
@@ -62,6 +70,7 @@ SHOT_TIMEOUT_MS = 10_000
 CLOSE_DEADLINE = 5.0
 MAX_HEIGHT = 8_000
 CONCURRENCY = 2
+IDLE_TICK_MAX = 5.0  # the idle watch looks at least this often
 NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
 
 
@@ -77,7 +86,7 @@ class BrowserHost:
     """Serves ``screenshot`` for the host runtime (see :class:`hosts.runtime.Host`)."""
 
     name = "browser"
-    deadlines = {"screenshot": REQUEST_DEADLINE}
+    deadlines: Mapping[str, float] = MappingProxyType({"screenshot": REQUEST_DEADLINE})
     timeout_code = "browser_timeout"
 
     def __init__(self, settings: Settings, clock: Clock, *, resolver: Resolver = system_resolver) -> None:
@@ -93,11 +102,15 @@ class BrowserHost:
         self._launching: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
         self._closing = False
+        self._retiring = False
+        self._busy = 0
+        self._last_done = clock.monotonic()
+        self._watch: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ runtime hooks
 
     async def start(self) -> None:
-        """Empty the private temp dir, open the proxy, and try a first launch (failure is not fatal)."""
+        """Empty the private temp dir, open the proxy and watch for idleness; Chromium waits for a request."""
         shutil.rmtree(self.tmp, ignore_errors=True)
         make_private_dirs(self.tmp)
         # The Node driver and Chromium put their profiles under TMPDIR; give them ours.
@@ -106,25 +119,34 @@ class BrowserHost:
         self._launching = asyncio.Lock()
         self._slots = asyncio.Semaphore(CONCURRENCY)
         self._default = await self.proxy.open_session()
-        try:
-            await self._ensure_browser()
-        except RemoteError as exc:
-            log.warning("browser not started: %s; will retry on the next request", exc.code)
+        self._watch = asyncio.create_task(self._idle_watch(), name="browser-idle")
+        log.info("Chromium starts on the first request and closes after %.0fs idle", self.settings.browser_idle_seconds)
 
     def health(self) -> dict[str, Any]:
         return {
             **self.life.report(self.clock.monotonic()),
+            "chromium": self.chromium,
+            "idle_seconds": self.settings.browser_idle_seconds,
             "executable": str(find_chromium(self.settings.chromium_path) or ""),
             "allow_private": self.settings.browser_allow_private,
             "policy_refusals": self.proxy.refused_total,
             "proxy_unauthenticated": self.proxy.unauthenticated_total,
         }
 
+    @property
+    def chromium(self) -> str:
+        """``up`` while a Chromium runs (or is closing), else ``down``."""
+        return "up" if self.life.state in ("up", "stopping") else "down"
+
     def detail(self) -> str:
-        return f"browser {self.life.state}, restarts {self.life.restarts}"
+        return f"chromium {self.chromium} ({self.life.state}), launches {self.life.launches}, crashes {self.life.crashes}"
 
     async def close(self) -> None:
         self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         if self._browser is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._browser.close(), CLOSE_DEADLINE)
@@ -136,9 +158,14 @@ class BrowserHost:
         assert isinstance(params, ScreenshotRequest) and self._slots is not None
         target = self._checked(params.url)
         await self._precheck(target)
-        async with self._slots:
-            browser = await self._ensure_browser()
-            data, ext = await self._shoot(browser, params)
+        self._busy += 1
+        try:
+            async with self._slots:
+                browser = await self._ensure_browser()
+                data, ext = await self._shoot(browser, params)
+        finally:
+            self._busy -= 1
+            self._last_done = self.clock.monotonic()
         return await write_artifact(self.settings.attachment_root, "browser", data, ext)
 
     # ------------------------------------------------------------ policy
@@ -187,17 +214,47 @@ class BrowserHost:
         browser = await self._pw.chromium.launch(
             executable_path=executable,
             headless=True,
-            proxy={"server": self._default.url, **self.proxy.credentials},
+            proxy=self._proxy_settings(self._default.url),
             args=list(LAUNCH_ARGS),
             timeout=START_DEADLINE * 1000,
         )
         browser.on("disconnected", lambda b: self._on_disconnected(b))
         return browser
 
+    async def _idle_watch(self) -> None:
+        idle = self.settings.browser_idle_seconds
+        while True:
+            await self.clock.sleep(min(IDLE_TICK_MAX, idle / 2))
+            if self.life.state == "up" and idle_due(self.clock.monotonic(), self._last_done, idle, self._busy):
+                await self._retire()
+
+    async def _retire(self) -> None:
+        """Close an idle Chromium and its driver; requests that arrive meanwhile wait on the lock."""
+        assert self._launching is not None
+        async with self._launching:
+            now = self.clock.monotonic()
+            if self.life.state != "up" or not idle_due(now, self._last_done, self.settings.browser_idle_seconds, self._busy):
+                return
+            self.life.apply("idle", now)
+            self._retiring = True
+            try:
+                if self._browser is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self._browser.close(), CLOSE_DEADLINE)
+                await self._stop_playwright()
+            finally:
+                self._retiring = False
+                self.life.apply("stopped", self.clock.monotonic())
+            log.info("browser closed after %.0fs idle", now - self._last_done)
+
+    def _proxy_settings(self, url: str) -> ProxySettings:
+        creds = self.proxy.credentials
+        return ProxySettings(server=url, username=creds["username"], password=creds["password"])
+
     def _on_disconnected(self, browser: Browser) -> None:
         if self._browser is browser:
             self._browser = None
-        if not self._closing:
+        if not self._closing and not self._retiring:
             log.warning("browser disconnected; it will be relaunched on the next request")
             self.life.apply("disconnected", self.clock.monotonic(), "browser_crashed")
 
@@ -216,7 +273,7 @@ class BrowserHost:
         try:
             ctx = await browser.new_context(
                 viewport={"width": view.width, "height": view.height},
-                proxy={"server": session.url, **self.proxy.credentials},
+                proxy=self._proxy_settings(session.url),
                 service_workers="block",
                 accept_downloads=False,
             )
@@ -252,7 +309,7 @@ class BrowserHost:
 
     async def _capture(self, ctx: BrowserContext, page: Page, req: ScreenshotRequest, view: Viewport) -> tuple[bytes, str]:
         limit = self.settings.discord_upload_limit_bytes
-        clip = {"x": 0, "y": 0, "width": view.width, "height": MAX_HEIGHT} if req.full_page else None
+        clip = FloatRect(x=0, y=0, width=view.width, height=MAX_HEIGHT) if req.full_page else None
         try:
             data = await page.screenshot(full_page=req.full_page, clip=clip, timeout=SHOT_TIMEOUT_MS)
         except PlaywrightTimeout:

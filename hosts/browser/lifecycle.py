@@ -1,7 +1,8 @@
 """The browser's life as a pure state machine (no I/O, no clock reads).
 
 States: ``absent`` (no Chromium executable), ``down`` (not running, will be
-launched on the next request), ``starting``, ``up``. The host feeds it events
+launched on the next request), ``starting``, ``up``, ``stopping`` (closed
+after an idle period; a request arriving now waits, then launches it again). The host feeds it events
 from Playwright and reads :meth:`Lifecycle.report` into its heartbeat.
 An illegal event is a bug on our side and raises :class:`LocalProtocolError`.
 """
@@ -13,8 +14,8 @@ from typing import Any, Literal
 
 from clankie.errors import LocalProtocolError
 
-State = Literal["absent", "down", "starting", "up"]
-Event = Literal["launch", "launched", "failed", "missing", "disconnected"]
+State = Literal["absent", "down", "starting", "up", "stopping"]
+Event = Literal["launch", "launched", "failed", "missing", "disconnected", "idle", "stopped"]
 
 TRANSITIONS: dict[tuple[State, Event], State] = {
     ("absent", "launch"): "starting",
@@ -28,7 +29,15 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     ("absent", "disconnected"): "absent",
     ("down", "missing"): "absent",
     ("absent", "missing"): "absent",
+    ("up", "idle"): "stopping",
+    ("stopping", "stopped"): "down",
+    ("stopping", "disconnected"): "stopping",
 }
+
+
+def idle_due(now: float, last_done: float, idle_seconds: float, busy: int) -> bool:
+    """Whether an up browser with ``busy`` requests in flight, last used at ``last_done``, should close now."""
+    return busy == 0 and now - last_done >= idle_seconds
 
 
 @dataclass(slots=True)
@@ -38,6 +47,7 @@ class Lifecycle:
     crashes: int = 0
     last_error: str | None = None
     up_since: float | None = None
+    idle_stops: int = 0
 
     def apply(self, event: Event, now: float, error: str | None = None) -> State:
         try:
@@ -49,7 +59,9 @@ class Lifecycle:
             self.up_since = now
         if event == "disconnected" and self.state == "up":
             self.crashes += 1
-        if new != "up":
+        if event == "stopped":
+            self.idle_stops += 1
+        if new not in ("up", "stopping"):
             self.up_since = None
         if error is not None:
             self.last_error = error
@@ -67,6 +79,7 @@ class Lifecycle:
             "launches": self.launches,
             "restarts": self.restarts,
             "crashes": self.crashes,
+            "idle_stops": self.idle_stops,
             "last_error": self.last_error,
             "up_for_s": None if self.up_since is None else round(now - self.up_since, 1),
         }

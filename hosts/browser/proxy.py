@@ -53,7 +53,7 @@ Resolver = Callable[[str, int], Awaitable[list[policy.IPAddress]]]
 
 async def system_resolver(host: str, port: int) -> list[policy.IPAddress]:
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 @dataclass(slots=True)
