@@ -65,7 +65,7 @@ from clankie.protocol import Artifact, HistoryMessage, HistoryReply, HistoryRequ
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from service.captain import captain as captain_mod
+from service.captain import prompt as prompt_mod
 from tests.service.captain.harness import FakeBridge, msg
 
 TOOL_SECONDS = 10.0
@@ -292,7 +292,7 @@ async def scenario(mode: str, lane: str, size: int, scale: float) -> Outcome:
 
 async def main(scale: float) -> None:
     logging.basicConfig(level=logging.ERROR)
-    captain_mod.SYSTEM_PROMPT = captain_mod.SYSTEM_PROMPT + "\n\n" + persona()  # same pad in both modes
+    prompt_mod.SYSTEM_PROMPT = prompt_mod.SYSTEM_PROMPT + "\n\n" + persona()  # same pad in both modes
     combos = [(mode, lane, size) for size in BURSTS for lane in LANES for mode in MODES]
     results = await asyncio.gather(*(scenario(mode, lane, size, scale) for mode, lane, size in combos))
     by = {(r.mode, r.lane, r.size): r for r in results}

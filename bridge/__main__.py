@@ -9,7 +9,7 @@ import sys
 
 # Arm the parent-death signal before the heavy imports below: a process (a warm spare above all)
 # still importing when the supervisor dies must die with it, not linger holding a listening socket.
-from clankie.child import arm_parent_death  # noqa: E402  (light: stdlib only)
+from clankie.child import arm_parent_death
 
 arm_parent_death()  # this process's environment
 

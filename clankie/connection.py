@@ -192,7 +192,7 @@ class Connection(asyncio.Protocol):
         try:
             while (msg := self._decoder.next_message()) is not framing.NEED_DATA:
                 self._dispatch(msg)
-                if self._closed is not None:
+                if self.closed:  # the dispatch may have closed us (a property: mypy must not narrow it)
                     return
         except RemoteProtocolError as exc:
             self._violation(exc)
@@ -372,7 +372,7 @@ class Connection(asyncio.Protocol):
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Give a handler its own task; on Python 3.12+ it starts eagerly, inside this call,
         so an answer that needs no waiting costs no extra trip through the event loop."""
-        task: asyncio.Task[None] = asyncio.Task(coro, loop=self._loop, **_EAGER)
+        task: asyncio.Task[None] = asyncio.Task(coro, loop=self._loop, **_EAGER)  # type: ignore[arg-type]  # eager_start exists only on 3.12+
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

@@ -140,7 +140,10 @@ class Server:
     def _refuse(self, transport: asyncio.BaseTransport, fmt: str, *args: object) -> None:
         """Close before reading a byte; log at most once per few seconds (a flood must not flood the journal)."""
         self.refused += 1
-        transport.abort()
+        if isinstance(transport, asyncio.Transport):  # a stream socket's transport always is
+            transport.abort()
+        else:
+            transport.close()
         now = asyncio.get_running_loop().time()
         if now - self._logged_at < _LOG_EVERY:
             self._unlogged += 1
@@ -254,7 +257,7 @@ async def bind_listener(path: Path, backlog: int = 128) -> socket.socket:
 async def _clear_stale_socket(path: Path) -> None:
     """Unlink a socket file nobody answers on; refuse to start over a live one."""
     try:
-        st = path.lstat()
+        st = path.lstat()  # noqa: ASYNC240 (one stat of a socket file in the runtime dir, at start)
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
@@ -264,7 +267,7 @@ async def _clear_stale_socket(path: Path) -> None:
             _reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(os.fspath(path)), 1.0)
         except (OSError, TimeoutError):
             log.info("removing stale socket %s", path)
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # noqa: ASYNC240 (one unlink in the runtime dir, at start)
             return
         writer.close()
         if attempt + 1 < LIVE_SOCKET_CHECKS:

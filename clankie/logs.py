@@ -23,7 +23,7 @@ from typing import Any
 
 from clankie.paths import process_environment
 
-_context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("clankie_log_context", default={})
+_context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("clankie_log_context", default={})  # noqa: B039 (read-only Mapping: never mutated, only replaced)
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
 

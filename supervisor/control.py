@@ -49,6 +49,11 @@ PROXY_TIMEOUT = 10.0
 SAY_TIMEOUT = 600.0
 
 
+
+def _count(value: float | int | None) -> int | None:
+    """A process statistic that is a count (psutil reports them as ints; the map they travel in is mixed)."""
+    return None if value is None else int(value)
+
 def _signal_name(sig: int | None) -> str | None:
     if sig is None:
         return None
@@ -84,9 +89,9 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         last_exit=last_exit,
         next_start_at=next_start,
         cpu_percent=stats["cpu_percent"],
-        rss_bytes=stats["rss_bytes"],
-        num_fds=stats["num_fds"],
-        threads=stats["threads"],
+        rss_bytes=_count(stats["rss_bytes"]),
+        num_fds=_count(stats["num_fds"]),
+        threads=_count(stats["threads"]),
         detail=detail[:200],
         reason=life.reason[:300],
         ended=life.ended if ex is not None else "",

@@ -65,7 +65,7 @@ class Spare:
         if self.proc is not None:
             out.append((self.proc, self.exited))
         for proc in self.dying:
-            out.append((proc, lambda status, p=proc: self._reaped_dying(p)))
+            out.append((proc, functools.partial(self._reaped_dying_status, proc)))
         return out
 
     # ------------------------------------------------------------ preparing
@@ -150,6 +150,9 @@ class Spare:
             return
         delay = max(0.0, self.life.next_start_at - now)
         self._timer = self.child.tree.spawn(self._after(delay, due=True), name=f"spare-{self.child.name}")
+
+    def _reaped_dying_status(self, proc: Proc, status: Exit) -> None:
+        self._reaped_dying(proc)
 
     def _reaped_dying(self, proc: Proc) -> None:
         self.dying.discard(proc)

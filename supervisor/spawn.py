@@ -22,13 +22,14 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV
 from clankie.handover import LISTEN_FDS_ENV, listen_fds_value
-from clankie.secrets import SECRETS_FD_ENV
 from clankie.protocol import Record
+from clankie.secrets import SECRETS_FD_ENV
 from supervisor.forward import StderrQueue
 from supervisor.output import Capture, Forwarder, RotatingLog
 
@@ -42,7 +43,7 @@ class Proc:
     """A live process: pid, pidfd, its two output captures and (once it said hello) its link."""
 
     def __init__(self, pid: int, pidfd: int | None, captures: list[Capture], on_link: LinkHandler) -> None:
-        self.pid = pid
+        self.pid: int | None = pid  # None once released
         self.pidfd = pidfd
         self.captures = captures
         self.on_link = on_link  # where its link messages go: the spare slot, then the child
@@ -91,7 +92,7 @@ class Proc:
             with contextlib.suppress(ProcessLookupError, OSError):
                 signal.pidfd_send_signal(self.pidfd, sig)
 
-    def release(self, spawn_task: Callable[[Awaitable[None], str], object], name: str) -> str:
+    def release(self, spawn_task: Callable[[Coroutine[Any, Any, None], str], object], name: str) -> str:
         """After the reaper got its status: sweep its group, drain and close everything; its last stderr line."""
         pid, self.pid = self.pid, None
         if self.pidfd is not None:

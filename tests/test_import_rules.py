@@ -70,6 +70,7 @@ PURE_CORES = (
     "supervisor/lifecycle.py",  # the child lifecycle
     "supervisor/sparelife.py",  # the warm spare's slot
     "bridge/admission.py",
+    "bridge/engagement.py",  # engagement by age and count
     "bridge/chunks.py",
     "clankie/backoff.py",
     "clankie/framing.py",

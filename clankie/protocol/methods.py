@@ -32,7 +32,6 @@ from clankie.protocol.records_control import (
 )
 from clankie.protocol.records_hosts import Artifact, DiagramRequest, ScreenshotRequest
 
-
 R = TypeVar("R", bound=Record)
 
 

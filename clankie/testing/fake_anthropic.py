@@ -410,7 +410,7 @@ def _block_events(index: int, block: dict[str, Any], size: int) -> Iterator[tupl
 
     kind = block["type"]
     if kind == "text":
-        head = {"type": "text", "text": ""}
+        head: dict[str, Any] = {"type": "text", "text": ""}
         yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": head}
         for piece in _chunks(block["text"], size):
             yield delta({"type": "text_delta", "text": piece})

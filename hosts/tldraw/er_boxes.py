@@ -31,7 +31,7 @@ def field_line(field: Field) -> str:
 
 def entity_box(key: str, entity: Entity) -> Box:
     """A box at the origin, sized to fit the entity in both outputs."""
-    label = (TextLine(entity.name, bold=True),) + tuple(TextLine(field_line(f)) for f in entity.fields)
+    label = (TextLine(entity.name, bold=True), *(TextLine(field_line(f)) for f in entity.fields))
     tldr_w = max(measure(line.text, bold=line.bold) for line in label) + 2 * LABEL_PADDING + SLACK
     tags = [KEY_TAGS[f.key] if f.key else "" for f in entity.fields]
     tag_w = max((measure(t, bold=True) for t in tags), default=0)

@@ -17,7 +17,7 @@ from collections import deque
 from .er_boxes import entity_box
 from .geom import Point, bend_midpoint, box_exit, center, curve_points, inside, quad_control
 from .layout_common import finish
-from .metrics import LINE_HEIGHT, LABEL_PX, measure
+from .metrics import LABEL_PX, LINE_HEIGHT, measure
 from .scene import Arrow, Box, Head, Scene
 from .schema_er import ErDiagram
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from clankie.clock import Clock
@@ -42,9 +43,9 @@ RENDERERS: dict[str, Renderer] = {
 class TldrawHost:
     """Serves the two diagram tools (see :class:`hosts.runtime.Host`)."""
 
-    name = "tldraw"
-    deadlines = {method: DEADLINE for method in RENDERERS}
-    timeout_code = Code.RENDER_FAILED
+    name: str = "tldraw"
+    deadlines: Mapping[str, float] = MappingProxyType({method: DEADLINE for method in RENDERERS})
+    timeout_code: str = Code.RENDER_FAILED
 
     def __init__(self, settings: Settings, clock: Clock) -> None:
         self.settings = settings

@@ -25,7 +25,6 @@ from anthropic.types import TextDelta
 
 from clankie.errors import ClankieError
 from clankie.settings import Settings
-
 from service.agent.content import Block
 from service.agent.failures import FailureKind, ProviderError, classify_status
 from service.agent.model import ModelRequest, ModelResponse, Signal

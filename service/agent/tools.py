@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clankie.clock import Clock
-
 from service.agent.content import Block
 
 log = logging.getLogger(__name__)

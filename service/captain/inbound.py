@@ -33,7 +33,6 @@ import aiohttp
 from clankie.clock import Clock
 from clankie.paths import make_private_dirs
 from clankie.protocol import HistoryMessage, ImageAttachment
-
 from service.captain.image_size import MAX_SIDE, dimensions, fits_model
 from service.captain.prompt import ImageReport
 

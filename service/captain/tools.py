@@ -21,7 +21,6 @@ from clankie import ipc
 from clankie.artifacts import ArtifactError, resolve_artifact
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import Artifact, DiagramRequest, Room, ScreenshotRequest, TextUpdate, TextUpdateReply
-
 from service.agent.tools import Tool, ToolContext, ToolResult
 from service.captain.hosts import HostClient, HostUnavailable
 

@@ -66,7 +66,7 @@ def test_stalled_run_fails_every_attached_turn_and_the_lane_comes_back_cold(env:
             run_report = next(r for hb in reversed(sup.heartbeats) for r in hb.runs)
             assert run_report.lane == ROOM_KEY
             assert sup.conn is not None
-            reply = await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, run_id=run_report.run_id, reason="stalled"))
+            reply = await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, run_id=run_report.run_id, reason="stalled"), expect=AbortReply)
             assert reply == AbortReply(aborted=True)
             r1, r2 = await asyncio.gather(t1, t2)
             assert (r1.outcome, r1.code, r1.turn_id) == ("failed", "captain_turn_stalled", "turn-1-m1")
@@ -77,7 +77,7 @@ def test_stalled_run_fails_every_attached_turn_and_the_lane_comes_back_cold(env:
             assert len(bridge.history_calls) == 2  # rebuilt cold from disk
             assert app.turns.evidence.of("m2") == ["accepted", "failed"]
             # a second abort for the same (gone) run is refused
-            assert (await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, run_id=run_report.run_id, reason="stalled"))).aborted is False
+            assert (await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, run_id=run_report.run_id, reason="stalled"), expect=AbortReply)).aborted is False
 
     run(body())
 
@@ -91,9 +91,9 @@ def test_lanes_and_say_are_answered_over_the_link(env: dict[str, str]) -> None:
             fake.script(fa.text("hmm", stall_after=3, stall_until=gate), fa.text("one answer for all three"))
             assert sup.conn is not None
             conn = sup.conn
-            first = asyncio.create_task(conn.request("say", SayRequest(room="local:lab", text="one")))
+            first = asyncio.create_task(conn.request("say", SayRequest(room="local:lab", text="one"), expect=TurnResult))
             await fake.wait_for_requests(1)
-            rest = [asyncio.create_task(conn.request("say", SayRequest(room="local:lab", text=t))) for t in ("two", "three")]
+            rest = [asyncio.create_task(conn.request("say", SayRequest(room="local:lab", text=t), expect=TurnResult)) for t in ("two", "three")]
             await until(lambda: len(app.captain.lanes["discord:clankie:discord:local:lab"].machine.steerers) == 2)
             lanes = await conn.request("lanes", Empty())
             assert isinstance(lanes, LanesReply)
@@ -160,13 +160,13 @@ def test_stalled_one_shot_and_operator_abort(env: dict[str, str]) -> None:
             await fake.wait_for_requests(1)
             (report,) = app.captain.runs()
             assert report.lane == f"{ROOM_KEY}#s1"
-            assert (await sup.conn.request("abort_run", AbortRun(lane=report.lane, run_id=None, reason="stalled"))).aborted
+            assert (await sup.conn.request("abort_run", AbortRun(lane=report.lane, run_id=None, reason="stalled"), expect=AbortReply)).aborted
             r = await oneshot
             assert (r.outcome, r.code) == ("failed", "captain_turn_stalled")
             room = bridge.start(msg("m1", "ordinary"))
             await fake.wait_for_requests(2)
             await until(lambda: app.captain.runs() != ())
-            assert (await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, reason="operator"))).aborted
+            assert (await sup.conn.request("abort_run", AbortRun(lane=ROOM_KEY, reason="operator"), expect=AbortReply)).aborted
             r = await room
             assert (r.outcome, r.code, r.turn_id) == ("failed", "captain_session_failed", "turn-1-m1")
             assert ROOM_KEY in app.captain.lanes  # an operator abort keeps the lane warm

@@ -184,6 +184,6 @@ def test_spare_and_cold_restarts_behave_the_same_lanes_come_back_cold(
                 seen.append(_cold(t.anthropic.requests[-1]))
             assert seen == [True, False, True, False]  # a restarted service's lanes are cold once, spare or not
             lanes = await t.call("lanes")
-            assert [lane.warm for lane in lanes.lanes] == [True]  # type: ignore[attr-defined]
+            assert [lane.warm for lane in lanes.lanes] == [True]
 
     asyncio.run(main())

@@ -101,7 +101,7 @@ class Tree:
     def sock(self) -> Path:
         return self.runtime / "control.sock"
 
-    async def call(self, method: str, params: Record | None = None, timeout: float = 30.0) -> Record:
+    async def call(self, method: str, params: Record | None = None, timeout: float = 30.0) -> Any:  # the reply, validated against the method table by the connection
         """One request on the control socket, as clankiectl makes it."""
         conn = await ipc.connect(self.sock, "test", timeout=timeout)
         try:
