@@ -128,7 +128,7 @@ def test_lifecycle_counts_crashes_and_restarts() -> None:
     life.apply("launch", 6.0)
     life.apply("launched", 6.5)
     assert life.report(10.0) == {
-        "browser": "up", "launches": 2, "restarts": 1, "crashes": 1, "last_error": "browser_crashed", "up_for_s": 3.5,
+        "browser": "up", "launches": 2, "restarts": 1, "crashes": 1, "last_error": "browser_crashed", "up_for_s": 3.5, "idle_stops": 0,
     }
     with pytest.raises(LocalProtocolError):
         life.apply("launched", 11.0)
