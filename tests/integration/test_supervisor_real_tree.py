@@ -30,7 +30,7 @@ def test_the_default_tree_runs_answers_clankiectl_and_leaves_no_orphans(
         assert ctl.main([*sock, "lanes", "--json"]) == 0
         assert "lanes" in json.loads(capsys.readouterr().out)
         descendants = [p.pid for p in psutil.Process(sup.proc.pid).children(recursive=True)]
-            assert len(descendants) >= 4  # the four children (Chromium starts only on the first screenshot)
+        assert len(descendants) >= 4  # the four children (Chromium starts only on the first screenshot)
         sup.proc.kill()
         sup.proc.wait()
         wait_for(lambda: not any(pid_alive(p) for p in descendants), 2.0, "every descendant gone")
