@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 from clankie.shards import shard_of
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord
-from tests.integration.tree import CLANKIE, PERSON, REPO, Site, Tree, tree_env
+from tests.integration.tree import CLANKIE, PERSON, REPO, Site, Tree, stop_tree, tree_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -55,13 +54,7 @@ async def shard_tree(tmp: Path, runtime: Path, discord: FakeDiscord, shard_ids: 
         await t.ready(90)
         yield t
     finally:
-        if t.proc.returncode is None:
-            t.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(t.proc.wait(), 30)
-            except TimeoutError:
-                t.proc.kill()
-                await t.proc.wait()
+        await stop_tree(t.proc)
         await site.close()
         await anthropic.close()
 

@@ -272,6 +272,17 @@ def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeA
     return env
 
 
+async def stop_tree(proc: asyncio.subprocess.Process) -> None:
+    """Stop a tree's supervisor as systemd would: SIGTERM, then SIGKILL after 30 s."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
 @contextlib.asynccontextmanager
 async def real_tree(
     tmp: Path,
@@ -304,13 +315,7 @@ async def real_tree(
         if anthropic.gate is not None:
             anthropic.gate.set()
         discord.gateway_open.set()
-        if t.proc.returncode is None:
-            t.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(t.proc.wait(), 30)
-            except TimeoutError:
-                t.proc.kill()
-                await t.proc.wait()
+        await stop_tree(t.proc)
         await site.close()
         await anthropic.close()
         await discord.close()
