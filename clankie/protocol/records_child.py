@@ -65,6 +65,8 @@ class LaneInfo(Record):
     last_event_age_s: float | None = None
     turns: int = 0
     tokens: Tokens | None = None  # everything its session trees record (None: not read)
+    live: bool = True  # False: only on disk (evicted, or from an earlier process); state is then "on_disk"
+    last_active_age_s: float | None = None  # since its session files were last written (a disk lane's row)
 
 
 class LanesReply(Record):

@@ -165,7 +165,7 @@ class Captain:
         return reports.lane_directories(self.registry)
 
     def lane_infos(self) -> tuple[LaneInfo, ...]:
-        return reports.lane_infos(self.registry, self._clock.boottime())
+        return reports.lane_infos(self.registry, self._clock.boottime(), self._clock.wall(), self._s.lanes_list_max)
 
     def lane_counts(self) -> dict[str, int]:
         return reports.counts(self.registry)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clankie.protocol import LaneInfo, RunReport
+from service.captain import listing
 from service.captain.lane import LaneState
 from service.captain.registry import LaneRegistry
 
@@ -43,8 +44,9 @@ def lane_directories(registry: LaneRegistry) -> dict[str, Path]:
     return {lane.key: lane.plan.directory for lane in registry.lanes.values()}
 
 
-def lane_infos(registry: LaneRegistry, now: float) -> tuple[LaneInfo, ...]:
-    return tuple(
+def lane_infos(registry: LaneRegistry, now: float, wall: float, limit: int) -> tuple[LaneInfo, ...]:
+    """Up to ``limit`` lanes: the live ones (most recently used first), then those only on disk, newest first."""
+    live = [
         LaneInfo(
             key=lane.key,
             warm=not lane.fresh,
@@ -52,9 +54,16 @@ def lane_infos(registry: LaneRegistry, now: float) -> tuple[LaneInfo, ...]:
             run_id=lane.machine.run_id,
             last_event_age_s=max(0.0, now - lane.last_event_boot) if lane.machine.state in LIVE else None,
             turns=lane.machine.turns_started,
+            last_active_age_s=max(0.0, now - lane.last_event_boot) if lane.last_event_boot else None,
         )
-        for lane in registry.lanes.values()
-    )
+        for lane in reversed(registry.lanes.values())
+    ][:limit]
+    on_disk = listing.disk_lanes(registry.paths, registry.lanes.keys(), limit - len(live))
+    return (*live, *(
+        LaneInfo(key=lane.key, warm=lane.stamp == registry.instance, state="on_disk", live=False,
+                 last_active_age_s=max(0.0, wall - lane.last_write) if lane.last_write else None)
+        for lane in on_disk
+    ))
 
 
 def counts(registry: LaneRegistry) -> dict[str, int]:

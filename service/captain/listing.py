@@ -1,0 +1,75 @@
+"""Every lane the captain has, live in memory or only on disk, newest activity first, bounded.
+
+``clankiectl lanes`` shows the live lanes (:mod:`service.captain.reports`)
+and, after them, the lanes that exist only as session trees on disk: evicted
+(idle, least recently used) or left by an earlier process. A disk lane's row
+says whether it would come back warm (an eviction stamp of this process, see
+:mod:`service.captain.registry`) and how long ago its session files were last
+written. The directories are scanned when asked (``os.scandir``, one ``stat``
+per session file); at most ``limit`` rows are returned in all
+(``CLANKIE_LANES_LIST_MAX``), the most recently active first. One-shot trees
+(``turns/``) are not lanes and are not listed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+from service.captain.keys import CaptainPaths
+from service.captain.registry import WARM_STAMP
+
+
+@dataclass(frozen=True, slots=True)
+class DiskLane:
+    """A lane's directory on disk: its key, when its session files were last written, and its warm stamp."""
+
+    key: str
+    directory: Path
+    last_write: float  # wall-clock seconds
+    stamp: str | None  # the instance id in its warm stamp, if any
+
+
+def _scan(directory: Path) -> DiskLane | None:
+    newest, stamp = 0.0, None
+    try:
+        with os.scandir(directory) as found:
+            for item in found:
+                if item.name == WARM_STAMP:
+                    try:
+                        stamp = Path(item.path).read_text()
+                    except OSError:
+                        stamp = None
+                elif item.name.endswith(".jsonl"):
+                    try:
+                        newest = max(newest, item.stat().st_mtime)
+                    except OSError:
+                        continue
+    except OSError:
+        return None
+    return DiskLane(unquote(directory.name), directory, newest, stamp)
+
+
+def disk_lanes(paths: CaptainPaths, skip: Iterable[str], limit: int) -> list[DiskLane]:
+    """Up to ``limit`` lanes with a directory under ``rooms/`` or ``system/`` and no key in ``skip``, newest first."""
+    if limit <= 0:
+        return []
+    skipped = set(skip)
+    out: list[DiskLane] = []
+    for parent in (paths.root / "rooms", paths.root / "system"):
+        try:
+            with os.scandir(parent) as found:
+                dirs = [Path(item.path) for item in found if item.is_dir(follow_symlinks=False)]
+        except OSError:  # no lane of this kind yet
+            continue
+        for directory in dirs:
+            if unquote(directory.name) in skipped:
+                continue
+            lane = _scan(directory)
+            if lane is not None:
+                out.append(lane)
+    out.sort(key=lambda lane: lane.last_write, reverse=True)
+    return out[:limit]
