@@ -15,145 +15,79 @@ limit cannot hide an fd leak.
    ``CLANKIE_BROWSER_IDLE_SECONDS`` is 2 s here) wait for ``chromium down``
    in status and take one more: its extra time over the warm one is what the
    first screenshot after idle pays.
-2. **One long room**: ``--turns`` (2,000) turns, one after another as fast as
-   the tree answers (each message waits for its reply), within
-   ``--long-seconds`` (90 s): a lane whose turns slow down as it grows
-   reports the turns it reached, and its turn time first and last. Service RSS growth
-   per turn, the model request's size at the last turn, then ``restart
-   service`` and the time from the next message to its reply.
-3. **Rooms**: 100, 1,000 and 10,000 rooms (``--rooms``), cumulative, one
-   message each, ``--concurrency`` in flight. After each step: service RSS
-   and open fds, kB per room (RSS growth over the rooms answered so far), ingress
-   p50/p99 (gateway MESSAGE_CREATE → the model request at the fake
-   Anthropic). Every wait is bounded: a reply has ``--reply-timeout``, and
-   once ``2 × concurrency`` messages in a row go unanswered the step stops
-   sending and counts the rest as unanswered (the last line's ingress p99 is over
-   every answered room); so does a step past
-   ``--step-seconds`` (600 s). So a service that stops
-   answering (issue 13 saw ``Errno 24`` at about 1,015 rooms) shows as
-   ``answered < rooms`` and the bench still ends.
+2. **One long room**: ``--turns`` (300; the issue's 2,000) turns, one after
+   another as fast as the tree answers (each message waits for its reply),
+   within ``--long-seconds`` (20 s): a lane whose turns slow down as it grows
+   reports the turns it reached, and its turn time first and last. Service RSS
+   growth per turn over all of them (``kb_per_turn``) and as the least-squares
+   slope over the second half (``kb_per_turn_late``, past the first turns'
+   one-off allocations); the model request's size at the last turn, then
+   ``restart service`` and the time from the next message to its reply.
+   RSS is not the retained heap: each turn builds the whole request (hundreds
+   of kB after a few hundred turns) several times over, and the allocator's
+   high-water follows the largest. Measured in-process with tracemalloc, the
+   heap a long room keeps is about 4 kB/turn, nearly all of it the session
+   branch since the last compaction (what the next request needs; bounded by
+   the context window) and about 0.35 kB/turn of delivery index (bounded by
+   ``CLANKIE_DELIVERY_RECORD_RETENTION_SECONDS`` and ``_MAX_RETAINED``); see
+   docs/benchmarks.md.
+3. **Rooms**: 100 and 1,000 rooms (``--rooms``; the issue's 100,1000,10000),
+   cumulative, one message each, ``--concurrency`` in flight. After each
+   step: service RSS and open fds, kB per room (RSS growth over the rooms
+   answered so far, and over this step's rooms alone: past
+   ``CLANKIE_LANES_MAX_LIVE`` those are idle, evicted rooms), ingress p50/p99
+   (gateway MESSAGE_CREATE → the model request at the fake Anthropic). Every
+   wait is bounded: a reply has ``--reply-timeout``, and once
+   ``2 × concurrency`` messages in a row go unanswered the step stops sending
+   and counts the rest as unanswered (the last line's ingress p99 is over
+   every answered room); so does a step past ``--step-seconds`` (600 s). So a
+   service that stops answering (issue 13 saw ``Errno 24`` at about 1,015
+   rooms) shows as ``answered < rooms`` and the bench still ends.
+4. **Side by side**: the same rooms on a second tree whose
+   ``CLANKIE_LANES_MAX_LIVE`` is ``--baseline-max-live`` (1,000,000: every
+   lane stays live, the behaviour before the bound; 0 skips it). Its fds and
+   kB/room, and ours as ratios of them.
 
-Run: ``.venv/bin/python bench/scale.py`` (the issue's counts: several
-minutes, most of it the 10,000 rooms; ``--rooms 100,1000 --turns 500`` is
-about a minute). Targets (issue 13): 10,000 of 10,000 answered, service fds
-≤ 256, ≤ 5 kB per idle room, ≤ 1 kB per turn, flat ingress, idle tree ≤ 300 MB.
+Run: ``.venv/bin/python bench/scale.py`` (about 40 s); the issue's counts:
+``--rooms 100,1000,10000 --turns 2000 --long-seconds 90`` (several minutes).
+Targets (issue 13): 10,000 of 10,000 answered, service fds ≤ 256, ≤ 5 kB per
+idle room, ≤ 1 kB per turn, flat ingress, idle tree ≤ 300 MB.
 
 Last line: ``bench scale: rooms=… answered=… service_fds=… kb_per_room=… kb_per_turn=…
-ingress_p99_ms=… idle_tree_mb=…``
+ingress_p99_ms=… idle_tree_mb=… kb_per_turn_late=… fds_vs_all_live=… kb_per_room_vs_all_live=…``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import re
 import resource
 import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
-from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.scale_kit import TARGETS, Anthropic, Replies, pct, ratio, slope, times, tree_rss  # noqa: E402
 from clankie import ipc  # noqa: E402
 from clankie.errors import ChannelBroken, RemoteError  # noqa: E402
 from clankie.protocol import ChildTarget, Empty, Record, ScreenshotRequest, StatusReply  # noqa: E402
-from clankie.testing import fake_anthropic as fa  # noqa: E402
 from clankie.testing.fake_discord import FakeDiscord  # noqa: E402
 from tests.integration.tree import CLANKIE, GUILD, Site, tree_env  # noqa: E402
 
-TOKEN = re.compile(r"scale-(\d+)")
-TARGETS = {"fds": 256, "kb_per_room": 5.0, "kb_per_turn": 1.0, "idle_tree_mb": 300.0}
-ISSUE = {"rooms_answered": "stops at ~1,015", "kb_per_turn": 13.0, "idle_tree_mb": 660.0}
-
-
-class Anthropic(fa.FakeAnthropic):
-    """The fake model, stamping each request's arrival by its newest ``scale-N`` token; keeps no bodies."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.arrived: dict[int, float] = {}
-        self.last_size = 0
-
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        app = web.Application(client_max_size=256 * 1024 * 1024)  # a 2,000-turn session is megabytes
-        app.router.add_post("/v1/messages", self._messages)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        self.base_url = f"http://{host}:{self._runner.addresses[0][1]}"
-        return self.base_url
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        now = time.monotonic()
-        raw = await request.read()  # cached: the base handler's request.json() reads it again
-        self.last_size = len(raw)
-        found = TOKEN.findall(raw.decode(errors="replace"))
-        if found:  # the newest message's token is the largest
-            self.arrived.setdefault(max(int(n) for n in found), now)
-        try:
-            return await super()._messages(request)
-        finally:
-            self.requests.clear()
-
-
-@dataclass
-class Replies:
-    """Replies posted at the fake Discord, indexed by the message they answer (scanned incrementally)."""
-
-    discord: FakeDiscord
-    seen: int = 0
-    at: dict[str, float] = field(default_factory=dict)
-
-    def scan(self) -> None:
-        posts = self.discord.posts
-        for post in posts[self.seen:]:
-            ref = post.message_reference or {}
-            if ref.get("message_id") is not None:
-                self.at.setdefault(str(ref["message_id"]), time.monotonic())
-        self.seen = len(posts)
-
-    def answered(self, message_id: str) -> bool:
-        self.scan()
-        return message_id in self.at
-
-    async def wait(self, message_id: str, timeout: float) -> bool:
-        """Whether ``message_id`` got its reply within ``timeout`` (woken by every call at the fake Discord)."""
-        try:
-            await self.discord.wait_for(lambda: self.answered(message_id), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def tree_rss(pid: int) -> int:
-    root = psutil.Process(pid)
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            total += proc.memory_info().rss
-    return total
-
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
+    def __init__(self, args: argparse.Namespace, tmp: Path, extra_env: dict[str, str] | None = None) -> None:
         self.args = args
         self.tmp = tmp
+        self.extra_env = extra_env or {}
+        self.service_pid: int | None = None
         self.room_ids = [str(200_000 + i) for i in range(max(args.rooms))]
         self.long_chan = "199999"
         self.discord = FakeDiscord(guilds={GUILD: [self.long_chan, *self.room_ids]})
@@ -199,6 +133,11 @@ class Bench:
             "CLANKIE_BROWSER_IDLE_SECONDS": "2",
             "CLANKIE_LOG_LEVEL": "WARNING",
             "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "60",
+            # a window the long room fills several times over: its lane compacts, as a months-long one does
+            "CLANKIE_MODEL_CONTEXT_WINDOW": str(self.args.window),
+            "CLANKIE_COMPACTION_RESERVE_TOKENS": str(self.args.window // 5),
+            "CLANKIE_COMPACTION_KEEP_TOKENS": str(self.args.window // 5),
+            **self.extra_env,
         })
         nofile = self.args.nofile
         err = (self.tmp / "supervisor.stderr").open("wb")
@@ -262,8 +201,10 @@ class Bench:
         mid, _ = await self.say(self.long_chan)  # the cold first turn, outside the measure
         await self.replies.wait(mid, self.args.reply_timeout)
         rss0, _ = await self.service_numbers()
+        proc = psutil.Process((await self.status())["service"].pid)
         answered, t0 = 0, time.monotonic()
         took: list[float] = []
+        samples: list[tuple[int, int]] = [(0, rss0)]  # (turns answered, service RSS), every 10 turns
         while answered < turns and time.monotonic() - t0 < self.args.long_seconds:
             t = time.monotonic()
             mid, _ = await self.say(self.long_chan)
@@ -271,6 +212,8 @@ class Bench:
                 break
             took.append((time.monotonic() - t) * 1000)
             answered += 1
+            if answered % 10 == 0:
+                samples.append((answered, proc.memory_info().rss))
         elapsed = time.monotonic() - t0
         first_ms, last_ms = pct(took[:50], 0.5), pct(took[-50:], 0.5)
         rss1, fds = await self.service_numbers()
@@ -282,6 +225,8 @@ class Bench:
         ok = await self.replies.wait(mid, self.args.reply_timeout)
         first = (time.monotonic() - t1) * 1000 if ok else float("nan")
         return {"turns": answered, "kb_per_turn": (rss1 - rss0) / 1024 / max(1, answered), "request_kb": size / 1024,
+                "summaries": self.anthropic.summaries,
+                "kb_per_turn_late": slope(samples[len(samples) // 2:]) / 1024,
                 "turns_per_s": answered / elapsed if elapsed else 0.0, "first_after_restart_ms": first, "fds": fds,
                 "first50_ms": first_ms, "last50_ms": last_ms}
 
@@ -322,6 +267,7 @@ class Bench:
     async def rooms(self) -> list[dict[str, Any]]:
         base, _ = await self.service_numbers()
         out, done, answered_total = [], 0, 0
+        prev_rss, prev_answered = base, 0
         all_ingress: list[float] = []
         for count in self.args.rooms:
             step = await self.rooms_step(self.room_ids[done:count])
@@ -334,9 +280,13 @@ class Bench:
             all_ingress.extend(step.pop("ingress"))
             out.append({**step, "rooms": count, "answered": answered_total, "rss_mb": rss / 2**20, "fds": fds,
                         "kb_per_room": (rss - base) / 1024 / max(1, answered_total),  # per room that has a lane
-                        "p99_all": pct(all_ingress, 0.99)})
+                        "p99_all": pct(all_ingress, 0.99),
+                        # this step's rooms alone: RSS growth over the rooms it added (past lanes_max_live: idle rooms)
+                        "kb_per_room_step": (rss - prev_rss) / 1024 / max(1, answered_total - prev_answered)})
+            prev_rss, prev_answered = rss, answered_total
             print(f"  {count:>6} rooms: answered {answered_total:>6}  service rss {rss / 2**20:7.1f} MB  fds {fds:>5}  "
-                  f"{out[-1]['kb_per_room']:6.2f} kB/room  ingress p50 {step['p50']:7.1f} ms  p99 {step['p99']:7.1f} ms  "
+                  f"{out[-1]['kb_per_room']:6.2f} kB/room ({out[-1]['kb_per_room_step']:6.2f} this step)  "
+                  f"ingress p50 {step['p50']:7.1f} ms  p99 {step['p99']:7.1f} ms  "
                   f"({step['seconds']:.0f} s{', stopped sending: no answers' if step['gave_up'] else ''}"
                   f"{', stopped sending: --step-seconds ran out' if step['budget'] else ''})", flush=True)
             if step["gave_up"] or step["budget"]:
@@ -344,19 +294,32 @@ class Bench:
         return out
 
 
-def ratio(value: float, target: float) -> str:
-    return f"{value / target:.2f}x target" if target else "-"
+async def baseline(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The same rooms on a second tree with every lane kept live (the behaviour before the LRU bound)."""
+    print(f"baseline: a second tree, CLANKIE_LANES_MAX_LIVE={args.baseline_max_live} (every lane live)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ck-scale-base-", dir="/tmp") as d:
+        bench = Bench(args, Path(d), {"CLANKIE_LANES_MAX_LIVE": str(args.baseline_max_live)})
+        try:
+            await bench.boot()
+            return await bench.rooms()
+        finally:
+            await bench.stop()
 
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rooms", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000, 10000])
-    parser.add_argument("--turns", type=int, default=2000)
-    parser.add_argument("--long-seconds", type=float, default=90.0, help="time budget of the long room")
+    parser.add_argument("--rooms", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000],
+                        help="cumulative room counts (the issue's: 100,1000,10000)")
+    parser.add_argument("--turns", type=int, default=300, help="turns of the long room (the issue's: 2000)")
+    parser.add_argument("--long-seconds", type=float, default=20.0, help="time budget of the long room")
     parser.add_argument("--step-seconds", type=float, default=600.0, help="time budget of one rooms step")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--reply-timeout", type=float, default=20.0)
     parser.add_argument("--nofile", type=int, default=1024, help="RLIMIT_NOFILE (soft and hard) for the supervisor")
+    parser.add_argument("--window", type=int, default=20_000,
+                        help="CLANKIE_MODEL_CONTEXT_WINDOW of the trees (reserve and keep a fifth of it each)")
+    parser.add_argument("--baseline-max-live", type=int, default=1_000_000,
+                        help="CLANKIE_LANES_MAX_LIVE of the side-by-side tree (0: no baseline tree)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ck-scale-", dir="/tmp") as d:
         bench = Bench(args, Path(d))
@@ -369,21 +332,29 @@ async def main() -> int:
                   f"{tree['after_idle_ms']:.0f} ms (+{tree['after_idle_ms'] - tree['warm_ms']:.0f} ms for the start)", flush=True)
             long = await bench.long_room(args.turns)
             print(f"one room, {long['turns']:.0f} turns ({long['turns_per_s']:.0f}/s): {long['kb_per_turn']:.2f} kB/turn of "
-                  f"service RSS, last request {long['request_kb']:.0f} kB, first turn after a restart "
+                  f"service RSS over all of them, {long['kb_per_turn_late']:.2f} kB/turn over the second half (slope); "
+                  f"{long['summaries']:.0f} compactions, last request {long['request_kb']:.0f} kB, first turn after a restart "
                   f"{long['first_after_restart_ms']:.0f} ms; a turn took {long['first50_ms']:.0f} ms (p50, first 50) -> "
                   f"{long['last50_ms']:.0f} ms (last 50)", flush=True)
             steps = await bench.rooms()
         finally:
             await bench.stop()
+    base = await baseline(args) if args.baseline_max_live > 0 else []
     last = steps[-1]
     print(f"vs targets: fds {ratio(last['fds'], TARGETS['fds'])}, kB/room {ratio(last['kb_per_room'], TARGETS['kb_per_room'])}, "
           f"kB/turn {ratio(long['kb_per_turn'], TARGETS['kb_per_turn'])}, idle tree {ratio(tree['idle_mb'], TARGETS['idle_tree_mb'])}")
-    print(f"vs issue 13's figures: rooms answered ({ISSUE['rooms_answered']}) now {last['answered']:.0f} of {args.rooms[-1]}; "
-          f"kB/turn {long['kb_per_turn']:.2f} vs {ISSUE['kb_per_turn']:.0f}; "
-          f"idle tree {tree['idle_mb']:.0f} vs {ISSUE['idle_tree_mb']:.0f} MB")
+    tail = ""
+    if base:
+        b = base[-1]
+        fds_x, room_x = times(last["fds"], b["fds"]), times(last["kb_per_room"], b["kb_per_room"])
+        print(f"vs every lane live (baseline tree) at {b['rooms']} rooms: answered {last['answered']:.0f} vs {b['answered']:.0f}; "
+              f"service fds {last['fds']:.0f} vs {b['fds']:.0f} ({fds_x:.2f}x); kB/room {last['kb_per_room']:.2f} vs "
+              f"{b['kb_per_room']:.2f} ({room_x:.2f}x), this step's rooms {last['kb_per_room_step']:.2f} vs "
+              f"{b['kb_per_room_step']:.2f}; service RSS {last['rss_mb']:.0f} vs {b['rss_mb']:.0f} MB")
+        tail = f" fds_vs_all_live={fds_x:.2f} kb_per_room_vs_all_live={room_x:.2f}"
     print(f"bench scale: rooms={args.rooms[-1]} answered={last['answered']:.0f} service_fds={last['fds']:.0f} "
           f"kb_per_room={last['kb_per_room']:.2f} kb_per_turn={long['kb_per_turn']:.2f} ingress_p99_ms={last['p99_all']:.1f} "
-          f"idle_tree_mb={tree['idle_mb']:.0f}")
+          f"idle_tree_mb={tree['idle_mb']:.0f} kb_per_turn_late={long['kb_per_turn_late']:.2f}{tail}")
     return 0
 
 
