@@ -47,8 +47,6 @@ from clankie.protocol import (
 
 log = logging.getLogger(__name__)
 
-MAX_PENDING_TRIGGERS = 2000
-
 
 class _ReceiptIds(TypedDict):
     """The ids every admission receipt carries."""
@@ -141,10 +139,24 @@ class Bridge:
         self._spawn(Held(entry.turn(), entry.fingerprint, entry.catching_up, entry.folds, recovered=entry))
 
     def keep_trigger(self, delivery_id: str, room: Room, trigger: Trigger) -> None:
-        """Remember a buffered message's room and trigger until its catch-up turn is built."""
+        """Remember a message's room and trigger until its turn (a buffered one's: its catch-up turn) is built.
+
+        Bounded by admission, not by a cap of its own: an admitted run's entry
+        is taken at once by :meth:`start`; a buffered one's lives exactly as long
+        as its message sits in a room's backlog (at most ``BACKLOG_CAP`` per
+        room), and goes when admission discards it.
+        """
         self._pending[delivery_id] = (room, trigger)
-        while len(self._pending) > MAX_PENDING_TRIGGERS:
-            self._pending.popitem(last=False)
+        self._let_go_of_discarded()
+
+    def _let_go_of_discarded(self) -> None:
+        for message_id in self.ingress.take_discarded():
+            self._pending.pop(message_id, None)
+
+    @property
+    def pending_triggers(self) -> int:
+        """Payloads held for turns not yet built (buffered messages, mostly)."""
+        return len(self._pending)
 
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")
@@ -215,6 +227,7 @@ class Bridge:
         finally:
             submit.cancel()
         self.ingress.settle(room.channel_id, result.outcome, self.clock.wall())
+        self._let_go_of_discarded()
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
         match result.kind:
