@@ -164,6 +164,7 @@ class Ingress:
         self._names = name_pattern(policy.names)
         self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
         self._retained: OrderedDict[str, _Retained] = OrderedDict()
+        self._discarded: list[str] = []  # buffered messages no catch-up will carry any more, until taken
 
     # -------------------------------------------------------------- queries
 
@@ -242,8 +243,7 @@ class Ingress:
             return Run(msg, unprompted=not addressed)
         if not live_policy and not addressed and room is not None and room.since_reply >= p.window:
             self._hear(room)
-            room.backlog.append(msg)
-            del room.backlog[:-BACKLOG_CAP]
+            self._buffer(room, msg)
             return Buffered(len(room.backlog))
         if room is not None:
             self._hear(room)
@@ -284,6 +284,7 @@ class Ingress:
             assert room is not None
             room.tracked = True
             room.since_reply = 0
+            self._discarded.extend(m.message_id for m in room.backlog)  # answered meanwhile: no catch-up for them
             room.backlog.clear()
         after = self.engagement(channel_id)
         if after not in TRANSITIONS[before][event]:
@@ -303,8 +304,24 @@ class Ingress:
         assert room is not None
         room.tracked = True
         room.since_reply = max(room.since_reply, self.policy.window)
+        self._buffer(room, msg)
+
+    def _buffer(self, room: Room[Inbound], msg: Inbound) -> None:
+        """Append to the room's backlog; past :data:`BACKLOG_CAP` the oldest fall out (and are reported as discarded)."""
         room.backlog.append(msg)
-        del room.backlog[:-BACKLOG_CAP]
+        over = len(room.backlog) - BACKLOG_CAP
+        if over > 0:
+            self._discarded.extend(m.message_id for m in room.backlog[:over])
+            del room.backlog[:over]
+
+    def take_discarded(self) -> list[str]:
+        """Ids of buffered messages that left a backlog without a catch-up turn since the last call.
+
+        The shell holds each buffered message's payload until its catch-up turn
+        is built; these are the ones it may now let go of.
+        """
+        taken, self._discarded = self._discarded, []
+        return taken
 
     def forget(self, delivery_id: str) -> None:
         """Evict a delivery whose turn could not be run, so a re-delivery may try again."""

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from clankie import framing
-from clankie.connection import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT, HELLO_TIMEOUT, Connection, Handler
+from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT
+from clankie.connection import HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
 from clankie.limits import Held, Limits, Refuse, decide
 

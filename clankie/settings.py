@@ -183,6 +183,9 @@ class Settings(BaseSettings):
     delivery_record_retention_seconds: float = Field(default=7 * 3600.0, gt=0, le=MAX_SECONDS)
     discord_engagement_idle_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
     discord_engagement_max_rooms: int = Field(default=10_000, ge=1, le=10_000_000)
+    child_log_rotate_bytes: int = Field(default=10 * 1024 * 1024, ge=4096, le=1 << 40)  # supervisor: logs/<child>.log
+    child_log_backups: int = Field(default=5, ge=1, le=1000)  # rolled child logs kept (.1 … .N)
+    inbound_image_retention_seconds: float = Field(default=86_400.0, gt=0, le=MAX_SECONDS)  # service: fetched images
 
     # hosts
     browser_allow_private: bool = False

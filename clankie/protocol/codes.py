@@ -66,3 +66,8 @@ class Code(StrEnum):
     SERVICE_UNAVAILABLE = "service_unavailable"
     SERVICE_TIMEOUT = "service_timeout"
     ATTACHMENT_ROOT_MISMATCH = "attachment_root_mismatch"
+    # supervisor: doctor, per side of a writer -> reader check
+    WRITER_NOT_RUNNING = "writer_not_running"
+    WRITER_TIMEOUT = "writer_timeout"
+    READER_NOT_RUNNING = "reader_not_running"
+    READER_TIMEOUT = "reader_timeout"

@@ -42,7 +42,8 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.paths import make_private_dirs
-from clankie.protocol import Record, ScreenshotRequest, Viewport
+from clankie.protocol import Artifact, Record, ScreenshotRequest, Viewport
+from clankie.router import Route, Router
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
@@ -106,8 +107,19 @@ class BrowserHost:
         self._busy = 0
         self._last_done = clock.monotonic()
         self._watch: asyncio.Task[None] | None = None
+        self.router = Router(self.name, self.routes())  # checked against the method table here
 
     # ------------------------------------------------------------ runtime hooks
+
+    def routes(self) -> dict[str, Route]:
+        """One typed handler per method of the ``browser`` role."""
+        return {"screenshot": self.screenshot}
+
+    async def handle(self, method: str, params: Record) -> Record:
+        """The runtime's entry (:class:`hosts.runtime.Host`): the router hands the decoded record to its route."""
+        reply = await self.router.dispatch(method, params)
+        assert reply is not None, "every browser method is a request"
+        return reply
 
     async def start(self) -> None:
         """Empty the private temp dir, open the proxy and watch for idleness; Chromium waits for a request."""
@@ -154,8 +166,9 @@ class BrowserHost:
         if self._default is not None:
             await self.proxy.close_session(self._default)
 
-    async def handle(self, method: str, params: Record) -> Record:
-        assert isinstance(params, ScreenshotRequest) and self._slots is not None
+    async def screenshot(self, params: ScreenshotRequest) -> Artifact:
+        """``screenshot``: the page at ``params.url`` as a governed PNG (or JPEG) artifact."""
+        assert self._slots is not None, "start() runs before the socket serves"
         target = self._checked(params.url)
         await self._precheck(target)
         self._busy += 1

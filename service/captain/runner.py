@@ -234,11 +234,10 @@ class LaneRunner:
             delivery_id=slot.delivery.delivery_id, room=lane.room, before_message_id=slot.trigger.message_id, limit=limit
         )
         try:
-            reply = await conn.request("history", request, timeout=HISTORY_TIMEOUT)
+            reply = await conn.request("history", request, expect=HistoryReply, timeout=HISTORY_TIMEOUT)
         except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
             log.warning("lane %s: no history for a cold lane (%s)", lane.key, type(exc).__name__)
             return None
-        assert isinstance(reply, HistoryReply)
         return reply.messages[-limit:]
 
     # ------------------------------------------------------------------ agent events

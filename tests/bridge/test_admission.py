@@ -199,3 +199,24 @@ def test_backlog_is_bounded() -> None:
     assert ing.backlog(C) == 20
     [run] = ing.catch_up()
     assert run.delivery_id == "b29" and len(run.context) == 19
+
+
+def test_buffered_messages_that_leave_a_backlog_without_a_catch_up_are_reported_once() -> None:
+    """At the backlog's bound the oldest fall out, and an answer meanwhile clears the rest: both are named, once.
+
+    The bridge holds each buffered message's payload until its catch-up turn;
+    these ids are how it knows to let go, so its store is bounded by the backlogs.
+    """
+    ing = addressed(window=1)
+    ing.admit(msg("0", text="clankie"), 0)
+    ing.settle(C, "settled", 0)
+    ing.admit(msg("x", text="x"), 0)
+    ing.settle(C, "silent", 0)
+    for i in range(22):
+        ing.admit(msg(f"b{i}", text="chat"), 0)
+    assert ing.take_discarded() == ["b0", "b1"]
+    assert ing.take_discarded() == []
+    ing.admit(msg("y", text="clankie, still there?"), 0)
+    ing.settle(C, "settled", 0)  # answered live: the twenty buffered ones will get no catch-up turn
+    assert ing.take_discarded() == [f"b{i}" for i in range(2, 22)]
+    assert ing.backlog(C) == 0 and ing.catch_up() == []

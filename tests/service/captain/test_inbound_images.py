@@ -298,6 +298,17 @@ def test_images_unused_for_a_day_are_pruned(tmp_path: Path) -> None:
     assert not old.exists() and fresh.exists()
 
 
+def test_the_operator_sets_how_long_fetched_images_are_kept(tmp_path: Path) -> None:
+    """At the bound: an image one second past a one-hour retention goes, one a second inside it stays."""
+    clock = FakeClock()
+    f = ImageFetcher(tmp_path / "inbound", FetchPolicy.for_api_base(None), clock, retain_seconds=3600.0)
+    past, inside = f._store(PNG, "png"), f._store(png_bytes((1, 2, 3)), "png")
+    os.utime(past, (clock.wall() - 3601, clock.wall() - 3601))
+    os.utime(inside, (clock.wall() - 3599, clock.wall() - 3599))
+    assert f.prune() == 1
+    assert not past.exists() and inside.exists()
+
+
 # ---------------------------------------------------------------------- through the service
 
 

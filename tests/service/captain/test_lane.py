@@ -70,6 +70,15 @@ def test_every_state_event_pair_is_either_in_the_table_or_refused_without_change
         assert lane == before
 
 
+def test_a_row_refuses_an_event_of_another_class_without_change() -> None:
+    """Each row's handler is typed by its event class; called with another one (never through handle), it refuses."""
+    lane = lane_in(LaneState.IDLE)
+    before = copy.deepcopy(lane)
+    with pytest.raises(IllegalLaneEvent):
+        TRANSITIONS[(LaneState.IDLE, TurnArrived)](lane, RunEnded(None), 5)
+    assert lane == before
+
+
 def test_idle_lane_turn_starts_the_run_and_owns_it() -> None:
     """The first message in an idle room starts the run and is its owner."""
     lane = Lane("k")
