@@ -43,7 +43,7 @@ from clankie.entry import ChildSpec, Ready
 from clankie.errors import ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.protocol import Artifact, Code, Empty, Heartbeat, Record
-from clankie.router import Router
+from clankie.router import Route, Router
 from hosts.probe import probe_png
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,10 @@ class Host(Protocol):
     async def start(self) -> None:
         """Prepare (may be slow); the socket opens only after this returns."""
 
-    async def handle(self, method: str, params: Record) -> Record:
-        """Serve one request or raise :class:`RemoteError`."""
+    def routes(self) -> Mapping[str, Route]:
+        """One handler per method of the host's role, each taking that method's record; the runtime
+        builds its :class:`Router` from them (checked against the method table) and calls them inside
+        the method's deadline. A handler answers its reply record or raises :class:`RemoteError`."""
 
     def health(self) -> dict[str, Any]:
         """A small, content-free report for the heartbeat."""
@@ -102,6 +104,7 @@ class HostRuntime:
         self.environ = environ if environ is not None else {}
         self.counters = Counters()
         self.server: ipc.Server | None = None
+        self.router = Router(host.name, host.routes())  # an unknown, missing or mistyped route fails here
 
     async def handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         deadline = self.host.deadlines.get(method)
@@ -110,7 +113,7 @@ class HostRuntime:
         self.counters.inflight += 1
         try:
             async with asyncio.timeout(deadline) as scope:
-                result = await self.host.handle(method, params)
+                result = await self.router(conn, method, params)
         except RemoteError as exc:
             self.counters.refused[exc.code] += 1
             raise

@@ -42,8 +42,8 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.paths import make_private_dirs
-from clankie.protocol import Artifact, Record, ScreenshotRequest, Viewport
-from clankie.router import Route, Router
+from clankie.protocol import Artifact, ScreenshotRequest, Viewport
+from clankie.router import Route
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
@@ -107,7 +107,6 @@ class BrowserHost:
         self._busy = 0
         self._last_done = clock.monotonic()
         self._watch: asyncio.Task[None] | None = None
-        self.router = Router(self.name, self.routes())  # checked against the method table here
 
     # ------------------------------------------------------------ runtime hooks
 
@@ -115,11 +114,6 @@ class BrowserHost:
         """One typed handler per method of the ``browser`` role."""
         return {"screenshot": self.screenshot}
 
-    async def handle(self, method: str, params: Record) -> Record:
-        """The runtime's entry (:class:`hosts.runtime.Host`): the router hands the decoded record to its route."""
-        reply = await self.router.dispatch(method, params)
-        assert reply is not None, "every browser method is a request"
-        return reply
 
     async def start(self) -> None:
         """Empty the private temp dir, open the proxy and watch for idleness; Chromium waits for a request."""

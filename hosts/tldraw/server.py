@@ -22,8 +22,8 @@ from typing import Any
 
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.protocol import Artifact, Code, DiagramRequest, Record
-from clankie.router import Route, Router
+from clankie.protocol import Artifact, Code, DiagramRequest
+from clankie.router import Route
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
@@ -51,7 +51,6 @@ class TldrawHost:
         self.rendered = 0
         self.last_ms: float | None = None
         self._slots: asyncio.Semaphore | None = None
-        self.router = Router(self.name, self.routes())  # checked against the method table here
 
     def routes(self) -> dict[str, Route]:
         """One typed handler per method of the ``tldraw`` role."""
@@ -69,11 +68,6 @@ class TldrawHost:
     async def close(self) -> None:
         return None
 
-    async def handle(self, method: str, params: Record) -> Record:
-        """The runtime's entry (:class:`hosts.runtime.Host`): the router hands the decoded record to its route."""
-        reply = await self.router.dispatch(method, params)
-        assert reply is not None, "every tldraw method is a request"
-        return reply
 
     async def draw_er_diagram(self, params: DiagramRequest) -> Artifact:
         return await self._draw("draw_er_diagram", render_er_async, params)

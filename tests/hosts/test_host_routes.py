@@ -10,6 +10,7 @@ import pytest
 from clankie import artifacts
 from clankie.errors import RemoteError
 from clankie.protocol import METHODS, Artifact, DiagramRequest, ScreenshotRequest
+from clankie.router import Router
 from clankie.settings import Settings
 from clankie.testing.clock import FakeClock
 from hosts.browser.host import BrowserHost
@@ -23,7 +24,7 @@ def test_routes_and_deadlines_match_the_method_table(settings: Settings, factory
 
     async def main() -> None:
         host = factory(settings, FakeClock())
-        assert host.router.methods == set(METHODS[host.name]) == set(host.deadlines)
+        assert Router(host.name, host.routes()).methods == set(METHODS[host.name]) == set(host.deadlines)
 
     asyncio.run(main())
 
@@ -31,7 +32,7 @@ def test_routes_and_deadlines_match_the_method_table(settings: Settings, factory
 def test_the_browser_refuses_a_bad_url_through_its_typed_route(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """handle() reaches screenshot() with the decoded record; a refused URL keeps its code (no browser starts)."""
+    """The router reaches screenshot() with the decoded record; a refused URL keeps its code (no browser starts)."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the host points TMPDIR at its private dir; put ours back afterwards
 
     async def main() -> None:
@@ -39,7 +40,7 @@ def test_the_browser_refuses_a_bad_url_through_its_typed_route(
         await host.start()
         try:
             with pytest.raises(RemoteError) as info:
-                await host.handle("screenshot", ScreenshotRequest(url="file:///etc/passwd"))
+                await Router(host.name, host.routes()).dispatch("screenshot", ScreenshotRequest(url="file:///etc/passwd"))
         finally:
             await host.close()
         assert info.value.code == "browser_url_refused" and host.chromium == "down"
@@ -55,10 +56,11 @@ def test_each_tldraw_method_reaches_its_own_renderer(settings: Settings) -> None
     async def main() -> None:
         host = TldrawHost(settings, FakeClock())
         await host.start()
-        art = await host.handle("draw_er_diagram", DiagramRequest(spec=er_example(3)))
+        router = Router(host.name, host.routes())
+        art = await router.dispatch("draw_er_diagram", DiagramRequest(spec=er_example(3)))
         assert isinstance(art, Artifact) and artifacts.parse_ref(art.ref)[1] == "tldraw"
         with pytest.raises(RemoteError) as info:
-            await host.handle("draw_sequence_diagram", DiagramRequest(spec=er_example(3)))
+            await router.dispatch("draw_sequence_diagram", DiagramRequest(spec=er_example(3)))
         assert info.value.code == "diagram_invalid"
         assert host.rendered == 1
 

@@ -12,7 +12,8 @@ import pytest
 
 from clankie import ipc, paths
 from clankie.errors import EX_CONFIG, RemoteError
-from clankie.protocol import Artifact, DiagramRequest, Record
+from clankie.protocol import Artifact, DiagramRequest
+from clankie.router import Route
 from clankie.settings import Settings
 from hosts.runtime import HostRuntime, write_artifact
 from hosts.tldraw.examples import er_example
@@ -32,8 +33,10 @@ class _Host:
     async def start(self) -> None:
         return None
 
-    async def handle(self, method: str, params: Record) -> Record:
-        assert isinstance(params, DiagramRequest)
+    def routes(self) -> dict[str, Route]:
+        return {"draw_er_diagram": self.draw, "draw_sequence_diagram": self.draw}
+
+    async def draw(self, params: DiagramRequest) -> Artifact:
         action = params.spec["do"]
         if action == "hang":
             await self.never.wait()
