@@ -15,6 +15,7 @@ Order (each drop names its reason code):
 6. nothing to read                      ``empty_message``
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
 8. too many retained deliveries         ``delivery_backpressure``
+   a run while ``max_turns`` are held    ``turn_backpressure`` (not retained: a re-send may try again)
 9. room drifted, not addressed, no live run   buffered for the catch-up turn
 10. otherwise                           run a turn
 
@@ -50,6 +51,7 @@ __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission i
 
 DEFAULT_RETENTION_S = 7 * 3600.0
 DEFAULT_MAX_RETAINED = 50_000
+DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
 
 
@@ -67,6 +69,7 @@ class Policy:
     names: tuple[str, ...] = ("clankie",)
     retention_s: float = DEFAULT_RETENTION_S
     max_retained: int = DEFAULT_MAX_RETAINED
+    max_turns: int = DEFAULT_MAX_TURNS
     engagement_idle_s: float = DEFAULT_IDLE_S
     engagement_max_rooms: int = DEFAULT_MAX_ROOMS
 
@@ -205,10 +208,11 @@ class Ingress:
 
     # -------------------------------------------------------------- admission
 
-    def admit(self, msg: Inbound, now: float, *, live_run: bool = False) -> Decision:
+    def admit(self, msg: Inbound, now: float, *, live_run: bool = False, turns: int = 0) -> Decision:
         """Decide what happens to ``msg``; a Run or Buffered is retained for dedupe.
 
         ``live_run``: the room has a turn submitted and not yet done, so ``msg`` is steered into it.
+        ``turns``: how many turns the shell holds now; at ``max_turns`` a message that would run one is refused.
         """
         p = self.policy
         if msg.author_is_bot or msg.from_self:
@@ -237,11 +241,15 @@ class Ingress:
             return Duplicate(msg.message_id)
         if len(self._retained) >= p.max_retained:
             return Drop("delivery_backpressure")
+        room = self._rooms.peek(msg.channel_id)
+        buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
+        if not buffer and turns >= p.max_turns:
+            return Drop("turn_backpressure")
         self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
         room = self._rooms.touch(msg.channel_id, now)
         if live_run:
             return Run(msg, unprompted=not addressed)
-        if not live_policy and not addressed and room is not None and room.since_reply >= p.window:
+        if buffer and room is not None:
             self._hear(room)
             self._buffer(room, msg)
             return Buffered(len(room.backlog))

@@ -95,7 +95,8 @@ class Bridge:
 
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
-        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id))
+        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id),
+                                      turns=self.turns_in_flight)
         ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
         if isinstance(decision, Drop):
             self.counters.dropped += 1
@@ -157,6 +158,11 @@ class Bridge:
     def pending_triggers(self) -> int:
         """Payloads held for turns not yet built (buffered messages, mostly)."""
         return len(self._pending)
+
+    @property
+    def turns_in_flight(self) -> int:
+        """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
+        return len(self._tasks)
 
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")

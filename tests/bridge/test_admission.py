@@ -99,6 +99,27 @@ def test_retention_expires_and_backpressure_refuses() -> None:
     assert ing.admit(msg("a"), 10.6) == Drop("delivery_backpressure")  # forgotten, so not a duplicate
 
 
+def test_at_the_turn_cap_a_run_is_refused_and_not_remembered() -> None:
+    """With ``max_turns`` turns held, a message that would run one is dropped (``turn_backpressure``),
+    not retained, so the same message is admitted once a turn has finished; a steer counts too."""
+    ing = ingress(max_turns=2)
+    assert isinstance(ing.admit(msg("a"), 0.0, turns=1), Run)
+    assert ing.admit(msg("b"), 1.0, turns=2) == Drop("turn_backpressure")
+    assert ing.admit(msg("c"), 1.0, turns=2, live_run=True) == Drop("turn_backpressure")
+    assert not ing.seen("b") and ing.retained == 1
+    assert isinstance(ing.admit(msg("b"), 2.0, turns=1), Run)
+
+
+def test_at_the_turn_cap_a_buffered_message_is_still_buffered() -> None:
+    """Buffering holds no turn, so a drifted room's chatter is buffered at the cap as below it."""
+    ing = addressed(window=1)
+    assert isinstance(ing.admit(msg("a", text="clankie?"), 0.0), Run)
+    ing.settle(C, "settled", 1.0)
+    ing.admit(msg("b", text="chat"), 2.0)
+    ing.settle(C, "silent", 3.0)
+    assert ing.admit(msg("c", text="more chat"), 4.0, turns=10**6) == Buffered(1)
+
+
 def test_forget_lets_a_failed_delivery_be_tried_again() -> None:
     """A delivery evicted after an internal failure is a new delivery when Discord sends it again."""
     ing = ingress()
