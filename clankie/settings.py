@@ -191,6 +191,7 @@ class Settings(BaseSettings):
     # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
     discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
     discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once
+    stderr_queue_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 30)  # supervisor: unwritten stderr lines
 
     # hosts
     browser_allow_private: bool = False

@@ -22,6 +22,7 @@ def test_the_memory_bounds_have_their_documented_defaults_and_reach_the_bridge()
         ({"CLANKIE_DISCORD_MAX_RETAINED": "99"}, "CLANKIE_DISCORD_MAX_RETAINED"),
         ({"CLANKIE_DISCORD_MAX_TURNS": "0"}, "CLANKIE_DISCORD_MAX_TURNS"),
         ({"CLANKIE_DISCORD_MAX_TURNS": "1025"}, "CLANKIE_DISCORD_MAX_TURNS"),  # above the connection's in-flight cap
+        ({"CLANKIE_STDERR_QUEUE_BYTES": "100"}, "CLANKIE_STDERR_QUEUE_BYTES"),
     ],
 )
 def test_a_bad_memory_bound_is_one_line_naming_it(env: dict[str, str], name: str) -> None:
