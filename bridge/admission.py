@@ -53,6 +53,8 @@ DEFAULT_RETENTION_S = 7 * 3600.0
 DEFAULT_MAX_RETAINED = 50_000
 DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
+BACKLOG_FULL = "backlog_full"  # a buffered message fell out of its room's full backlog
+ANSWERED = "answered"  # an answer in the room cleared the backlog it sat in
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +169,7 @@ class Ingress:
         self._names = name_pattern(policy.names)
         self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
         self._retained: OrderedDict[str, _Retained] = OrderedDict()
-        self._discarded: list[str] = []  # buffered messages no catch-up will carry any more, until taken
+        self._discarded: list[tuple[str, str]] = []  # (id, why) of buffered messages no catch-up will carry, until taken
 
     # -------------------------------------------------------------- queries
 
@@ -292,7 +294,7 @@ class Ingress:
             assert room is not None
             room.tracked = True
             room.since_reply = 0
-            self._discarded.extend(m.message_id for m in room.backlog)  # answered meanwhile: no catch-up for them
+            self._discarded.extend((m.message_id, ANSWERED) for m in room.backlog)  # answered meanwhile: no catch-up
             room.backlog.clear()
         after = self.engagement(channel_id)
         if after not in TRANSITIONS[before][event]:
@@ -319,14 +321,15 @@ class Ingress:
         room.backlog.append(msg)
         over = len(room.backlog) - BACKLOG_CAP
         if over > 0:
-            self._discarded.extend(m.message_id for m in room.backlog[:over])
+            self._discarded.extend((m.message_id, BACKLOG_FULL) for m in room.backlog[:over])
             del room.backlog[:over]
 
-    def take_discarded(self) -> list[str]:
-        """Ids of buffered messages that left a backlog without a catch-up turn since the last call.
+    def take_discarded(self) -> list[tuple[str, str]]:
+        """``(id, why)`` of buffered messages that left a backlog without a catch-up turn since the last call;
+        ``why`` is :data:`BACKLOG_FULL` (fell out at the cap) or :data:`ANSWERED` (an answer in the room cleared it).
 
         The shell holds each buffered message's payload until its catch-up turn
-        is built; these are the ones it may now let go of.
+        is built; these are the ones it may now let go of (and close, visibly).
         """
         taken, self._discarded = self._discarded, []
         return taken

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.admission import Buffered, Drop, Duplicate, Engagement, Inbound, Ingress, Policy, Run
+from bridge.admission import ANSWERED, BACKLOG_FULL, Buffered, Drop, Duplicate, Engagement, Inbound, Ingress, Policy, Run
 
 G, C, C2, OTHER_G = "1", "11", "12", "2"
 OWNER, FRIEND, STRANGER = "900", "901", "902"
@@ -235,9 +235,9 @@ def test_buffered_messages_that_leave_a_backlog_without_a_catch_up_are_reported_
     ing.settle(C, "silent", 0)
     for i in range(22):
         ing.admit(msg(f"b{i}", text="chat"), 0)
-    assert ing.take_discarded() == ["b0", "b1"]
+    assert ing.take_discarded() == [("b0", BACKLOG_FULL), ("b1", BACKLOG_FULL)]
     assert ing.take_discarded() == []
     ing.admit(msg("y", text="clankie, still there?"), 0)
     ing.settle(C, "settled", 0)  # answered live: the twenty buffered ones will get no catch-up turn
-    assert ing.take_discarded() == [f"b{i}" for i in range(2, 22)]
+    assert ing.take_discarded() == [(f"b{i}", ANSWERED) for i in range(2, 22)]
     assert ing.backlog(C) == 0 and ing.catch_up() == []
