@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TypedDict, assert_never
 
-from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.admission import BACKLOG_FULL, Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, retry_transient
 from bridge.held import Counters, Held, Phase
@@ -95,7 +95,8 @@ class Bridge:
 
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
-        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id))
+        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id),
+                                      turns=self.turns_in_flight)
         ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
         if isinstance(decision, Drop):
             self.counters.dropped += 1
@@ -150,13 +151,32 @@ class Bridge:
         self._let_go_of_discarded()
 
     def _let_go_of_discarded(self) -> None:
-        for message_id in self.ingress.take_discarded():
-            self._pending.pop(message_id, None)
+        """Close the buffered messages no catch-up will carry: ``dropped`` (``backlog_full``) or ``absorbed``."""
+        for message_id, why in self.ingress.take_discarded():
+            found = self._pending.pop(message_id, None)
+            if found is None:
+                continue
+            room = found[0]
+            ids = _ReceiptIds(delivery_id=message_id, channel_id=room.channel_id, guild_id=room.guild_id)
+            if why == BACKLOG_FULL:
+                self.counters.dropped += 1
+                self.receipts.record("dropped", reason=why, **ids)
+            else:
+                self.receipts.record("absorbed", **ids)
+            try:
+                self.journal.close(message_id, "expired" if why == BACKLOG_FULL else "absorbed", self.clock.wall())
+            except DiskError as exc:  # a restart puts it back in the backlog (or expires it)
+                log.error("buffered message %s: its end not journaled (%s)", message_id, exc.code)
 
     @property
     def pending_triggers(self) -> int:
         """Payloads held for turns not yet built (buffered messages, mostly)."""
         return len(self._pending)
+
+    @property
+    def turns_in_flight(self) -> int:
+        """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
+        return len(self._tasks)
 
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")

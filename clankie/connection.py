@@ -34,6 +34,7 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
+from clankie.limits import DEFAULT_MAX_INFLIGHT
 from clankie.protocol import Code, Hello, Record
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,12 @@ R = TypeVar("R", bound=Record)
 Handler = Callable[["Connection", str, Record], Awaitable[Record | None]]
 
 HELLO_TIMEOUT = 5.0
+
+# DEFAULT_MAX_INFLIGHT (clankie.limits): handlers (requests and notifications) one connection runs
+# at once. Past it a request is answered ``too_many_requests`` and a notification is dropped;
+# both are counted (``over_cap``) and logged.
+
+_LOG_EVERY = 5.0  # seconds between two "over the in-flight cap" warnings
 
 
 _EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
@@ -64,9 +71,16 @@ class Connection(Channel):
         max_output: int = DEFAULT_MAX_OUTPUT,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
         attachment_root: str | None = None,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
     ) -> None:
         super().__init__(max_frame=max_frame, max_output=max_output, partial_frame_timeout=partial_frame_timeout)
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
         self.role = role
+        self.max_inflight = max_inflight
+        self.over_cap = 0  # requests refused and notifications dropped at max_inflight
+        self._unlogged = 0
+        self._logged_at = -_LOG_EVERY
         self.attachment_root = attachment_root
         self.peer: Hello | None = None
         self._handler = handler or _no_handler
@@ -236,7 +250,13 @@ class Connection(Channel):
         except RemoteProtocolError as exc:
             self._reply_error(req.msgid, Code.INVALID_REQUEST, str(exc))
             return
-        self._handling[req.msgid] = self._spawn(self._handle(req.msgid, req.method, params))
+        if self._at_cap(req.method):
+            self._reply_error(req.msgid, Code.TOO_MANY_REQUESTS,
+                              f"{self.role} already runs {self.max_inflight} calls on this connection")
+            return
+        task = self._spawn(self._handle(req.msgid, req.method, params))
+        if not task.done():  # an eagerly started handler that already answered has popped itself
+            self._handling[req.msgid] = task
 
     def _on_hello(self, req: protocol.Request) -> None:
         try:
@@ -277,14 +297,32 @@ class Connection(Channel):
         except RemoteProtocolError as exc:
             log.warning("ignoring malformed %s notification: %s", note.method, exc)
             return
+        if self._at_cap(note.method):
+            return  # dropped: counted in over_cap and logged by _at_cap
         self._spawn(self._notify_handler(note.method, params))
+
+    def _at_cap(self, method: str) -> bool:
+        """Whether ``max_inflight`` handlers already run; if so, count it and warn (at most once per few seconds)."""
+        if len(self._tasks) < self.max_inflight:
+            return False
+        self.over_cap += 1
+        now = self._loop.time()
+        if now - self._logged_at < _LOG_EVERY:
+            self._unlogged += 1
+            return True
+        more = f" (and {self._unlogged} more since the last such line)" if self._unlogged else ""
+        log.warning("%s refused %s from %s: %d calls already in flight on this connection%s",
+                    self.role, method[:64], self.peer_role, self.max_inflight, more)
+        self._logged_at, self._unlogged = now, 0
+        return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Give a handler its own task; on Python 3.12+ it starts eagerly, inside this call,
         so an answer that needs no waiting costs no extra trip through the event loop."""
         task: asyncio.Task[None] = asyncio.Task(coro, loop=self._loop, **_EAGER)  # type: ignore[arg-type]  # eager_start exists only on 3.12+
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if not task.done():  # one that finished eagerly holds nothing and must not count toward max_inflight
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return task
 
     async def _notify_handler(self, method: str, params: Record) -> None:

@@ -23,6 +23,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from clankie import shards, urls
 from clankie.errors import ConfigError
+from clankie.limits import DEFAULT_MAX_INFLIGHT
 from clankie.paths import process_environment
 
 MAX_SECONDS = 10_000_000.0
@@ -186,6 +187,11 @@ class Settings(BaseSettings):
     child_log_rotate_bytes: int = Field(default=10 * 1024 * 1024, ge=4096, le=1 << 40)  # supervisor: logs/<child>.log
     child_log_backups: int = Field(default=5, ge=1, le=1000)  # rolled child logs kept (.1 … .N)
     inbound_image_retention_seconds: float = Field(default=86_400.0, gt=0, le=MAX_SECONDS)  # service: fetched images
+
+    # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
+    discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
+    discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once
+    stderr_queue_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 30)  # supervisor: unwritten stderr lines
 
     # hosts
     browser_allow_private: bool = False

@@ -20,6 +20,7 @@ class Code(StrEnum):
     PROTOCOL_MISMATCH = "protocol_mismatch"
     MESSAGE_TOO_LARGE = "message_too_large"
     SHUTTING_DOWN = "shutting_down"
+    TOO_MANY_REQUESTS = "too_many_requests"
     # service
     INVALID_ROOM = "invalid_room"
     DELIVERY_CONFLICT = "delivery_conflict"

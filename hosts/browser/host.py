@@ -137,6 +137,7 @@ class BrowserHost:
             "allow_private": self.settings.browser_allow_private,
             "policy_refusals": self.proxy.refused_total,
             "proxy_unauthenticated": self.proxy.unauthenticated_total,
+            "proxy_over_cap": self.proxy.over_cap_total,
         }
 
     @property

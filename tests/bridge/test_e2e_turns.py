@@ -271,7 +271,7 @@ def test_buffered_payloads_are_held_only_while_their_messages_wait_for_a_catch_u
             await say("hey clankie")
             await say("meh")  # one decline: the room drifts
             buffered = [await say(f"chatter {i}") for i in range(22)]
-            assert {h.outcomes(b)[-1] for b in buffered} == {"buffered"}
+            assert {h.outcomes(b)[-1] for b in buffered[2:]} == {"buffered"}  # the first two fell out (dropped)
             assert h.app.bridge.pending_triggers == 20
             await say("clankie, you still here?")  # answered live: the backlog will get no catch-up turn
             assert h.app.bridge.pending_triggers == 0 and h.app.bridge.ingress.backlog(CHAN) == 0
