@@ -173,6 +173,7 @@ class Settings(BaseSettings):
     session_max_files: int = Field(default=50, ge=1, le=100_000)  # session files kept per lane, the current one included
     captain_durable: bool = True
     lanes_max_live: int = Field(default=256, ge=1, le=1_000_000)  # idle lanes past it are evicted, LRU (docs/captain.md)
+    steer_max_images: int = Field(default=16, ge=0, le=1000)  # pictures waiting in one run's steering queue; past it, words only
     poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison
     delivery_max_retained: int = Field(default=100_000, ge=100)  # delivery records kept; past it the oldest settled go
 

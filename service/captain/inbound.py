@@ -62,6 +62,7 @@ FETCH_FAILED = "image_fetch_failed"
 OVER_LIMIT = "image_over_limit"
 OVER_TURN_LIMIT = "image_over_turn_limit"
 UNREADABLE = "image_unreadable"
+OVER_STEER_LIMIT = "image_over_steer_limit"
 REASONS = {
     HOST_REFUSED: "not on Discord's image host",
     TYPE_REFUSED: "not a PNG, JPEG, GIF or WebP image",
@@ -72,6 +73,7 @@ REASONS = {
     OVER_LIMIT: f"more than {MAX_IMAGES} images in one message",
     OVER_TURN_LIMIT: f"more than {MAX_TURN_IMAGES} images in one turn",
     UNREADABLE: "stored copy unreadable",
+    OVER_STEER_LIMIT: "too many pictures arrived while you were answering",
 }
 
 
@@ -149,9 +151,9 @@ class InboundImages:
     def report(self) -> ImageReport:
         return ImageReport(shown=len(self.paths), missing=tuple(REASONS[c] for c in self.failed))
 
-    def without_files(self) -> InboundImages:
-        """The same images, none shown (the stored copies could not be read after all)."""
-        return InboundImages(failed=self.failed + (UNREADABLE,) * len(self.paths))
+    def without_files(self, reason: str = UNREADABLE) -> InboundImages:
+        """The same images, none shown (by default: the stored copies could not be read after all)."""
+        return InboundImages(failed=self.failed + (reason,) * len(self.paths))
 
 
 NO_IMAGES = InboundImages()
@@ -172,8 +174,13 @@ class TurnImages:
     def has_files(self) -> bool:
         return bool(self.trigger.paths) or any(imgs.paths for _, imgs in self.backlog)
 
-    def without_files(self) -> TurnImages:
-        return TurnImages(self.trigger.without_files(), tuple((mid, imgs.without_files()) for mid, imgs in self.backlog))
+    @property
+    def count(self) -> int:
+        """Stored images the turn would show."""
+        return len(self.trigger.paths) + sum(len(imgs.paths) for _, imgs in self.backlog)
+
+    def without_files(self, reason: str = UNREADABLE) -> TurnImages:
+        return TurnImages(self.trigger.without_files(reason), tuple((mid, imgs.without_files(reason)) for mid, imgs in self.backlog))
 
 
 NO_TURN_IMAGES = TurnImages()
