@@ -54,6 +54,10 @@ DEFAULT_MAX_RETAINED = 50_000
 DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
 BACKLOG_FULL = "backlog_full"  # a buffered message fell out of its room's full backlog
+DELIVERY_BACKPRESSURE = "delivery_backpressure"
+TURN_BACKPRESSURE = "turn_backpressure"
+BACKPRESSURE = frozenset({DELIVERY_BACKPRESSURE, TURN_BACKPRESSURE})
+"""Refusals that say "not now" rather than "not for me": a re-send may run (the bridge shows them)."""
 ANSWERED = "answered"  # an answer in the room cleared the backlog it sat in
 
 
@@ -242,11 +246,11 @@ class Ingress:
                 return Drop("delivery_id_conflict")
             return Duplicate(msg.message_id)
         if len(self._retained) >= p.max_retained:
-            return Drop("delivery_backpressure")
+            return Drop(DELIVERY_BACKPRESSURE)
         room = self._rooms.peek(msg.channel_id)
         buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
         if not buffer and turns >= p.max_turns:
-            return Drop("turn_backpressure")
+            return Drop(TURN_BACKPRESSURE)
         self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
         room = self._rooms.touch(msg.channel_id, now)
         if live_run:

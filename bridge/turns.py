@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TypedDict, assert_never
 
-from bridge.admission import BACKLOG_FULL, Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.admission import BACKLOG_FULL, BACKPRESSURE, Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, retry_transient
 from bridge.held import Counters, Held, Phase
@@ -46,6 +46,9 @@ from clankie.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+MAX_REFUSAL_REACTIONS = 32
+"""Failure reactions on refused messages in flight at once; under a flood the rest go without."""
 
 
 class _ReceiptIds(TypedDict):
@@ -90,6 +93,7 @@ class Bridge:
         self.counters = Counters()
         self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
 
     # ------------------------------------------------------------ ingress
 
@@ -101,6 +105,8 @@ class Bridge:
         if isinstance(decision, Drop):
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)
+            if decision.code in BACKPRESSURE:
+                self._react_refused(inbound)
             return None
         if isinstance(decision, Duplicate):
             self.counters.duplicates += 1
@@ -177,6 +183,20 @@ class Bridge:
     def turns_in_flight(self) -> int:
         """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
         return len(self._tasks)
+
+    def _react_refused(self, inbound: Inbound) -> None:
+        """A message refused for backpressure shows the failure reaction, so its author knows to send it again.
+
+        At most :data:`MAX_REFUSAL_REACTIONS` are in flight: under a flood the
+        rest go without (their ``dropped`` receipts still say why).
+        """
+        if not self.failure_reaction or len(self._reactions) >= MAX_REFUSAL_REACTIONS:
+            return
+        task = asyncio.get_running_loop().create_task(
+            react(self.port, inbound.channel_id, inbound.message_id, self.failure_reaction), name="refusal-reaction"
+        )
+        self._reactions.add(task)
+        task.add_done_callback(self._reactions.discard)
 
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")
@@ -314,9 +334,9 @@ class Bridge:
     # ------------------------------------------------------------ shutdown
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._reactions]:
             task.cancel()
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._reactions]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for held in self.held.values():

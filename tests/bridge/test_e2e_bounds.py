@@ -30,6 +30,8 @@ def test_at_the_turn_cap_a_new_message_is_dropped_visibly_and_admitted_again_aft
             await h.until(lambda: "dropped" in h.outcomes(second["id"]))
             dropped = [r for r in h.receipts() if r["delivery_id"] == second["id"]]
             assert [(r["outcome"], r.get("reason")) for r in dropped] == [("dropped", "turn_backpressure")]
+            await h.until(lambda: bool(h.fake.reactions.get(str(second["id"]))))  # its author sees it was not taken
+            assert h.fake.reactions[str(second["id"])] == ["\u26a0\ufe0f"] and str(first["id"]) not in h.fake.reactions
             report = h.app.heartbeat().report
             assert (report["turns"], report["held"], report["dropped"]) == (1, 1, 1)
             release.set()
