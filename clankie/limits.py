@@ -53,7 +53,7 @@ class Limits:
     def capped(cls, max_connections: int, **kwargs: float | int | bool | None) -> Limits:
         """Limits for ``max_connections`` with a proportionate root reserve (an eighth, at least one)."""
         reserve = max(1, max_connections // 8) if max_connections > 1 else 0
-        return cls(max_connections=max_connections, root_reserve=reserve, **kwargs)  # type: ignore[arg-type]
+        return cls(max_connections=max_connections, root_reserve=reserve, **kwargs)  # type: ignore[arg-type]  # the other dataclass fields, passed through by name
 
     @property
     def per_uid(self) -> int:

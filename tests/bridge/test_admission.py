@@ -11,13 +11,13 @@ OWNER, FRIEND, STRANGER = "900", "901", "902"
 
 
 def msg(mid: str = "m1", *, channel: str = C, guild: str | None = G, author: str = STRANGER, text: str = "hi", **kw: object) -> Inbound:
-    return Inbound(message_id=mid, channel_id=channel, guild_id=guild, author_id=author, text=text, **kw)  # type: ignore[arg-type]
+    return Inbound(message_id=mid, channel_id=channel, guild_id=guild, author_id=author, text=text, **kw)  # type: ignore[arg-type]  # kw holds Inbound's other fields by name
 
 
 def ingress(**kw: object) -> Ingress:
     base: dict[str, object] = {"guild_ids": frozenset({G}), "owner_id": OWNER}
     base.update(kw)
-    return Ingress(Policy(**base))  # type: ignore[arg-type]
+    return Ingress(Policy(**base))  # type: ignore[arg-type]  # base holds Policy's fields by name
 
 
 @pytest.mark.parametrize(

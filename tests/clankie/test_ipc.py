@@ -72,7 +72,7 @@ def test_many_requests_in_flight_resolve_to_their_own_callers(runtime_dir: Path)
         async with ipc.Server(path, "service", echo_service):
             conn = await ipc.connect(path, "bridge")
             results = await asyncio.gather(*(conn.request("turn.submit", submit(f"d{i}", f"t{i}")) for i in range(200)))
-            assert [r.text for r in results] == [f"t{i}" for i in range(200)]  # type: ignore[attr-defined]
+            assert [r.text for r in results] == [f"t{i}" for i in range(200)]  # type: ignore[attr-defined]  # request() without expect= is typed Record; these replies are echo records
             await conn.aclose()
 
     run(main, runtime_dir)

@@ -60,7 +60,7 @@ def test_requests_get_refusal_codes_instead_of_crashing_the_host(settings: Setti
     """A hung request times out with the host's code, a bug becomes host_internal_error, a refusal keeps its code, and the host keeps serving."""
 
     async def main() -> None:
-        runtime = HostRuntime(_Host(), settings, clock=None)  # type: ignore[arg-type]
+        runtime = HostRuntime(_Host(), settings, clock=None)  # type: ignore[arg-type]  # these tests never reach the clock
         await runtime.serve()
         conn = await ipc.connect(paths.socket_path(settings.runtime_dir, "tldraw"), "service")
         try:

@@ -63,10 +63,10 @@ def test_every_state_event_pair_is_either_in_the_table_or_refused_without_change
     if state is LaneState.STARTING and event == RunEnded(None):
         legal = False  # a run cannot answer before it streamed
     if legal:
-        lane.handle(event, 5)  # type: ignore[arg-type]
+        lane.handle(event, 5)  # type: ignore[arg-type]  # deliberately an event the state does not accept
     else:
         with pytest.raises(IllegalLaneEvent):
-            lane.handle(event, 5)  # type: ignore[arg-type]
+            lane.handle(event, 5)  # type: ignore[arg-type]  # deliberately an event the state does not accept
         assert lane == before
 
 
