@@ -47,7 +47,7 @@ CONFIG = AgentConfig(context_window=8_000, reserve_tokens=2_000, keep_recent_tok
 KEEP_ALL = Retention(max_age_seconds=3650 * 86_400.0, max_files=100_000)  # every file stays, for the comparison
 SUMMARY = "Goal: keep the members company. Progress: " + "many messages about many topics; " * 30
 EXCLUDE = [
-    tracemalloc.Filter(False, "*fake_anthropic.py"),
+    tracemalloc.Filter(False, "*fake_anthropic*.py"),  # the fake server and its prompt cache
     tracemalloc.Filter(False, "*aiohttp*"),
     tracemalloc.Filter(False, tracemalloc.__file__),
 ]

@@ -15,6 +15,7 @@ Order (each drop names its reason code):
 6. nothing to read                      ``empty_message``
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
 8. too many retained deliveries         ``delivery_backpressure``
+   a run while ``max_turns`` are held    ``turn_backpressure`` (not retained: a re-send may try again)
 9. room drifted, not addressed, no live run   buffered for the catch-up turn
 10. otherwise                           run a turn
 
@@ -50,7 +51,14 @@ __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission i
 
 DEFAULT_RETENTION_S = 7 * 3600.0
 DEFAULT_MAX_RETAINED = 50_000
+DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
+BACKLOG_FULL = "backlog_full"  # a buffered message fell out of its room's full backlog
+DELIVERY_BACKPRESSURE = "delivery_backpressure"
+TURN_BACKPRESSURE = "turn_backpressure"
+BACKPRESSURE = frozenset({DELIVERY_BACKPRESSURE, TURN_BACKPRESSURE})
+"""Refusals that say "not now" rather than "not for me": a re-send may run (the bridge shows them)."""
+ANSWERED = "answered"  # an answer in the room cleared the backlog it sat in
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,7 @@ class Policy:
     names: tuple[str, ...] = ("clankie",)
     retention_s: float = DEFAULT_RETENTION_S
     max_retained: int = DEFAULT_MAX_RETAINED
+    max_turns: int = DEFAULT_MAX_TURNS
     engagement_idle_s: float = DEFAULT_IDLE_S
     engagement_max_rooms: int = DEFAULT_MAX_ROOMS
 
@@ -164,6 +173,7 @@ class Ingress:
         self._names = name_pattern(policy.names)
         self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
         self._retained: OrderedDict[str, _Retained] = OrderedDict()
+        self._discarded: list[tuple[str, str]] = []  # (id, why) of buffered messages no catch-up will carry, until taken
 
     # -------------------------------------------------------------- queries
 
@@ -204,10 +214,11 @@ class Ingress:
 
     # -------------------------------------------------------------- admission
 
-    def admit(self, msg: Inbound, now: float, *, live_run: bool = False) -> Decision:
+    def admit(self, msg: Inbound, now: float, *, live_run: bool = False, turns: int = 0) -> Decision:
         """Decide what happens to ``msg``; a Run or Buffered is retained for dedupe.
 
         ``live_run``: the room has a turn submitted and not yet done, so ``msg`` is steered into it.
+        ``turns``: how many turns the shell holds now; at ``max_turns`` a message that would run one is refused.
         """
         p = self.policy
         if msg.author_is_bot or msg.from_self:
@@ -235,15 +246,18 @@ class Ingress:
                 return Drop("delivery_id_conflict")
             return Duplicate(msg.message_id)
         if len(self._retained) >= p.max_retained:
-            return Drop("delivery_backpressure")
+            return Drop(DELIVERY_BACKPRESSURE)
+        room = self._rooms.peek(msg.channel_id)
+        buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
+        if not buffer and turns >= p.max_turns:
+            return Drop(TURN_BACKPRESSURE)
         self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
         room = self._rooms.touch(msg.channel_id, now)
         if live_run:
             return Run(msg, unprompted=not addressed)
-        if not live_policy and not addressed and room is not None and room.since_reply >= p.window:
+        if buffer and room is not None:
             self._hear(room)
-            room.backlog.append(msg)
-            del room.backlog[:-BACKLOG_CAP]
+            self._buffer(room, msg)
             return Buffered(len(room.backlog))
         if room is not None:
             self._hear(room)
@@ -284,6 +298,7 @@ class Ingress:
             assert room is not None
             room.tracked = True
             room.since_reply = 0
+            self._discarded.extend((m.message_id, ANSWERED) for m in room.backlog)  # answered meanwhile: no catch-up
             room.backlog.clear()
         after = self.engagement(channel_id)
         if after not in TRANSITIONS[before][event]:
@@ -303,8 +318,25 @@ class Ingress:
         assert room is not None
         room.tracked = True
         room.since_reply = max(room.since_reply, self.policy.window)
+        self._buffer(room, msg)
+
+    def _buffer(self, room: Room[Inbound], msg: Inbound) -> None:
+        """Append to the room's backlog; past :data:`BACKLOG_CAP` the oldest fall out (and are reported as discarded)."""
         room.backlog.append(msg)
-        del room.backlog[:-BACKLOG_CAP]
+        over = len(room.backlog) - BACKLOG_CAP
+        if over > 0:
+            self._discarded.extend((m.message_id, BACKLOG_FULL) for m in room.backlog[:over])
+            del room.backlog[:over]
+
+    def take_discarded(self) -> list[tuple[str, str]]:
+        """``(id, why)`` of buffered messages that left a backlog without a catch-up turn since the last call;
+        ``why`` is :data:`BACKLOG_FULL` (fell out at the cap) or :data:`ANSWERED` (an answer in the room cleared it).
+
+        The shell holds each buffered message's payload until its catch-up turn
+        is built; these are the ones it may now let go of (and close, visibly).
+        """
+        taken, self._discarded = self._discarded, []
+        return taken
 
     def forget(self, delivery_id: str) -> None:
         """Evict a delivery whose turn could not be run, so a re-delivery may try again."""

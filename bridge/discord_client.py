@@ -195,10 +195,10 @@ class DiscordPort:
         with _rest_errors():
             sent = await channel.send(
                 content or None,
-                reference=reference,  # type: ignore[arg-type]
+                reference=reference,  # type: ignore[arg-type]  # discord.py's send() overloads omit None here; it accepts None at runtime
                 allowed_mentions=discord.AllowedMentions.none(),
-                files=dfiles or None,  # type: ignore[arg-type]
-                nonce=nonce,  # type: ignore[arg-type]
+                files=dfiles or None,  # type: ignore[arg-type]  # discord.py's send() overloads omit None here; it accepts None at runtime
+                nonce=nonce,  # type: ignore[arg-type]  # discord.py types nonce without None; it sends no nonce for None
             )
         return str(sent.id)
 
@@ -255,7 +255,7 @@ class DiscordPort:
         )
         out: list[tuple[Inbound, Room, Trigger]] = []
         with _rest_errors():
-            async for message in channel.history(limit=limit, after=discord.Object(int(after)), oldest_first=True):  # type: ignore[union-attr]
+            async for message in channel.history(limit=limit, after=discord.Object(int(after)), oldest_first=True):  # type: ignore[union-attr]  # every channel kind the port resolves has history(); discord.py's union includes ones without
                 try:
                     inbound, _, trigger = convert(message, self_id, self.system_actors, self.trusted_rooms)
                 except ValueError:

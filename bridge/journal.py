@@ -211,6 +211,7 @@ class Journal:
             log.warning("journal: %d unreadable lines skipped", self.state.skipped)
         self._appender = Appender(self.path)
         self._lines = len(self.state.entries)
+        self._compacted_lines = self._lines  # lines right after the last compaction (or at open)
         self._compacting: asyncio.Task[int] | None = None
 
     @property
@@ -249,7 +250,7 @@ class Journal:
             lines.append(_close_line(fold, folded, at, None, ()))
         self._append(*lines)
         self._appender.sync_soon()
-        if self._lines > max(COMPACT_MIN_LINES, 4 * len(self.state.entries)) and self._compacting is None:
+        if self._lines > max(COMPACT_MIN_LINES, 2 * self._compacted_lines) and self._compacting is None:
             self._compacting = asyncio.get_running_loop().create_task(self._compact_soon(at), name="journal-compaction")
 
     async def _compact_soon(self, now: float) -> int:
@@ -279,7 +280,7 @@ class Journal:
         self.state.forget_before(since)
         lines = self.state.compacted(since)
         await self._appender.rewrite(lines)
-        self._lines = len(lines)
+        self._lines = self._compacted_lines = len(lines)
         return len(self.state.entries)
 
     def aclose(self) -> None:

@@ -5,57 +5,50 @@ messages) and the service link (which runs turns). It owns the deliveries it
 is holding: each one is journaled before it is submitted (:mod:`bridge.journal`),
 submitted once (re-submitted by id after a reconnect, or after a restart of
 the bridge itself), gets exactly one outcome and at most one reply, and may be
-lit with a typing indicator by the service while it is held. It also serves
-the service's calls on the same connection: ``history``, ``typing``, ``tool``
-(the tool-activity card, :mod:`bridge.card`) and ``text_update``.
+lit with a typing indicator by the service while it is held. The service's
+calls on the same connection (``history``, ``typing``, ``tool``, the
+tool-activity card of :mod:`bridge.card`, and ``text_update``) are served by
+:class:`bridge.service_calls.ServiceCalls` over the same held deliveries; a
+held delivery and its phases are :mod:`bridge.held`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, assert_never
 
-from bridge.admission import Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.admission import BACKLOG_FULL, BACKPRESSURE, Buffered, Drop, Duplicate, Inbound, Ingress, Run
 from bridge.card import Cards
-from bridge.delivery import Delivered, RetryPolicy, deliver_reply, post_once, retry_transient
+from bridge.delivery import Delivered, RetryPolicy, deliver_reply, retry_transient
+from bridge.held import Counters, Held, Phase
 from bridge.journal import Entry, Journal
 from bridge.port import DiscordPort, PostError
 from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
+from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
-from bridge.typing_loop import typing_loop
 from clankie.appender import DiskError
 from clankie.clock import Clock
-from clankie.errors import RemoteError
 from clankie.protocol import (
     Code,
     HistoryMessage,
-    HistoryReply,
-    HistoryRequest,
     Room,
-    TextUpdate,
-    TextUpdateReply,
-    ToolActivity,
     Trigger,
     TurnAbsorbed,
     TurnFailed,
     TurnSettled,
     TurnSilent,
     TurnSubmit,
-    TypingSignal,
 )
-from clankie.router import Router
 
 log = logging.getLogger(__name__)
 
-MAX_PENDING_TRIGGERS = 2000
-
+MAX_REFUSAL_REACTIONS = 32
+"""Failure reactions on refused messages in flight at once; under a flood the rest go without."""
 
 
 class _ReceiptIds(TypedDict):
@@ -64,57 +57,6 @@ class _ReceiptIds(TypedDict):
     delivery_id: str
     channel_id: str
     guild_id: str | None
-
-class Phase(enum.Enum):
-    SUBMITTED = "submitted"  # waiting for the service's result; typing may be lit
-    DELIVERING = "delivering"  # result in hand, posting the reply
-    DONE = "done"
-
-
-PHASES: dict[Phase, frozenset[Phase]] = {
-    Phase.SUBMITTED: frozenset({Phase.DELIVERING, Phase.DONE}),
-    Phase.DELIVERING: frozenset({Phase.DONE}),
-    Phase.DONE: frozenset(),
-}
-
-
-@dataclass(slots=True)
-class Held:
-    """A delivery the bridge is holding open while its turn runs."""
-
-    submit: TurnSubmit
-    fingerprint: str  # the admitted message's, for the journal
-    catching_up: bool = False
-    folds: tuple[str, ...] = ()  # buffered messages this catch-up turn answers too
-    recovered: Entry | None = None  # set when the turn was read back from the journal
-    phase: Phase = Phase.SUBMITTED
-    typing: asyncio.Task[None] | None = None
-
-    @property
-    def room(self) -> Room:
-        return self.submit.room
-
-    @property
-    def trigger_id(self) -> str:
-        return self.submit.trigger.message_id
-
-    def move(self, to: Phase) -> None:
-        if to not in PHASES[self.phase]:
-            raise AssertionError(f"delivery cannot go from {self.phase.value} to {to.value}")
-        self.phase = to
-
-
-@dataclass(slots=True)
-class Counters:
-    admitted: int = 0
-    dropped: int = 0
-    buffered: int = 0
-    duplicates: int = 0
-    recovered: int = 0
-    expired: int = 0
-    replies: int = 0
-    reply_failures: int = 0
-    by_outcome: dict[str, int] = field(default_factory=dict)
 
 
 class Bridge:
@@ -143,23 +85,28 @@ class Bridge:
         self.retry = retry or RetryPolicy()
         self.failure_reaction = failure_reaction
         self.cards = Cards(port, clock, enabled=tool_card)
-        self.handle = Router("bridge", {"typing": self.light_signal, "tool": self._tool,
-                                        "history": self._history, "text_update": self._text_update})
-        self.link = ServiceLink(service_path, self.handle, clock)
         self.held: dict[str, Held] = {}
+        self.calls = ServiceCalls(held=self.held, ingress=ingress, port=port, clock=clock, retry=self.retry,
+                                  cards=self.cards)
+        self.handle = self.calls.router()
+        self.link = ServiceLink(service_path, self.handle, clock)
         self.counters = Counters()
         self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
 
     # ------------------------------------------------------------ ingress
 
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
-        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id))
+        decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id),
+                                      turns=self.turns_in_flight)
         ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
         if isinstance(decision, Drop):
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)
+            if decision.code in BACKPRESSURE:
+                self._react_refused(inbound)
             return None
         if isinstance(decision, Duplicate):
             self.counters.duplicates += 1
@@ -199,10 +146,57 @@ class Bridge:
         self._spawn(Held(entry.turn(), entry.fingerprint, entry.catching_up, entry.folds, recovered=entry))
 
     def keep_trigger(self, delivery_id: str, room: Room, trigger: Trigger) -> None:
-        """Remember a buffered message's room and trigger until its catch-up turn is built."""
+        """Remember a message's room and trigger until its turn (a buffered one's: its catch-up turn) is built.
+
+        Bounded by admission, not by a cap of its own: an admitted run's entry
+        is taken at once by :meth:`start`; a buffered one's lives exactly as long
+        as its message sits in a room's backlog (at most ``BACKLOG_CAP`` per
+        room), and goes when admission discards it.
+        """
         self._pending[delivery_id] = (room, trigger)
-        while len(self._pending) > MAX_PENDING_TRIGGERS:
-            self._pending.popitem(last=False)
+        self._let_go_of_discarded()
+
+    def _let_go_of_discarded(self) -> None:
+        """Close the buffered messages no catch-up will carry: ``dropped`` (``backlog_full``) or ``absorbed``."""
+        for message_id, why in self.ingress.take_discarded():
+            found = self._pending.pop(message_id, None)
+            if found is None:
+                continue
+            room = found[0]
+            ids = _ReceiptIds(delivery_id=message_id, channel_id=room.channel_id, guild_id=room.guild_id)
+            if why == BACKLOG_FULL:
+                self.counters.dropped += 1
+                self.receipts.record("dropped", reason=why, **ids)
+            else:
+                self.receipts.record("absorbed", **ids)
+            try:
+                self.journal.close(message_id, "expired" if why == BACKLOG_FULL else "absorbed", self.clock.wall())
+            except DiskError as exc:  # a restart puts it back in the backlog (or expires it)
+                log.error("buffered message %s: its end not journaled (%s)", message_id, exc.code)
+
+    @property
+    def pending_triggers(self) -> int:
+        """Payloads held for turns not yet built (buffered messages, mostly)."""
+        return len(self._pending)
+
+    @property
+    def turns_in_flight(self) -> int:
+        """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
+        return len(self._tasks)
+
+    def _react_refused(self, inbound: Inbound) -> None:
+        """A message refused for backpressure shows the failure reaction, so its author knows to send it again.
+
+        At most :data:`MAX_REFUSAL_REACTIONS` are in flight: under a flood the
+        rest go without (their ``dropped`` receipts still say why).
+        """
+        if not self.failure_reaction or len(self._reactions) >= MAX_REFUSAL_REACTIONS:
+            return
+        task = asyncio.get_running_loop().create_task(
+            react(self.port, inbound.channel_id, inbound.message_id, self.failure_reaction), name="refusal-reaction"
+        )
+        self._reactions.add(task)
+        task.add_done_callback(self._reactions.discard)
 
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")
@@ -254,7 +248,7 @@ class Bridge:
             self.ingress.forget(did)
             self._close(held, "failed", code=Code.BRIDGE_INTERNAL_ERROR)
         finally:
-            self._stop_typing(held)
+            held.stop_typing()
             self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
             self.held.pop(did, None)
 
@@ -273,6 +267,7 @@ class Bridge:
         finally:
             submit.cancel()
         self.ingress.settle(room.channel_id, result.outcome, self.clock.wall())
+        self._let_go_of_discarded()
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
         match result.kind:
@@ -292,7 +287,7 @@ class Bridge:
                 pass  # nothing to post; a failure may get the reaction below
             case unreachable:
                 assert_never(unreachable)
-        self._stop_typing(held)
+        held.stop_typing()
         if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
                           emoji=self.failure_reaction):
             if await react(self.port, room.channel_id, held.trigger_id, self.failure_reaction) is None:
@@ -336,74 +331,13 @@ class Bridge:
             return ()
         return tuple((m.id, m.text) for m in after if m.is_self)
 
-    # ------------------------------------------------------------ typing
-
-    def _stop_typing(self, held: Held) -> None:
-        if held.typing is not None:
-            held.typing.cancel()
-
-    def light(self, delivery_id: str) -> bool:
-        """Show typing for a held delivery until it settles; False (nothing posted) if not held."""
-        held = self.held.get(delivery_id)
-        if held is None or held.phase is Phase.DONE or held.catching_up:
-            log.info("typing refused for delivery %s: not held", delivery_id)
-            return False
-        self.cards.words(delivery_id)
-        if held.typing is None:
-            loop = asyncio.get_running_loop()
-            held.typing = loop.create_task(typing_loop(self.port, self.clock, held.room.channel_id))
-        return True
-
-    # ------------------------------------------------------------ service calls
-
-    def light_signal(self, signal: TypingSignal) -> None:
-        """``typing`` from the service."""
-        self.light(signal.delivery_id)
-
-    def _tool(self, activity: ToolActivity) -> None:
-        """A tool call of a held delivery: only a requested turn still running gets a card."""
-        held = self.held.get(activity.delivery_id)
-        if held is None or held.phase is not Phase.SUBMITTED or held.catching_up or held.submit.trigger.unprompted:
-            return
-        self.cards.activity(activity, held.room, held.trigger_id)
-
-    async def _history(self, req: HistoryRequest) -> HistoryReply:
-        held = self.held.get(req.delivery_id)
-        if held is None or held.room.channel_id != req.room.channel_id:
-            raise RemoteError(Code.DELIVERY_NOT_HELD, "history is served only for a delivery the bridge is holding")
-        limit = min(req.limit, 50)
-        if limit == 0:
-            return HistoryReply()
-        before = req.before_message_id or held.trigger_id
-        try:
-            messages = await self.port.history(req.room.channel_id, before, limit)
-        except PostError as exc:
-            raise RemoteError(Code.HISTORY_UNAVAILABLE, f"discord answered {exc.status}") from None
-        return HistoryReply(messages=tuple(messages))
-
-    async def _text_update(self, req: TextUpdate) -> TextUpdateReply:
-        held = self.held.get(req.delivery_id)
-        if held is None or held.phase is not Phase.SUBMITTED:
-            raise RemoteError(Code.DELIVERY_NOT_HELD, "no live turn for that delivery")
-        room = held.room
-        if room.guild_id is None:
-            raise RemoteError(Code.DM_NOT_ALLOWED, "text updates are not available in DMs")
-        if not self.ingress.room_admitted(room.guild_id, room.channel_id):
-            raise RemoteError(Code.ROOM_NOT_ADMITTED, "that channel is outside the admitted rooms")
-        try:
-            mid = await post_once(self.port, self.clock, self.retry, room.channel_id, req.text.strip(),
-                                  guild_id=room.guild_id, reply_to=held.trigger_id)
-        except PostError as exc:
-            raise RemoteError(Code.TEXT_UPDATE_FAILED, f"discord answered {exc.status}") from None
-        return TextUpdateReply(message_id=mid)
-
     # ------------------------------------------------------------ shutdown
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._reactions]:
             task.cancel()
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._reactions]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for held in self.held.values():
-            self._stop_typing(held)
+            held.stop_typing()

@@ -8,7 +8,9 @@ task, no extra trip through the event loop), checked at one boundary
 own. Garbage is answered with ``invalid_request`` where a msgid can be read;
 otherwise the connection is dropped and nobody else notices.
 
-Socket set-up (listening, dialling, peer checks) lives in :mod:`clankie.ipc`.
+The byte stream under it (framing, its limits, closing) is
+:class:`clankie.channel.Channel`; socket set-up (listening, dialling, peer
+checks) lives in :mod:`clankie.ipc`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, overload
 
 from clankie import framing, protocol
+from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT, Channel
 from clankie.errors import (
     ChannelBroken,
     ChannelClosed,
@@ -31,6 +34,7 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
+from clankie.limits import DEFAULT_MAX_INFLIGHT
 from clankie.protocol import Code, Hello, Record
 
 log = logging.getLogger(__name__)
@@ -39,9 +43,13 @@ R = TypeVar("R", bound=Record)
 
 Handler = Callable[["Connection", str, Record], Awaitable[Record | None]]
 
-DEFAULT_MAX_OUTPUT = 8 * 1024 * 1024
-DEFAULT_PARTIAL_FRAME_TIMEOUT = 10.0
 HELLO_TIMEOUT = 5.0
+
+# DEFAULT_MAX_INFLIGHT (clankie.limits): handlers (requests and notifications) one connection runs
+# at once. Past it a request is answered ``too_many_requests`` and a notification is dropped;
+# both are counted (``over_cap``) and logged.
+
+_LOG_EVERY = 5.0  # seconds between two "over the in-flight cap" warnings
 
 
 _EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
@@ -51,7 +59,7 @@ async def _no_handler(conn: Connection, method: str, params: Record) -> Record |
     raise RemoteError(Code.METHOD_NOT_FOUND, f"{conn.role} serves no methods")
 
 
-class Connection(asyncio.Protocol):
+class Connection(Channel):
     """One msgpack-RPC connection; both ends may call and be called."""
 
     def __init__(
@@ -63,37 +71,26 @@ class Connection(asyncio.Protocol):
         max_output: int = DEFAULT_MAX_OUTPUT,
         partial_frame_timeout: float = DEFAULT_PARTIAL_FRAME_TIMEOUT,
         attachment_root: str | None = None,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
     ) -> None:
+        super().__init__(max_frame=max_frame, max_output=max_output, partial_frame_timeout=partial_frame_timeout)
+        if max_inflight < 1:
+            raise ValueError("max_inflight must be at least 1")
         self.role = role
+        self.max_inflight = max_inflight
+        self.over_cap = 0  # requests refused and notifications dropped at max_inflight
+        self._unlogged = 0
+        self._logged_at = -_LOG_EVERY
         self.attachment_root = attachment_root
         self.peer: Hello | None = None
         self._handler = handler or _no_handler
-        self._max_frame = max_frame
-        self._max_output = max_output
-        self._partial_timeout = partial_frame_timeout
-        self._decoder = framing.FrameDecoder(max_frame)
-        self._encoder = framing.FrameEncoder(max_frame)
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._handling: dict[int, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._transport: asyncio.Transport | None = None
-        self._closed: BaseException | None = None
-        self._loop = asyncio.get_running_loop()
-        self._done = asyncio.Event()
         self._hello_seen: asyncio.Future[None] = self._loop.create_future()
-        self._stall_timer: asyncio.TimerHandle | None = None
-        self.last_activity = self._loop.time()  # loop time of the last byte received or reply sent
 
     # ------------------------------------------------------------ public API
-
-    @property
-    def closed(self) -> bool:
-        return self._closed is not None
-
-    @property
-    def close_reason(self) -> BaseException | None:
-        return self._closed
 
     @property
     def busy(self) -> bool:
@@ -103,10 +100,6 @@ class Connection(asyncio.Protocol):
     @property
     def peer_role(self) -> str | None:
         return self.peer.role if self.peer else None
-
-    @property
-    def transport(self) -> asyncio.Transport | None:
-        return self._transport
 
     @overload
     async def request(self, method: str, params: Record, *, expect: type[R], timeout: float | None = None) -> R: ...
@@ -145,9 +138,6 @@ class Connection(asyncio.Protocol):
         """Drop the connection now (the server's idle timeout or eviction); pending calls fail as broken."""
         self._shutdown(ChannelBroken(why), abort=True)
 
-    async def wait_closed(self) -> None:
-        await self._done.wait()
-
     async def client_hello(self, timeout: float = HELLO_TIMEOUT) -> Hello:
         hello = self._my_hello()
         await self._call("hello", hello.to_wire(), timeout)
@@ -178,56 +168,7 @@ class Connection(asyncio.Protocol):
             role=self.role, pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION, attachment_root=self.attachment_root
         )
 
-    # ------------------------------------------------------------ asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        if self._closed is not None:
-            return
-        self.last_activity = self._loop.time()
-        self._decoder.feed(data)
-        try:
-            while (msg := self._decoder.next_message()) is not framing.NEED_DATA:
-                self._dispatch(msg)
-                if self.closed:  # the dispatch may have closed us (a property: mypy must not narrow it)
-                    return
-        except RemoteProtocolError as exc:
-            self._violation(exc)
-            return
-        self._arm_stall_timer()
-
-    def eof_received(self) -> bool | None:
-        self._shutdown(ChannelBroken("peer closed the connection"))
-        return None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        reason = ChannelBroken(f"connection lost: {exc}" if exc else "peer closed the connection")
-        reason.__cause__ = exc
-        self._shutdown(reason)
-
     # ------------------------------------------------------------ internals
-
-    def _arm_stall_timer(self) -> None:
-        if self._decoder.mid_frame:
-            if self._stall_timer is None:
-                self._stall_timer = self._loop.call_later(self._partial_timeout, self._stalled_mid_frame)
-        elif self._stall_timer is not None:
-            self._stall_timer.cancel()
-            self._stall_timer = None
-
-    def _stalled_mid_frame(self) -> None:
-        self._stall_timer = None
-        self._violation(RemoteProtocolError("peer stalled in the middle of a frame"))
-
-    def _violation(self, exc: RemoteProtocolError) -> None:
-        log.warning("closing connection from %s: %s", self.peer_role or "unknown peer", exc)
-        if exc.code == Code.MESSAGE_TOO_LARGE:
-            with contextlib.suppress(ChannelBroken, ChannelClosed):
-                self._send(protocol.notification("error", protocol.error_map(exc.code, str(exc))))
-        self._shutdown(ChannelBroken(f"protocol violation: {exc}"))
 
     def _spec(self, method: str) -> protocol.Method:
         spec = protocol.METHODS.get(self.peer_role or "", {}).get(method)
@@ -260,23 +201,6 @@ class Connection(asyncio.Protocol):
         if self._closed is None and msgid != 0:
             with contextlib.suppress(ChannelBroken, ChannelClosed):
                 self._send(protocol.notification("cancel", {"msgid": msgid}))
-
-    def _closed_error(self) -> BaseException:
-        reason = self._closed
-        if isinstance(reason, ChannelClosed):
-            return ChannelClosed(str(reason))
-        err = ChannelBroken(str(reason))
-        err.__cause__ = reason
-        return err
-
-    def _send(self, message: list[Any]) -> None:
-        if self._closed is not None or self._transport is None:
-            raise self._closed_error()
-        self._transport.write(self._encoder.encode(message))
-        if self._transport.get_write_buffer_size() > self._max_output:
-            log.warning("peer %s is not reading; dropping the connection", self.peer_role or "?")
-            self._shutdown(ChannelBroken("peer stopped reading; output queue is full"), abort=True)
-            raise self._closed_error()
 
     def _dispatch(self, raw: Any) -> None:
         try:
@@ -326,7 +250,13 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             self._reply_error(req.msgid, Code.INVALID_REQUEST, str(exc))
             return
-        self._handling[req.msgid] = self._spawn(self._handle(req.msgid, req.method, params))
+        if self._at_cap(req.method):
+            self._reply_error(req.msgid, Code.TOO_MANY_REQUESTS,
+                              f"{self.role} already runs {self.max_inflight} calls on this connection")
+            return
+        task = self._spawn(self._handle(req.msgid, req.method, params))
+        if not task.done():  # an eagerly started handler that already answered has popped itself
+            self._handling[req.msgid] = task
 
     def _on_hello(self, req: protocol.Request) -> None:
         try:
@@ -367,14 +297,32 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as exc:
             log.warning("ignoring malformed %s notification: %s", note.method, exc)
             return
+        if self._at_cap(note.method):
+            return  # dropped: counted in over_cap and logged by _at_cap
         self._spawn(self._notify_handler(note.method, params))
+
+    def _at_cap(self, method: str) -> bool:
+        """Whether ``max_inflight`` handlers already run; if so, count it and warn (at most once per few seconds)."""
+        if len(self._tasks) < self.max_inflight:
+            return False
+        self.over_cap += 1
+        now = self._loop.time()
+        if now - self._logged_at < _LOG_EVERY:
+            self._unlogged += 1
+            return True
+        more = f" (and {self._unlogged} more since the last such line)" if self._unlogged else ""
+        log.warning("%s refused %s from %s: %d calls already in flight on this connection%s",
+                    self.role, method[:64], self.peer_role, self.max_inflight, more)
+        self._logged_at, self._unlogged = now, 0
+        return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Give a handler its own task; on Python 3.12+ it starts eagerly, inside this call,
         so an answer that needs no waiting costs no extra trip through the event loop."""
         task: asyncio.Task[None] = asyncio.Task(coro, loop=self._loop, **_EAGER)  # type: ignore[arg-type]  # eager_start exists only on 3.12+
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if not task.done():  # one that finished eagerly holds nothing and must not count toward max_inflight
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return task
 
     async def _notify_handler(self, method: str, params: Record) -> None:
@@ -414,12 +362,7 @@ class Connection(asyncio.Protocol):
         with contextlib.suppress(ChannelBroken, ChannelClosed):
             self._send(protocol.response(msgid, protocol.error_map(code, message), None))
 
-    def _shutdown(self, reason: BaseException, *, abort: bool = False) -> None:
-        if self._closed is not None:
-            return
-        self._closed = reason
-        if self._stall_timer is not None:
-            self._stall_timer.cancel()
+    def _on_close(self) -> None:
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(self._closed_error())
@@ -427,9 +370,3 @@ class Connection(asyncio.Protocol):
             task.cancel()
         if not self._hello_seen.done():
             self._hello_seen.cancel()
-        if self._transport is not None:
-            if abort:
-                self._transport.abort()
-            else:
-                self._transport.close()
-        self._done.set()

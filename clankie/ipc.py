@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from clankie import framing
-from clankie.connection import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT, HELLO_TIMEOUT, Connection, Handler
+from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT
+from clankie.connection import HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
-from clankie.limits import Held, Limits, Refuse, decide
+from clankie.limits import DEFAULT_MAX_INFLIGHT, Held, Limits, Refuse, decide
 
 __all__ = [
     "Connection", "Handler", "Limits", "Server", "bind_listener", "connect", "from_socket", "peer_allowed",
@@ -221,6 +222,7 @@ class _Accepted(Connection):
             max_frame=server._max_frame,
             max_output=server._max_output,
             partial_frame_timeout=server._partial_timeout,
+            max_inflight=server.limits.max_inflight,
         )
         self._server_ref = server
 
@@ -290,10 +292,11 @@ async def connect(
     timeout: float = HELLO_TIMEOUT,
     max_frame: int = framing.DEFAULT_MAX_FRAME,
     max_output: int = DEFAULT_MAX_OUTPUT,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
 ) -> Connection:
     """Dial a server, exchange hellos, and return the live connection."""
     loop = asyncio.get_running_loop()
-    conn = Connection(role=role, handler=handler, max_frame=max_frame, max_output=max_output)
+    conn = Connection(role=role, handler=handler, max_frame=max_frame, max_output=max_output, max_inflight=max_inflight)
     try:
         await asyncio.wait_for(loop.create_unix_connection(lambda: conn, os.fspath(path)), timeout)
     except (OSError, TimeoutError) as exc:

@@ -12,6 +12,10 @@ operator (docs/operations.md, "Security model"):
   for a uid other than root, at most ``max_connections - root_reserve``, so
   the last ``root_reserve`` slots are only ever root's (``sudo clankiectl``
   gets through whatever the service's uid holds);
+* a **per-connection in-flight cap**: at most ``max_inflight`` handlers run
+  for one connection at once; past it a request is answered
+  ``too_many_requests`` and a notification is dropped, both counted
+  (:class:`clankie.connection.Connection`);
 * optional **idle eviction**: when a cap is reached, the connection that has
   been idle longest (nothing in flight) is closed to make room, so idle
   connections cannot lock the operator out even when everyone runs as one uid.
@@ -25,6 +29,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+DEFAULT_MAX_INFLIGHT = 1024
+"""Handlers one connection may run at once (:data:`clankie.connection.DEFAULT_MAX_INFLIGHT` is this)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -36,16 +43,17 @@ class Limits:
     hello_timeout: float = 5.0
     idle_timeout: float | None = None
     evict_idle: bool = False
+    max_inflight: int = DEFAULT_MAX_INFLIGHT
 
     def __post_init__(self) -> None:
-        if not 0 <= self.root_reserve < self.max_connections or self.per_pid < 1:
-            raise ValueError("limits need 0 <= root_reserve < max_connections and per_pid >= 1")
+        if not 0 <= self.root_reserve < self.max_connections or self.per_pid < 1 or self.max_inflight < 1:
+            raise ValueError("limits need 0 <= root_reserve < max_connections, per_pid >= 1 and max_inflight >= 1")
 
     @classmethod
     def capped(cls, max_connections: int, **kwargs: float | int | bool | None) -> Limits:
         """Limits for ``max_connections`` with a proportionate root reserve (an eighth, at least one)."""
         reserve = max(1, max_connections // 8) if max_connections > 1 else 0
-        return cls(max_connections=max_connections, root_reserve=reserve, **kwargs)  # type: ignore[arg-type]
+        return cls(max_connections=max_connections, root_reserve=reserve, **kwargs)  # type: ignore[arg-type]  # the other dataclass fields, passed through by name
 
     @property
     def per_uid(self) -> int:

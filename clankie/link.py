@@ -107,6 +107,7 @@ class Link:
         self.shutdown_reason = ""
         self.activated = asyncio.Event()
         self.seq = 0
+        self.said_stopping = False
         self._beat_now = asyncio.Event()
 
     async def _pause(self, clock: Clock) -> None:
@@ -152,7 +153,10 @@ class Link:
         await self._notify("ready", Empty())
 
     async def stopping(self, reason: str = "") -> None:
-        """Tell the supervisor this child is on its way out (sent on exit too)."""
+        """Tell the supervisor this child is on its way out, once (sent on exit unless said before)."""
+        if self.said_stopping:
+            return
+        self.said_stopping = True
         await self._notify("stopping", Stopping(reason=reason[:200]))
 
     async def beat(self, report: Heartbeat) -> None:

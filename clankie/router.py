@@ -78,10 +78,20 @@ class Router:
         return frozenset(self._routes)
 
     async def __call__(self, conn: Connection, method: str, params: Record) -> Record | None:
+        return await self.dispatch(method, params, conn)
+
+    async def dispatch(self, method: str, params: Record, conn: Connection | None = None) -> Record | None:
+        """Run ``method``'s route; ``conn`` may be left out when that route takes only its record
+        (a host's routes, called by the host runtime inside its deadline)."""
         route = self._routes.get(method)
         if route is None:
             raise RemoteError(Code.METHOD_NOT_FOUND, f"{self.role} does not serve {method[:64]!r} here")
-        answer = route(conn, params) if method in self._with_conn else route(params)
+        if method in self._with_conn:
+            if conn is None:
+                raise RouterError(f"{self.role} {method}: the route takes the connection and none was given")
+            answer = route(conn, params)
+        else:
+            answer = route(params)
         if inspect.isawaitable(answer):
             answer = await answer
         assert answer is None or isinstance(answer, Record), f"{method} handler answered {type(answer)!r}"

@@ -23,6 +23,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from clankie import shards, urls
 from clankie.errors import ConfigError
+from clankie.limits import DEFAULT_MAX_INFLIGHT
 from clankie.paths import process_environment
 
 MAX_SECONDS = 10_000_000.0
@@ -173,6 +174,7 @@ class Settings(BaseSettings):
     captain_durable: bool = True
     lanes_max_live: int = Field(default=256, ge=1, le=1_000_000)  # idle lanes past it are evicted, LRU (docs/captain.md)
     lanes_list_max: int = Field(default=1000, ge=1, le=1_000_000)  # rows `clankiectl lanes` gets, live ones first
+    steer_max_images: int = Field(default=16, ge=0, le=1000)  # pictures waiting in one run's steering queue; past it, words only
     poison_runs: int = Field(default=3, ge=1)  # a delivery in this many runs the service died in fails as poison
     delivery_max_retained: int = Field(default=100_000, ge=100)  # delivery records kept; past it the oldest settled go
 
@@ -184,6 +186,14 @@ class Settings(BaseSettings):
     delivery_record_retention_seconds: float = Field(default=7 * 3600.0, gt=0, le=MAX_SECONDS)
     discord_engagement_idle_seconds: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
     discord_engagement_max_rooms: int = Field(default=10_000, ge=1, le=10_000_000)
+    child_log_rotate_bytes: int = Field(default=10 * 1024 * 1024, ge=4096, le=1 << 40)  # supervisor: logs/<child>.log
+    child_log_backups: int = Field(default=5, ge=1, le=1000)  # rolled child logs kept (.1 … .N)
+    inbound_image_retention_seconds: float = Field(default=86_400.0, gt=0, le=MAX_SECONDS)  # service: fetched images
+
+    # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
+    discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
+    discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once
+    stderr_queue_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 30)  # supervisor: unwritten stderr lines
 
     # hosts
     browser_allow_private: bool = False

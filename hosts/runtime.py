@@ -1,16 +1,16 @@
 """The shared host runtime: one process shell for the browser and tldraw hosts.
 
 A host is an object that satisfies :class:`Host` (its methods and their
-deadlines, a request handler, a health report). :func:`main` gives it a
-process: arm parent-death, connect the link, load settings (a bad value
-exits 78), configure logging, start the host (launch Chromium), then, in a
-warm spare, park until the supervisor activates it: a host keeps no state
-of its own between requests, so its spare prepares everything but the
-socket. Then serve its socket (the one the supervisor handed down, or
-``<runtime>/<name>.sock`` bound here with the hand-over off) with
-the hello handshake, tell the supervisor ``ready`` over the inherited link
-(:func:`clankie.link.supervisor_link`) whose heartbeats carry the host's
-health, then run until ``shutdown`` or SIGTERM/SIGINT and close cleanly.
+deadlines, a request handler, a health report). :func:`host_spec` gives it a
+process through the one child skeleton (:func:`clankie.entry.run_child`):
+settings are read at spawn (a bad value exits 78), the host keeps no secret,
+and :class:`HostRuntime` is its body: ``prepare`` starts the host (launches
+Chromium), then a warm spare parks until the supervisor activates it (a host
+keeps no state of its own between requests, so its spare prepares
+everything but the socket); ``run`` serves its socket (the one the
+supervisor handed down, or ``<runtime>/<name>.sock`` bound here with the
+hand-over off) with the hello handshake and says ``ready``; heartbeats carry
+the host's health; ``close`` closes the socket and the host.
 
 Every request runs under its method's deadline. Whatever goes wrong inside
 becomes a refusal (:class:`~clankie.errors.RemoteError` with a stable code)
@@ -32,25 +32,24 @@ import asyncio
 import collections
 import functools
 import logging
-import signal
-import sys
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from clankie import artifacts, ipc, logs, paths
+from clankie import artifacts, ipc, paths
 from clankie import settings as settings_mod
-from clankie.child import arm_parent_death
 from clankie.clock import Clock, SystemClock
-from clankie.errors import EX_CONFIG, ConfigError, RemoteError
+from clankie.entry import ChildSpec, Ready
+from clankie.errors import ConfigError, RemoteError
 from clankie.handover import inherited_listener
-from clankie.link import Link, supervisor_link
 from clankie.protocol import Artifact, Code, Empty, Heartbeat, Record
-from clankie.router import Router
-from clankie.secrets import SECRET_VARIABLES
+from clankie.router import Route, Router
 from hosts.probe import probe_png
 
 log = logging.getLogger(__name__)
+
+HOST_START_SECONDS = 60.0
+"""How long a host's ``start`` (Chromium's launch) may take before the process fails."""
 
 
 class Host(Protocol):
@@ -63,8 +62,10 @@ class Host(Protocol):
     async def start(self) -> None:
         """Prepare (may be slow); the socket opens only after this returns."""
 
-    async def handle(self, method: str, params: Record) -> Record:
-        """Serve one request or raise :class:`RemoteError`."""
+    def routes(self) -> Mapping[str, Route]:
+        """One handler per method of the host's role, each taking that method's record; the runtime
+        builds its :class:`Router` from them (checked against the method table) and calls them inside
+        the method's deadline. A handler answers its reply record or raises :class:`RemoteError`."""
 
     def health(self) -> dict[str, Any]:
         """A small, content-free report for the heartbeat."""
@@ -103,6 +104,7 @@ class HostRuntime:
         self.environ = environ if environ is not None else {}
         self.counters = Counters()
         self.server: ipc.Server | None = None
+        self.router = Router(host.name, host.routes())  # an unknown, missing or mistyped route fails here
 
     async def handler(self, conn: ipc.Connection, method: str, params: Record) -> Record | None:
         deadline = self.host.deadlines.get(method)
@@ -111,7 +113,7 @@ class HostRuntime:
         self.counters.inflight += 1
         try:
             async with asyncio.timeout(deadline) as scope:
-                result = await self.host.handle(method, params)
+                result = await self.router(conn, method, params)
         except RemoteError as exc:
             self.counters.refused[exc.code] += 1
             raise
@@ -164,20 +166,22 @@ class HostRuntime:
         )
         log.info("serving on %s", path)
 
-    async def run(self, link: Link) -> None:
-        """Start, serve, say ready, and wait for ``shutdown``/SIGTERM; always close what was opened."""
-        try:
-            await asyncio.wait_for(self.host.start(), 60)
-            if not await link.activation():  # a spare parks here, its host started, until it is the child
-                return
-            await self.serve()
-            await link.ready()
-            await link.shutdown.wait()
-            log.info("stopping (%s)", link.shutdown_reason or "asked")
-        finally:
-            if self.server is not None:
-                await self.server.close()
-            await self.host.close()
+    async def prepare(self) -> None:
+        """Start the host (Chromium, Node); a warm spare does this before it parks."""
+        await asyncio.wait_for(self.host.start(), HOST_START_SECONDS)
+
+    async def run(self, ready: Ready) -> None:
+        """Serve the socket, say ready, serve until cancelled (:func:`clankie.entry.run_child`)."""
+        await self.serve()
+        await ready()
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        """Close the socket (if it was opened), then the host; called once."""
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
+        await self.host.close()
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(detail=self.host.detail()[:200], report=self.health())
@@ -197,37 +201,11 @@ async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs
     return Artifact(ref=ref, sha256=digest, size=len(data), mime=artifacts.EXTENSIONS[ext], extra_refs=extra_refs)
 
 
-def drop_secrets(environ: Mapping[str, str]) -> None:
-    """A host needs no secret: remove any from the environment Chromium, Node and the rasterizer inherit.
+def host_spec(name: str, factory: HostFactory) -> ChildSpec:
+    """The child spec of a host: it keeps no secret; it is built and started at spawn, and a spare parks started."""
 
-    Under the supervisor there is none to remove (it hands hosts an
-    allowlisted environment); this covers a host started by hand.
-    """
-    if isinstance(environ, MutableMapping):
-        for name in SECRET_VARIABLES:
-            environ.pop(name, None)
+    def build(settings: settings_mod.Settings, environ: Mapping[str, str]) -> HostRuntime:
+        clock = SystemClock()
+        return HostRuntime(factory(settings, clock), settings, clock, environ)
 
-
-async def _amain(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
-    async with supervisor_link(name, env=environ) as link:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
-        try:
-            settings = settings_mod.load(environ)  # read once, for this life (a spare's life starts at spawn)
-            logs.configure(name, settings.log_level)
-            clock = SystemClock()
-            runtime = HostRuntime(factory(settings, clock), settings, clock, environ)
-            link.attach(runtime.link_handler, runtime.heartbeat, settings.heartbeat_seconds)
-            await runtime.run(link)
-        except ConfigError as exc:
-            print(f"{name}: {exc}", file=sys.stderr, flush=True)
-            return EX_CONFIG
-    return 0
-
-
-def main(factory: HostFactory, name: str, environ: Mapping[str, str]) -> int:
-    """The whole life of a host process; returns its exit status (the host's module is imported already)."""
-    arm_parent_death(environ)
-    drop_secrets(environ)
-    return asyncio.run(_amain(factory, name, environ))
+    return ChildSpec(name, build)

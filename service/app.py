@@ -17,22 +17,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import signal
 import socket
-import sys
 from collections.abc import Mapping
 
-from clankie import ipc, logs, spend
-from clankie import settings as settings_mod
-from clankie.child import arm_parent_death
+from clankie import ipc, spend
 from clankie.clock import Clock, SystemClock
-from clankie.errors import EX_CONFIG, ConfigError
+from clankie.entry import ChildSpec, Ready, run_child
 from clankie.handover import inherited_listener
-from clankie.link import Link, supervisor_link
-from clankie.paths import ensure_private_dir, process_environment, socket_path
+from clankie.paths import ensure_private_dir, socket_path
 from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply
 from clankie.router import Router
-from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings
 from service import fdlimit
 from service.agent.model import Provider
@@ -80,8 +74,12 @@ def make_provider(settings: Settings) -> Provider | None:
 class ServiceApp:
     """Everything the service process runs; usable in-process by tests."""
 
-    def __init__(self, settings: Settings, clock: Clock | None = None, provider: Provider | None = None) -> None:
+    def __init__(
+        self, settings: Settings, clock: Clock | None = None, provider: Provider | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.settings = settings
+        self.environ = environ if environ is not None else {}  # where run() finds the inherited socket
         self.clock = clock or SystemClock()
         self.provider = provider if provider is not None else make_provider(settings)
         rt = settings.runtime_dir
@@ -118,6 +116,15 @@ class ServiceApp:
             limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
         )
         log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
+
+    async def prepare(self) -> None:
+        """Nothing: the service is built only once activated (:data:`SPEC` parks first)."""
+
+    async def run(self, ready: Ready) -> None:
+        """The process's life (:func:`clankie.entry.run_child`): serve, say ready, serve until cancelled."""
+        await self.start(inherited_listener("service", self.environ))
+        await ready()
+        await asyncio.Event().wait()
 
     async def close(self) -> None:
         """Stop gracefully: turns in flight are answered ``shutting_down`` and left for the restart."""
@@ -193,48 +200,16 @@ def warm() -> None:
         log.warning("warm: the SDK rehearsal failed", exc_info=True)
 
 
-async def _amain(environ: Mapping[str, str]) -> int:
-    async with supervisor_link("service", env=environ) as link:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, link.request_shutdown, signal.Signals(sig).name)
-        if not await link.activation():  # a spare parks here; a cold start goes straight on
-            return 0
-        try:
-            environ = receive_secrets(environ)  # the model key, handed over by the supervisor (never in our env)
-            settings = settings_mod.load(environ)  # read once, for this life
-        except ConfigError as exc:
-            print(f"service: {exc}", file=sys.stderr, flush=True)
-            return EX_CONFIG
-        logs.configure("service", settings.log_level)
-        fdlimit.raise_to_hard()
-        return await _serve(settings, environ, link)
+def build(settings: Settings, environ: Mapping[str, str]) -> ServiceApp:
+    """This life's service, once activated: raise the fd limit, then build (see :data:`SPEC`)."""
+    fdlimit.raise_to_hard()
+    return ServiceApp(settings, environ=environ)
 
 
-async def _serve(settings: Settings, environ: Mapping[str, str], link: Link) -> int:
-    try:
-        app = ServiceApp(settings)
-    except ConfigError as exc:
-        print(f"service: {exc}", file=sys.stderr, flush=True)
-        return EX_CONFIG
-    link.attach(app.link_handler, app.heartbeat, settings.heartbeat_seconds)
-    try:
-        await app.start(inherited_listener("service", environ))
-        await link.ready()
-        await link.shutdown.wait()
-        log.info("stopping (%s)", link.shutdown_reason or "asked")
-    except ConfigError as exc:
-        print(f"service: {exc}", file=sys.stderr, flush=True)
-        return EX_CONFIG
-    finally:
-        await app.close()
-    return 0
+SPEC = ChildSpec("service", build, keeps_secrets=True, parks_first=True, warm=warm)
+"""The model key is handed over and kept; a warm spare parks (its imports warm) before it reads any."""
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:
     """The whole life of the service process; returns its exit status."""
-
-    env = dict(process_environment() if environ is None else environ)
-    arm_parent_death(env)
-    warm()
-    return asyncio.run(_amain(env))
+    return run_child(SPEC, environ)

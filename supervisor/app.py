@@ -73,6 +73,11 @@ def prepare_directories(settings: Settings) -> None:
     ensure_private_dir(settings.attachment_root)
 
 
+def stderr_queue(settings: Settings, fd: int = 2) -> StderrQueue:
+    """The supervisor's stderr queue, holding at most ``CLANKIE_STDERR_QUEUE_BYTES`` of unwritten lines."""
+    return StderrQueue(fd, max_bytes=settings.stderr_queue_bytes)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.umask(0o077)  # everything the tree creates (children, Chromium's profile included) is ours alone
@@ -80,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load()
         logs.configure("supervisor", settings.log_level)
-        stderr = StderrQueue(2)  # our log records and the children's lines: never a blocking write
+        stderr = stderr_queue(settings)  # our log records and the children's lines: never a blocking write
         route_logging(stderr)
         prepare_directories(settings)
         if args.spec_file is not None:

@@ -126,14 +126,19 @@ def status(tree: Tree) -> StatusReply:
     )
 
 
+CONTROL_MAX_INFLIGHT = 8
+"""Calls one control connection may have running (clankiectl makes one at a time); past it ``too_many_requests``."""
+
+
 def control_limits(settings: Settings) -> ipc.Limits:
-    """control.sock's admission: short hello, idle timeout, per-pid cap, root's reserve, idle eviction."""
+    """control.sock's admission: short hello, idle timeout, per-pid cap, root's reserve, idle eviction, in-flight cap."""
     return ipc.Limits.capped(
         settings.control_max_connections,
         per_pid=settings.control_per_pid_connections,
         hello_timeout=settings.ipc_hello_seconds,
         idle_timeout=settings.control_idle_seconds,
         evict_idle=True,
+        max_inflight=CONTROL_MAX_INFLIGHT,
     )
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, assert_never
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -38,8 +38,6 @@ from clankie.errors import (
 from clankie.paths import SYSTEM_RUNTIME_DIR, process_environment, socket_path
 from clankie.protocol import (
     AbortReply,
-    AbortRun,
-    ChildTarget,
     ControlReply,
     DoctorReply,
     Empty,
@@ -47,73 +45,27 @@ from clankie.protocol import (
     LogsReply,
     LogsRequest,
     Record,
-    SayRequest,
     StatusReply,
-    Tokens,
-    TurnAbsorbed,
-    TurnFailed,
     TurnResult,
-    TurnSettled,
-    TurnSilent,
 )
 from clankie.settings import runtime_dir
-from supervisor.doctor import agreement
-from supervisor.tree import STOP_BUDGET
+from supervisor.ctl_args import bad_arguments, bounded, params_of, parser
+from supervisor.ctl_render import (
+    format_child_move,
+    format_disagreement,
+    format_doctor,
+    format_lane,
+    format_status,
+    format_turn,
+    roots_of,
+)
 
 EX_OK, EX_FAILED, EX_USAGE, EX_UNAVAILABLE = 0, 1, 2, 69
 CLIENT_ROLE = "clankiectl"
-SAY_WAIT = 600.0
-"""Default seconds ``say`` waits for the turn (the supervisor gives the service as long)."""
-
-ARGUMENT_NAMES = {"name": "NAME", "room": "ROOM", "text": "TEXT", "lines": "-n/--lines", "lane": "LANE"}
-"""Record field -> the clankiectl argument it comes from (for bad-argument messages)."""
 
 
 class Unreachable(Exception):
     """The supervisor is not running or not answering."""
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="clankiectl", description="Control a running Clankie supervisor.")
-    p.add_argument(
-        "--socket", type=Path,
-        help="control socket (default: <runtime dir>/control.sock, else the unit's /run/clankie/control.sock)",
-    )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the supervisor (default 10)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    st = sub.add_parser("status", help="state of every child")
-    st.add_argument("name", nargs="?", help="only this child")
-    st.add_argument("--json", action="store_true")
-    for verb in ("start", "stop", "restart"):
-        c = sub.add_parser(verb, help=f"{verb} a child, or all")
-        c.add_argument("name", help="service, bridge, browser, tldraw or all")
-        c.add_argument("--json", action="store_true")
-        c.add_argument(
-            "--wait", type=float, default=STOP_BUDGET, metavar="SECONDS",
-            help=f"seconds to wait for the children, on top of --timeout (default {STOP_BUDGET:g}: the "
-                 "supervisor's stop budget; 0 waits forever)",
-        )
-    ln = sub.add_parser("lanes", help="the service's lanes")
-    ln.add_argument("--json", action="store_true")
-    ab = sub.add_parser("abort", help="abort the live run of a lane")
-    ab.add_argument("lane")
-    ab.add_argument("--json", action="store_true")
-    lg = sub.add_parser("logs", help="a child's captured output")
-    lg.add_argument("name")
-    lg.add_argument("-n", "--lines", type=int, default=50)
-    lg.add_argument("-f", "--follow", action="store_true")
-    say = sub.add_parser("say", help="an operator turn through the service, without Discord")
-    say.add_argument("room")
-    say.add_argument("text")
-    say.add_argument("--json", action="store_true")
-    say.add_argument(
-        "--wait", type=float, default=SAY_WAIT, metavar="SECONDS",
-        help=f"seconds to wait for the turn, on top of --timeout (default {SAY_WAIT:g}; 0 waits forever)",
-    )
-    dr = sub.add_parser("doctor", help="prove every picture-writing host and the bridge agree on the attachment root")
-    dr.add_argument("--json", action="store_true")
-    sub.add_parser("shutdown", help="stop every child and the supervisor")
-    return p
 
 
 async def _connect(path: Path, timeout: float) -> ipc.Connection:
@@ -133,34 +85,6 @@ async def _connect(path: Path, timeout: float) -> ipc.Connection:
         raise Unreachable(f"the supervisor is not answering on {path}: {type(cause).__name__}") from None
 
 
-def _bounded(args: argparse.Namespace) -> float | None:
-    """How long a command with a ``--wait`` may take: ``--timeout`` + ``--wait``, or forever for ``--wait 0``."""
-    return None if args.wait <= 0 else args.timeout + args.wait
-
-
-def params_of(args: argparse.Namespace) -> Record | None:
-    """The request record a command sends, built (and so validated) before connecting."""
-    cmd = args.command
-    if cmd in ("start", "stop", "restart"):
-        return ChildTarget(name=args.name)
-    if cmd == "abort":
-        return AbortRun(lane=args.lane, reason="operator")
-    if cmd == "say":
-        return SayRequest(room=args.room, text=args.text)
-    if cmd == "logs":
-        return LogsRequest(name=args.name, lines=max(0, args.lines))
-    return None
-
-
-def bad_arguments(exc: ValidationError) -> str:
-    """Which clankiectl arguments a record refused, and why (never the values)."""
-    parts = []
-    for err in exc.errors()[:5]:
-        field = str(err["loc"][0]) if err["loc"] else "?"
-        parts.append(f"{ARGUMENT_NAMES.get(field, field)}: {err['msg']}")
-    return "; ".join(parts)
-
-
 R = TypeVar("R", bound=Record)
 
 
@@ -171,78 +95,6 @@ async def _call(conn: ipc.Connection, method: str, params: Record, timeout: floa
         raise Unreachable(f"the supervisor went away: {exc}") from None
     except RequestTimeout:
         raise Unreachable(f"the supervisor did not answer {method} within the timeout") from None
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1048576:.1f}M"
-
-
-def format_status(reply: StatusReply, now: float) -> str:
-    sup = reply.supervisor
-    head = f"supervisor pid {sup.pid} {sup.state} up {_age(sup.uptime_s)}" + (" ready" if sup.ready else "")
-    if sup.stderr_dropped:
-        head += f"; stderr too slow, {sup.stderr_dropped} lines dropped (the log files have them)"
-    lines = [head]
-    if sup.disk:
-        lines.append(f"!! disk: {sup.disk}")
-    lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")
-    for c in reply.children:
-        cpu = "-" if c.cpu_percent is None else f"{c.cpu_percent:.1f}"
-        detail = c.detail
-        if c.state in ("backoff", "fatal") and c.next_start_at is not None:
-            detail = f"{c.reason}; next start in {_age(max(0.0, c.next_start_at - now))}"
-            if c.waiting:
-                detail += f" ({c.waiting})"
-        elif c.state == "fatal":
-            detail = c.reason
-        if c.last_exit is not None and c.state != "running":
-            detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
-        if c.spare and c.spare != "off":
-            detail = f"{detail} [spare: {c.spare}]"
-        if c.log_error:
-            detail = f"{detail} [log: {c.log_error}]" if detail else f"[log: {c.log_error}]"
-        lines.append(
-            f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {_age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
-            f"{_mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"
-        )
-    if reply.tokens_today is not None:
-        lines.append(f"spent today ({reply.tokens_day} UTC): {format_tokens(reply.tokens_today)}")
-    return "\n".join(lines)
-
-
-def format_tokens(tokens: Tokens | None) -> str:
-    """``tokens in=… cache_read=… cache_write=… out=…`` (``tokens -`` when not known)."""
-    if tokens is None:
-        return "tokens -"
-    return (f"tokens in={tokens.input} cache_read={tokens.cache_read} cache_write={tokens.cache_write} "
-            f"out={tokens.output}")
-
-
-def roots_of(reply: StatusReply) -> dict[str, Any]:
-    """The top-level ``attachment_root`` key of ``status --json``: ``{"agree", "by_child"}``."""
-    return agreement({c.name: c.attachment_root for c in reply.children})
-
-
-def format_disagreement(roots: dict[str, Any]) -> str:
-    """The loud warning printed when the children did not derive one attachment root."""
-    lines = [
-        "!! WARNING: ATTACHMENT ROOTS DISAGREE: pictures written by one child will not be found by another.",
-        "!! Each child derived (from CLANKIE_DISCORD_ATTACHMENT_ROOT / CLANKIE_STATE):",
-    ]
-    lines += [f"!!   {name:<9}{root}" for name, root in roots["by_child"].items() if root is not None]
-    lines.append("!! Fix the environment so every child gets the same root; `clankiectl doctor` checks each pair.")
-    return "\n".join(lines)
 
 
 def _dump(record: Record) -> Any:
@@ -296,12 +148,12 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
                     print(warning, file=sys.stderr)
         return EX_OK
     if cmd in ("start", "stop", "restart"):
-        ctl = await _call(conn, cmd, args.params, _bounded(args), ControlReply)
+        ctl = await _call(conn, cmd, args.params, bounded(args), ControlReply)
         if args.json:
             print(json.dumps(_dump(ctl)), file=out)
         else:
             for c in ctl.children:
-                print(f"{c.name}: {c.state}" + (f" pid {c.pid}" if c.pid else ""), file=out)
+                print(format_child_move(c), file=out)
         return EX_OK if ctl.ok else EX_FAILED
     if cmd == "shutdown":
         ctl = await _call(conn, "shutdown", Empty(), timeout, ControlReply)
@@ -315,52 +167,24 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
             print("no lanes yet (a lane opens with its room's first turn)", file=out)
         else:
             for lane in lanes.lanes:
-                age = _age(lane.last_event_age_s)
-                print(f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
-                      f"last_event={age}  turns={lane.turns}  {format_tokens(lane.tokens)}", file=out)
+                print(format_lane(lane), file=out)
         return EX_OK
     if cmd == "abort":
         ab = await _call(conn, "abort", args.params, timeout, AbortReply)
         print(json.dumps(_dump(ab)) if args.json else ("aborted" if ab.aborted else "no live run"), file=out)
         return EX_OK if ab.aborted else EX_FAILED
     if cmd == "say":
-        res = await _call(conn, "say", args.params, _bounded(args), TurnResult)
+        res = await _call(conn, "say", args.params, bounded(args), TurnResult)
         if args.json:
             print(json.dumps(_dump(res)), file=out)
         else:
-            match res.kind:
-                case TurnSettled(text=text):
-                    line = text
-                case TurnFailed(code=code):
-                    line = f"(failed: {code})"
-                case TurnSilent() | TurnAbsorbed():
-                    line = f"({res.outcome})"
-                case unreachable:
-                    assert_never(unreachable)
-            print(line, file=out)
+            print(format_turn(res), file=out)
         return EX_FAILED if res.outcome == "failed" else EX_OK
     if cmd == "logs":
         return await _logs(conn, args)
     if cmd == "doctor":
         return await _doctor(conn, args)
     raise AssertionError(cmd)
-
-
-def format_doctor(reply: DoctorReply) -> str:
-    if not reply.checks:
-        return "FAIL  no (host -> bridge) pair to check: the tree needs the bridge and at least one host"
-    lines = []
-    for c in reply.checks:
-        pair = f"{c.writer} -> {c.reader}"
-        if c.ok:
-            lines.append(f"PASS  {pair:<20} {c.ref}")
-        else:
-            lines.append(f"FAIL  {pair:<20} {c.code}")
-            lines.append(f"      {c.writer} root: {c.writer_root or '-'}")
-            lines.append(f"      {c.reader} root: {c.reader_root or '-'}")
-    passed = sum(1 for c in reply.checks if c.ok)
-    lines.append(f"doctor: {passed}/{len(reply.checks)} pairs pass")
-    return "\n".join(lines)
 
 
 async def _doctor(conn: ipc.Connection, args: argparse.Namespace) -> int:
@@ -387,7 +211,7 @@ async def _logs(conn: ipc.Connection, args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = parser().parse_args(argv)
     except SystemExit as exc:
         return EX_USAGE if exc.code not in (0, None) else EX_OK
     try:

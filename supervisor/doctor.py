@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
@@ -44,32 +45,44 @@ R = TypeVar("R", bound=Record)
 
 
 class _Failed(Exception):
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str) -> None:  # a Code, or a peer's code passed through
         super().__init__(code)
         self.code = code
 
 
-async def _ask(child: Child, role: str, method: str, params: Record, expect: type[R]) -> R:
+@dataclass(frozen=True)
+class _Side:
+    """Which end of a check a child is, and the codes that say it did not answer."""
+
+    not_running: Code
+    timeout: Code
+
+
+WRITER_SIDE = _Side(Code.WRITER_NOT_RUNNING, Code.WRITER_TIMEOUT)
+READER_SIDE = _Side(Code.READER_NOT_RUNNING, Code.READER_TIMEOUT)
+
+
+async def _ask(child: Child, side: _Side, method: str, params: Record, expect: type[R]) -> R:
     link = child.link
     if link is None or link.closed:
-        raise _Failed(f"{role}_not_running")
+        raise _Failed(side.not_running)
     try:
         return await link.request(method, params, expect=expect, timeout=STEP_TIMEOUT)
     except RemoteError as exc:
         raise _Failed(exc.code) from None
     except RequestTimeout:
-        raise _Failed(f"{role}_timeout") from None
+        raise _Failed(side.timeout) from None
     except (ChannelBroken, ChannelClosed):
-        raise _Failed(f"{role}_not_running") from None
+        raise _Failed(side.not_running) from None
 
 
 async def check_pair(writer: Child, reader: Child) -> DoctorCheck:
     """One probe from ``writer`` resolved by ``reader``."""
     ref: str | None = None
     try:
-        artifact = await _ask(writer, "writer", "probe_artifact", Empty(), Artifact)
+        artifact = await _ask(writer, WRITER_SIDE, "probe_artifact", Empty(), Artifact)
         ref = artifact.ref
-        resolved = await _ask(reader, "reader", "resolve_artifact", ResolveRequest(ref=ref), ResolveReply)
+        resolved = await _ask(reader, READER_SIDE, "resolve_artifact", ResolveRequest(ref=ref), ResolveReply)
         code = resolved.code if not resolved.ok else None
     except _Failed as exc:
         code = exc.code

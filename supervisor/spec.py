@@ -62,8 +62,9 @@ DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw"
 """The listening sockets each default child serves (the bridge serves none)."""
 
 DEFAULT_SPARES = frozenset({"browser", "tldraw", "service"})
-"""Default children that keep a warm spare. Not the bridge: its ``main`` opens its receipts and
-dials Discord before its link, so it cannot park (docs/supervision.md)."""
+"""Default children that keep a warm spare. Not the bridge: its body opens its receipts when it is
+built and its spec does not park first, so a spare would share the live bridge's receipts
+(docs/supervision.md, the spare table)."""
 
 
 def has_main(module: str) -> bool:

@@ -82,8 +82,8 @@ class Tree:
         stderr: StderrQueue | None = None,
         stop_budget: float = STOP_BUDGET,
         rand: Callable[[], float] | None = None,
-        log_max_bytes: int = 10 * 1024 * 1024,
-        log_backups: int = 5,
+        log_max_bytes: int | None = None,
+        log_backups: int | None = None,
         spare_delay: float = SPARE_DELAY,
     ) -> None:
         self.settings = settings
@@ -99,8 +99,9 @@ class Tree:
         self._own_stderr = stderr is None and self.stderr is not None
         self.stop_budget = stop_budget
         self.log_dir = make_private_dirs(child_log_dir(settings.state_dir))
-        self.log_max_bytes = log_max_bytes
-        self.log_backups = log_backups
+        # child logs roll at the operator's size and count unless a test passes its own
+        self.log_max_bytes = settings.child_log_rotate_bytes if log_max_bytes is None else log_max_bytes
+        self.log_backups = settings.child_log_backups if log_backups is None else log_backups
         self.full_env = dict(env)  # read only for a spec's passthrough names
         self.child_env = minimal(env, settings)
         self.started_at = clock.monotonic()

@@ -20,6 +20,7 @@ class Code(StrEnum):
     PROTOCOL_MISMATCH = "protocol_mismatch"
     MESSAGE_TOO_LARGE = "message_too_large"
     SHUTTING_DOWN = "shutting_down"
+    TOO_MANY_REQUESTS = "too_many_requests"
     # service
     INVALID_ROOM = "invalid_room"
     DELIVERY_CONFLICT = "delivery_conflict"
@@ -66,3 +67,8 @@ class Code(StrEnum):
     SERVICE_UNAVAILABLE = "service_unavailable"
     SERVICE_TIMEOUT = "service_timeout"
     ATTACHMENT_ROOT_MISMATCH = "attachment_root_mismatch"
+    # supervisor: doctor, per side of a writer -> reader check
+    WRITER_NOT_RUNNING = "writer_not_running"
+    WRITER_TIMEOUT = "writer_timeout"
+    READER_NOT_RUNNING = "reader_not_running"
+    READER_TIMEOUT = "reader_timeout"

@@ -42,7 +42,8 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.paths import make_private_dirs
-from clankie.protocol import Record, ScreenshotRequest, Viewport
+from clankie.protocol import Artifact, ScreenshotRequest, Viewport
+from clankie.router import Route
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
@@ -109,6 +110,11 @@ class BrowserHost:
 
     # ------------------------------------------------------------ runtime hooks
 
+    def routes(self) -> dict[str, Route]:
+        """One typed handler per method of the ``browser`` role."""
+        return {"screenshot": self.screenshot}
+
+
     async def start(self) -> None:
         """Empty the private temp dir, open the proxy and watch for idleness; Chromium waits for a request."""
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -131,6 +137,7 @@ class BrowserHost:
             "allow_private": self.settings.browser_allow_private,
             "policy_refusals": self.proxy.refused_total,
             "proxy_unauthenticated": self.proxy.unauthenticated_total,
+            "proxy_over_cap": self.proxy.over_cap_total,
         }
 
     @property
@@ -154,8 +161,9 @@ class BrowserHost:
         if self._default is not None:
             await self.proxy.close_session(self._default)
 
-    async def handle(self, method: str, params: Record) -> Record:
-        assert isinstance(params, ScreenshotRequest) and self._slots is not None
+    async def screenshot(self, params: ScreenshotRequest) -> Artifact:
+        """``screenshot``: the page at ``params.url`` as a governed PNG (or JPEG) artifact."""
+        assert self._slots is not None, "start() runs before the socket serves"
         target = self._checked(params.url)
         await self._precheck(target)
         self._busy += 1

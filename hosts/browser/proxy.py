@@ -47,6 +47,10 @@ HEAD_LIMIT = 64 * 1024
 CONNECT_TIMEOUT = 10.0
 IDLE_TIMEOUT = 60.0
 CHUNK = 64 * 1024
+MAX_SESSION_CONNECTIONS = 256
+"""Connections one session serves at once (Chromium opens far fewer per proxy); past it a new one gets ``503``."""
+MAX_REFUSALS_KEPT = 16
+"""Refusal reasons a session keeps: the first and the newest (every refusal is still logged and counted)."""
 
 Resolver = Callable[[str, int], Awaitable[list[policy.IPAddress]]]
 
@@ -75,13 +79,16 @@ class PolicyProxy:
     """Vets and forwards HTTP and CONNECT requests; see the module docstring."""
 
     def __init__(
-        self, *, allow_private: bool, pins: policy.Pins, resolver: Resolver = system_resolver
+        self, *, allow_private: bool, pins: policy.Pins, resolver: Resolver = system_resolver,
+        max_connections: int = MAX_SESSION_CONNECTIONS,
     ) -> None:
         self.allow_private = allow_private
         self.pins = pins
         self.resolver = resolver
+        self.max_connections = max_connections
         self.refused_total = 0
         self.unauthenticated_total = 0
+        self.over_cap_total = 0  # connections turned away at max_connections
         self.username = "clankie"
         self.password = secrets.token_urlsafe(24)
 
@@ -114,6 +121,14 @@ class PolicyProxy:
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
+            if len(session.tasks) >= self.max_connections:
+                self.over_cap_total += 1
+                log.warning("policy proxy: %d connections already open on one session; turned one away (503)",
+                            self.max_connections)
+                _reply(writer, 503, "Service Unavailable", "too many connections through this proxy",
+                       marker="unreachable")
+                writer.close()
+                return
             session.tasks.add(task)
             try:
                 await self._handle(session, reader, writer)
@@ -173,6 +188,9 @@ class PolicyProxy:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
             writer.close()
             return
+        except asyncio.CancelledError:  # the session closed while the head was awaited: close this socket too
+            writer.close()
+            raise
         try:
             lines = head.decode("latin-1").split("\r\n")
             method, target, version = lines[0].split(" ", 2)
@@ -200,6 +218,8 @@ class PolicyProxy:
                 writer.close()
 
     def _refuse(self, session: Session, writer: asyncio.StreamWriter, reason: str) -> None:
+        if len(session.refusals) >= MAX_REFUSALS_KEPT:  # the long-lived default session must not grow forever
+            del session.refusals[1]  # keep the first (what a request reports) and the newest
         session.refusals.append(reason)
         self.refused_total += 1
         log.info("policy proxy refused a connection: %s", reason)

@@ -10,10 +10,10 @@ from clankie.child import arm_parent_death
 
 arm_parent_death()  # this process's environment
 
-from hosts.runtime import main
+from clankie.entry import run_child
+from hosts.runtime import host_spec
 
 if __name__ == "__main__":
-    from clankie.paths import process_environment
     from hosts.tldraw.server import TldrawHost
 
-    sys.exit(main(TldrawHost, "tldraw", process_environment()))
+    sys.exit(run_child(host_spec("tldraw", TldrawHost)))

@@ -22,7 +22,8 @@ from typing import Any
 
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.protocol import Code, DiagramRequest, Record
+from clankie.protocol import Artifact, Code, DiagramRequest
+from clankie.router import Route
 from clankie.settings import Settings
 from hosts.runtime import write_artifact
 
@@ -34,17 +35,14 @@ CONCURRENCY = 2
 DEADLINE = 30.0
 
 Renderer = Callable[[object], Awaitable[Rendered]]
-RENDERERS: dict[str, Renderer] = {
-    "draw_er_diagram": render_er_async,
-    "draw_sequence_diagram": render_sequence_async,
-}
+METHODS = ("draw_er_diagram", "draw_sequence_diagram")
 
 
 class TldrawHost:
     """Serves the two diagram tools (see :class:`hosts.runtime.Host`)."""
 
     name: str = "tldraw"
-    deadlines: Mapping[str, float] = MappingProxyType({method: DEADLINE for method in RENDERERS})
+    deadlines: Mapping[str, float] = MappingProxyType({method: DEADLINE for method in METHODS})
     timeout_code: str = Code.RENDER_FAILED
 
     def __init__(self, settings: Settings, clock: Clock) -> None:
@@ -53,6 +51,10 @@ class TldrawHost:
         self.rendered = 0
         self.last_ms: float | None = None
         self._slots: asyncio.Semaphore | None = None
+
+    def routes(self) -> dict[str, Route]:
+        """One typed handler per method of the ``tldraw`` role."""
+        return {"draw_er_diagram": self.draw_er_diagram, "draw_sequence_diagram": self.draw_sequence_diagram}
 
     async def start(self) -> None:
         self._slots = asyncio.Semaphore(CONCURRENCY)
@@ -66,9 +68,16 @@ class TldrawHost:
     async def close(self) -> None:
         return None
 
-    async def handle(self, method: str, params: Record) -> Record:
-        assert isinstance(params, DiagramRequest) and self._slots is not None
-        render = RENDERERS[method]
+
+    async def draw_er_diagram(self, params: DiagramRequest) -> Artifact:
+        return await self._draw("draw_er_diagram", render_er_async, params)
+
+    async def draw_sequence_diagram(self, params: DiagramRequest) -> Artifact:
+        return await self._draw("draw_sequence_diagram", render_sequence_async, params)
+
+    async def _draw(self, method: str, render: Renderer, params: DiagramRequest) -> Artifact:
+        """Render under the concurrency bound, then write the PNG with the SVG and ``.tldr`` beside it."""
+        assert self._slots is not None, "start() runs before the socket serves"
         async with self._slots:
             started = self.clock.monotonic()
             try:

@@ -186,6 +186,11 @@ class Agent:
                 await task
             raise
 
+    @property
+    def queued_images(self) -> int:
+        """Image blocks waiting in the steering queue (read into memory when they were steered)."""
+        return sum(1 for blocks in self._queue for block in blocks if block.get("type") == "image")
+
     def steer(self, message: UserMessage | str) -> bool:
         """Queue ``message`` into the live run; False (nothing queued) if no run is live.
 

@@ -74,7 +74,10 @@ class Captain:
                 shutting_down=lambda: self.shutting_down,
             )
         )
-        self._images = ImageFetcher(self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock)
+        self._images = ImageFetcher(
+            self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock,
+            retain_seconds=deps.settings.inbound_image_retention_seconds,
+        )
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
 
     @property

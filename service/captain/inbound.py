@@ -1,4 +1,4 @@
-"""Inbound image attachments: fetched under strict limits, kept privately for a day, shown to the model.
+"""Inbound image attachments: fetched under strict limits, kept privately for a while, shown to the model.
 
 A chat message must never make the service fetch an arbitrary address, so
 only ``https`` URLs on Discord's CDN hosts are fetched (plus the exact
@@ -11,8 +11,8 @@ response's ``Content-Type`` *and* by the bytes themselves (a mislabelled
 file would make the model API reject the whole turn, and so would a file
 over :data:`MODEL_MAX_BYTES`, whose base64 exceeds the API's 5 MiB, or over
 8000 px on a side, read from the header by :mod:`service.captain.image_size`). A stored image is
-``<state>/captain/inbound/<sha256>.<ext>`` (0600) and is pruned a day after
-its last use. Failures are content-free codes; a failed fetch costs only
+``<state>/captain/inbound/<sha256>.<ext>`` (0600) and is pruned
+``CLANKIE_INBOUND_IMAGE_RETENTION_SECONDS`` (a day) after its last use. Failures are content-free codes; a failed fetch costs only
 the picture, and the prompt says so.
 """
 
@@ -48,6 +48,7 @@ MODEL_MAX_BYTES = MAX_BYTES * 3 // 4
 FETCH_DEADLINE = 10.0
 RETAIN_SECONDS = 24 * 3600.0
 PRUNE_EVERY = 3600.0
+"""How often the store is swept at most; a shorter retention sweeps four times per retention instead."""
 DISCORD_CDN_HOSTS = ("cdn.discordapp.com", "media.discordapp.net")
 CHUNK = 64 * 1024
 
@@ -61,6 +62,7 @@ FETCH_FAILED = "image_fetch_failed"
 OVER_LIMIT = "image_over_limit"
 OVER_TURN_LIMIT = "image_over_turn_limit"
 UNREADABLE = "image_unreadable"
+OVER_STEER_LIMIT = "image_over_steer_limit"
 REASONS = {
     HOST_REFUSED: "not on Discord's image host",
     TYPE_REFUSED: "not a PNG, JPEG, GIF or WebP image",
@@ -71,6 +73,7 @@ REASONS = {
     OVER_LIMIT: f"more than {MAX_IMAGES} images in one message",
     OVER_TURN_LIMIT: f"more than {MAX_TURN_IMAGES} images in one turn",
     UNREADABLE: "stored copy unreadable",
+    OVER_STEER_LIMIT: "too many pictures arrived while you were answering",
 }
 
 
@@ -148,9 +151,9 @@ class InboundImages:
     def report(self) -> ImageReport:
         return ImageReport(shown=len(self.paths), missing=tuple(REASONS[c] for c in self.failed))
 
-    def without_files(self) -> InboundImages:
-        """The same images, none shown (the stored copies could not be read after all)."""
-        return InboundImages(failed=self.failed + (UNREADABLE,) * len(self.paths))
+    def without_files(self, reason: str = UNREADABLE) -> InboundImages:
+        """The same images, none shown (by default: the stored copies could not be read after all)."""
+        return InboundImages(failed=self.failed + (reason,) * len(self.paths))
 
 
 NO_IMAGES = InboundImages()
@@ -171,8 +174,13 @@ class TurnImages:
     def has_files(self) -> bool:
         return bool(self.trigger.paths) or any(imgs.paths for _, imgs in self.backlog)
 
-    def without_files(self) -> TurnImages:
-        return TurnImages(self.trigger.without_files(), tuple((mid, imgs.without_files()) for mid, imgs in self.backlog))
+    @property
+    def count(self) -> int:
+        """Stored images the turn would show."""
+        return len(self.trigger.paths) + sum(len(imgs.paths) for _, imgs in self.backlog)
+
+    def without_files(self, reason: str = UNREADABLE) -> TurnImages:
+        return TurnImages(self.trigger.without_files(reason), tuple((mid, imgs.without_files(reason)) for mid, imgs in self.backlog))
 
 
 NO_TURN_IMAGES = TurnImages()
@@ -189,8 +197,10 @@ class ImageFetcher:
         *,
         deadline: float = FETCH_DEADLINE,
         max_bytes: int = MAX_BYTES,
+        retain_seconds: float = RETAIN_SECONDS,
     ) -> None:
         self.root = root
+        self.retain_seconds = retain_seconds
         self.policy = policy
         self._clock = clock
         self.deadline = deadline
@@ -308,15 +318,15 @@ class ImageFetcher:
 
     def _maybe_prune(self) -> None:
         now = self._clock.monotonic()
-        if self._last_prune is None or now - self._last_prune >= PRUNE_EVERY:
+        if self._last_prune is None or now - self._last_prune >= min(PRUNE_EVERY, self.retain_seconds / 4):
             self._last_prune = now
             removed = self.prune()
             if removed:
-                log.info("pruned %d inbound images older than a day", removed)
+                log.info("pruned %d inbound images unused for %.0f s", removed, self.retain_seconds)
 
     def prune(self) -> int:
-        """Remove stored images last used more than a day ago (by the clock's wall time)."""
-        cutoff = self._clock.wall() - RETAIN_SECONDS
+        """Remove stored images last used longer ago than the retention (by the clock's wall time)."""
+        cutoff = self._clock.wall() - self.retain_seconds
         removed = 0
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.root):

@@ -3,7 +3,9 @@
 Pure and h11-like: :meth:`Lane.handle` takes one event and the current time
 and returns the actions the shell must carry out, in order. An event the
 current state does not accept raises :class:`IllegalLaneEvent` and leaves the
-lane exactly as it was. The transition table is :data:`TRANSITIONS`.
+lane exactly as it was. The transition table is :data:`TRANSITIONS`; each
+row's handler takes its own event class, and mypy checks every row pairs the
+right one (:func:`_row`).
 
 States::
 
@@ -20,9 +22,10 @@ States::
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from clankie.errors import LocalProtocolError
 from clankie.protocol import Code
@@ -173,33 +176,29 @@ class Lane:
         self.turns_started += 1
         return f"turn-{self.turns_started}-{delivery_id}"
 
-    def _start(self, event: Event, now: float) -> list[Action]:
-        assert isinstance(event, TurnArrived)
+    def _start(self, event: TurnArrived, now: float) -> list[Action]:
         turn = self._new_turn_id(event.delivery_id)
         self.state, self.run_id, self.owner = LaneState.STARTING, event.run_id, turn
         self.steerers, self.held, self.run_started_at = [], [], now
         return [StartRun(turn, event.run_id)]
 
-    def _hold(self, event: Event, now: float) -> list[Action]:
-        assert isinstance(event, TurnArrived)
+    def _hold(self, event: TurnArrived, now: float) -> list[Action]:
         turn = self._new_turn_id(event.delivery_id)
         self.held.append(turn)
         return [HoldSteer(turn)]
 
-    def _streaming(self, event: Event, now: float) -> list[Action]:
+    def _streaming(self, event: RunStreaming, now: float) -> list[Action]:
         held, self.held = tuple(self.held), []
         self.steerers.extend(held)
         self.state = LaneState.RUNNING
         return [FlushSteers(held)] if held else []
 
-    def _steer(self, event: Event, now: float) -> list[Action]:
-        assert isinstance(event, TurnArrived)
+    def _steer(self, event: TurnArrived, now: float) -> list[Action]:
         turn = self._new_turn_id(event.delivery_id)
         self.steerers.append(turn)
         return [Steer(turn)]
 
-    def _ended(self, event: Event, now: float) -> list[Action]:
-        assert isinstance(event, RunEnded)
+    def _ended(self, event: RunEnded, now: float) -> list[Action]:
         if event.code is None and self.state is LaneState.STARTING:
             raise IllegalLaneEvent(f"lane {self.key}: a run cannot answer before it streams")
         attached = self.attached
@@ -210,8 +209,8 @@ class Lane:
         assert owner is not None
         return [Finish(owner, steerers)]
 
-    def _abort(self, event: Event, now: float) -> list[Action]:
-        assert isinstance(event, AbortRequested) and self.run_id is not None
+    def _abort(self, event: AbortRequested, now: float) -> list[Action]:
+        assert self.run_id is not None  # a starting or running lane has its run
         abort = AbortAgent(self.run_id, event.reason)
         if event.reason == "operator":
             return [abort]
@@ -219,7 +218,7 @@ class Lane:
         self._clear(LaneState.DROPPED)
         return [abort, Fail(attached, STALLED), DropLane()]
 
-    def _late_end(self, event: Event, now: float) -> list[Action]:
+    def _late_end(self, event: RunEnded | RunStreaming, now: float) -> list[Action]:
         return []
 
     def _clear(self, state: LaneState) -> None:
@@ -228,17 +227,32 @@ class Lane:
 
 
 _Handler = Callable[[Lane, Event, float], list[Action]]
+_Key = tuple[LaneState, type[Event]]
+E = TypeVar("E", TurnArrived, RunStreaming, RunEnded, AbortRequested)
 
-TRANSITIONS: dict[tuple[LaneState, type], _Handler] = {
-    (LaneState.IDLE, TurnArrived): Lane._start,
-    (LaneState.STARTING, TurnArrived): Lane._hold,
-    (LaneState.STARTING, RunStreaming): Lane._streaming,
-    (LaneState.STARTING, RunEnded): Lane._ended,
-    (LaneState.STARTING, AbortRequested): Lane._abort,
-    (LaneState.RUNNING, TurnArrived): Lane._steer,
-    (LaneState.RUNNING, RunEnded): Lane._ended,
-    (LaneState.RUNNING, AbortRequested): Lane._abort,
-    (LaneState.DROPPED, RunEnded): Lane._late_end,
-    (LaneState.DROPPED, RunStreaming): Lane._late_end,
-}
+
+def _row(state: LaneState, event: type[E], move: Callable[[Lane, E, float], list[Action]]) -> tuple[_Key, _Handler]:
+    """One legal pair. mypy checks that ``move`` takes ``event``; the entry hands it the event, narrowed."""
+
+    @functools.wraps(move)
+    def entry(lane: Lane, got: Event, now: float) -> list[Action]:
+        if not isinstance(got, event):  # never from handle(), which found this row by type(got)
+            raise IllegalLaneEvent(f"lane {lane.key}: the {event.__name__} row got a {type(got).__name__}")
+        return move(lane, got, now)
+
+    return (state, event), entry
+
+
+TRANSITIONS: dict[_Key, _Handler] = dict([
+    _row(LaneState.IDLE, TurnArrived, Lane._start),
+    _row(LaneState.STARTING, TurnArrived, Lane._hold),
+    _row(LaneState.STARTING, RunStreaming, Lane._streaming),
+    _row(LaneState.STARTING, RunEnded, Lane._ended),
+    _row(LaneState.STARTING, AbortRequested, Lane._abort),
+    _row(LaneState.RUNNING, TurnArrived, Lane._steer),
+    _row(LaneState.RUNNING, RunEnded, Lane._ended),
+    _row(LaneState.RUNNING, AbortRequested, Lane._abort),
+    _row(LaneState.DROPPED, RunEnded, Lane._late_end),
+    _row(LaneState.DROPPED, RunStreaming, Lane._late_end),
+])
 """Every legal (state, event) pair; anything else is an :class:`IllegalLaneEvent`."""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clankie import ipc
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Code, HistoryMessage, Room, ToolActivity, Trigger, TurnResult, TypingSignal
@@ -131,11 +132,11 @@ def tool_activity(delivery_id: str, event: ToolStart | ToolEnd) -> ToolActivity:
                         host=host, active=isinstance(event, ToolStart))
 
 
-async def send_tool(conn: object, record: ToolActivity) -> None:
+async def send_tool(conn: ipc.Connection, record: ToolActivity) -> None:
     with contextlib.suppress(ChannelBroken, ChannelClosed, ValueError):
-        await conn.notify("tool", record)  # type: ignore[attr-defined]
+        await conn.notify("tool", record)
 
 
-async def send_typing(conn: object, delivery_id: str) -> None:
+async def send_typing(conn: ipc.Connection, delivery_id: str) -> None:
     with contextlib.suppress(ChannelBroken, ChannelClosed):
-        await conn.notify("typing", TypingSignal(delivery_id=delivery_id))  # type: ignore[attr-defined]
+        await conn.notify("typing", TypingSignal(delivery_id=delivery_id))

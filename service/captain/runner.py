@@ -27,7 +27,7 @@ from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
 from service.captain import prompt
-from service.captain.inbound import TurnImages
+from service.captain.inbound import OVER_STEER_LIMIT, TurnImages
 from service.captain.lane import (
     AbortAgent,
     Action,
@@ -159,6 +159,12 @@ class LaneRunner:
 
     def _steer(self, lane: LiveLane, slot: TurnSlot) -> None:
         self._stamp(lane, slot)
+        if slot.images.has_files and lane.agent.queued_images + slot.images.count > self._s.steer_max_images:
+            # a steered picture is read into memory until the run's next step: past the bound the
+            # message is steered with its words and the prompt says its pictures were not shown
+            log.warning("lane %s: steering queue holds %d images; turn %s's %d not shown",
+                        lane.key, lane.agent.queued_images, slot.turn_id, slot.images.count)
+            slot.images = slot.images.without_files(OVER_STEER_LIMIT)
         try:
             steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
         except (OSError, UnsupportedImage):
@@ -234,11 +240,10 @@ class LaneRunner:
             delivery_id=slot.delivery.delivery_id, room=lane.room, before_message_id=slot.trigger.message_id, limit=limit
         )
         try:
-            reply = await conn.request("history", request, timeout=HISTORY_TIMEOUT)
+            reply = await conn.request("history", request, expect=HistoryReply, timeout=HISTORY_TIMEOUT)
         except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
             log.warning("lane %s: no history for a cold lane (%s)", lane.key, type(exc).__name__)
             return None
-        assert isinstance(reply, HistoryReply)
         return reply.messages[-limit:]
 
     # ------------------------------------------------------------------ agent events

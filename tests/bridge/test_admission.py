@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.admission import Buffered, Drop, Duplicate, Engagement, Inbound, Ingress, Policy, Run
+from bridge.admission import ANSWERED, BACKLOG_FULL, Buffered, Drop, Duplicate, Engagement, Inbound, Ingress, Policy, Run
 
 G, C, C2, OTHER_G = "1", "11", "12", "2"
 OWNER, FRIEND, STRANGER = "900", "901", "902"
 
 
 def msg(mid: str = "m1", *, channel: str = C, guild: str | None = G, author: str = STRANGER, text: str = "hi", **kw: object) -> Inbound:
-    return Inbound(message_id=mid, channel_id=channel, guild_id=guild, author_id=author, text=text, **kw)  # type: ignore[arg-type]
+    return Inbound(message_id=mid, channel_id=channel, guild_id=guild, author_id=author, text=text, **kw)  # type: ignore[arg-type]  # kw holds Inbound's other fields by name
 
 
 def ingress(**kw: object) -> Ingress:
     base: dict[str, object] = {"guild_ids": frozenset({G}), "owner_id": OWNER}
     base.update(kw)
-    return Ingress(Policy(**base))  # type: ignore[arg-type]
+    return Ingress(Policy(**base))  # type: ignore[arg-type]  # base holds Policy's fields by name
 
 
 @pytest.mark.parametrize(
@@ -97,6 +97,27 @@ def test_retention_expires_and_backpressure_refuses() -> None:
     assert ing.admit(msg("c"), 2.0) == Drop("delivery_backpressure")
     assert isinstance(ing.admit(msg("c"), 10.5), Run)  # "a" expired
     assert ing.admit(msg("a"), 10.6) == Drop("delivery_backpressure")  # forgotten, so not a duplicate
+
+
+def test_at_the_turn_cap_a_run_is_refused_and_not_remembered() -> None:
+    """With ``max_turns`` turns held, a message that would run one is dropped (``turn_backpressure``),
+    not retained, so the same message is admitted once a turn has finished; a steer counts too."""
+    ing = ingress(max_turns=2)
+    assert isinstance(ing.admit(msg("a"), 0.0, turns=1), Run)
+    assert ing.admit(msg("b"), 1.0, turns=2) == Drop("turn_backpressure")
+    assert ing.admit(msg("c"), 1.0, turns=2, live_run=True) == Drop("turn_backpressure")
+    assert not ing.seen("b") and ing.retained == 1
+    assert isinstance(ing.admit(msg("b"), 2.0, turns=1), Run)
+
+
+def test_at_the_turn_cap_a_buffered_message_is_still_buffered() -> None:
+    """Buffering holds no turn, so a drifted room's chatter is buffered at the cap as below it."""
+    ing = addressed(window=1)
+    assert isinstance(ing.admit(msg("a", text="clankie?"), 0.0), Run)
+    ing.settle(C, "settled", 1.0)
+    ing.admit(msg("b", text="chat"), 2.0)
+    ing.settle(C, "silent", 3.0)
+    assert ing.admit(msg("c", text="more chat"), 4.0, turns=10**6) == Buffered(1)
 
 
 def test_forget_lets_a_failed_delivery_be_tried_again() -> None:
@@ -199,3 +220,24 @@ def test_backlog_is_bounded() -> None:
     assert ing.backlog(C) == 20
     [run] = ing.catch_up()
     assert run.delivery_id == "b29" and len(run.context) == 19
+
+
+def test_buffered_messages_that_leave_a_backlog_without_a_catch_up_are_reported_once() -> None:
+    """At the backlog's bound the oldest fall out, and an answer meanwhile clears the rest: both are named, once.
+
+    The bridge holds each buffered message's payload until its catch-up turn;
+    these ids are how it knows to let go, so its store is bounded by the backlogs.
+    """
+    ing = addressed(window=1)
+    ing.admit(msg("0", text="clankie"), 0)
+    ing.settle(C, "settled", 0)
+    ing.admit(msg("x", text="x"), 0)
+    ing.settle(C, "silent", 0)
+    for i in range(22):
+        ing.admit(msg(f"b{i}", text="chat"), 0)
+    assert ing.take_discarded() == [("b0", BACKLOG_FULL), ("b1", BACKLOG_FULL)]
+    assert ing.take_discarded() == []
+    ing.admit(msg("y", text="clankie, still there?"), 0)
+    ing.settle(C, "settled", 0)  # answered live: the twenty buffered ones will get no catch-up turn
+    assert ing.take_discarded() == [(f"b{i}", ANSWERED) for i in range(2, 22)]
+    assert ing.backlog(C) == 0 and ing.catch_up() == []

@@ -67,7 +67,7 @@ async def tree(
         await service.start()
     app = BridgeApp(settings, clock=clock, retry=RetryPolicy(attempts=4, base=0.01, cap=0.05), guild_ready_timeout=0.05)
     task = asyncio.create_task(app.run())
-    h = Harness(fake, None, app, settings.state_dir)  # type: ignore[arg-type]
+    h = Harness(fake, None, app, settings.state_dir)  # type: ignore[arg-type]  # this harness runs without a fake service
     try:
         await h.until(lambda: app.discord_status == "connected" and (app.bridge.link.status == "connected" or not in_process))
         yield Tree(h, anthropic, service, settings, full)

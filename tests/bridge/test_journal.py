@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from bridge.journal import Journal, JournalState
+from bridge.journal import COMPACT_MIN_LINES, Journal, JournalState
 from clankie.jsonl import read_lines
 from clankie.protocol import Author, Room, Trigger, TurnSubmit
 
@@ -134,5 +134,27 @@ def test_a_crash_mid_line_costs_only_that_line(tmp_path: Path) -> None:
         again.close("1", "settled", 3.0)
         again.aclose()
         assert [line["op"] for line in read_lines(j.path)] == ["admit", "close"]
+
+    asyncio.run(main())
+
+
+def test_a_long_run_compacts_as_it_goes_so_entries_past_the_retention_leave_memory(tmp_path: Path) -> None:
+    """A bridge that never restarts still forgets closed deliveries past the retention: the journal compacts
+    whenever it has doubled since the last compaction, so memory and file stay near what the retention keeps."""
+
+    async def main() -> None:
+        j = Journal(tmp_path, retention=100.0)
+        most = 0
+        for i in range(1, 20_001):  # one delivery a second for 20,000 s: 200 times the retention
+            did = str(i)
+            j.admit(submit(did), f"fp{did}", float(i), catching_up=False)
+            j.close(did, "settled", float(i))
+            if j._compacting is not None:
+                await j._compacting
+            most = max(most, len(j.state.entries))
+        assert most <= COMPACT_MIN_LINES  # within the retention: 100 entries, plus what waits for the next compaction
+        assert "1" not in j.state.entries and "20000" in j.state.entries
+        assert len(read_lines(j.path)) <= 2 * COMPACT_MIN_LINES + 2
+        j.aclose()
 
     asyncio.run(main())

@@ -72,7 +72,7 @@ def test_many_requests_in_flight_resolve_to_their_own_callers(runtime_dir: Path)
         async with ipc.Server(path, "service", echo_service):
             conn = await ipc.connect(path, "bridge")
             results = await asyncio.gather(*(conn.request("turn.submit", submit(f"d{i}", f"t{i}")) for i in range(200)))
-            assert [r.text for r in results] == [f"t{i}" for i in range(200)]  # type: ignore[attr-defined]
+            assert [r.text for r in results] == [f"t{i}" for i in range(200)]  # type: ignore[attr-defined]  # request() without expect= is typed Record; these replies are echo records
             await conn.aclose()
 
     run(main, runtime_dir)
@@ -470,5 +470,53 @@ def test_a_peer_that_leaves_or_stays_silent_before_hello_is_channel_broken(runti
             with pytest.raises(ChannelBroken, match="no hello"):
                 await conn.server_hello(timeout=0.05)
             assert conn.closed
+
+    run(main, runtime_dir)
+
+
+def test_calls_past_the_in_flight_cap_are_refused_visibly_and_the_connection_lives(
+    runtime_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At ``max_inflight`` running handlers a request gets ``too_many_requests`` and a notification is
+    dropped, both counted and logged; once a handler ends the connection takes calls again."""
+
+    async def main(path: Path) -> None:
+        parked: list[asyncio.Event] = []
+        released = asyncio.Event()
+
+        async def bridge(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
+            if method == "history" and isinstance(params, HistoryRequest) and params.delivery_id.startswith("park"):
+                parked.append(asyncio.Event())
+                parked[-1].set()
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    released.set()
+            return HistoryReply(messages=()) if method == "history" else None
+
+        limits = ipc.Limits(max_inflight=2)
+        async with ipc.Server(path, "bridge", bridge, limits=limits) as server:
+            conn = await ipc.connect(path, "service")
+            calls = [asyncio.create_task(conn.request("history", HistoryRequest(delivery_id=f"park{i}", room=ROOM)))
+                     for i in range(2)]
+            while len(parked) < 2:
+                await asyncio.sleep(0)
+            served = next(iter(server.connections))
+            with pytest.raises(RemoteError) as refused:
+                await conn.request("history", HistoryRequest(delivery_id="third", room=ROOM))
+            assert refused.value.code == protocol.Code.TOO_MANY_REQUESTS
+            await conn.notify("typing", protocol.TypingSignal(delivery_id="d"))
+            with pytest.raises(RemoteError):  # answered after the notification was seen (and dropped)
+                await conn.request("history", HistoryRequest(delivery_id="check", room=ROOM))
+            assert served.over_cap == 3
+            assert "2 calls already in flight" in caplog.text
+            calls[0].cancel()
+            await released.wait()
+            await asyncio.sleep(0)
+            again = await conn.request("history", HistoryRequest(delivery_id="after", room=ROOM))
+            assert isinstance(again, HistoryReply) and served.over_cap == 3
+            calls[1].cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+            await conn.aclose()
 
     run(main, runtime_dir)

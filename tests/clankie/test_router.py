@@ -126,6 +126,22 @@ def test_a_malformed_request_gets_invalid_request_and_the_connection_keeps_servi
     asyncio.run(asyncio.wait_for(then_serves(), 30))
 
 
+def test_dispatch_without_a_connection_serves_record_only_routes_and_refuses_the_others() -> None:
+    """Router.dispatch (the hosts' path) runs a route that takes only its record; one that needs the connection is a RouterError."""
+
+    async def main() -> None:
+        router = Router("bridge", BRIDGE)
+        reply = await router.dispatch("text_update", TextUpdate(delivery_id="d", text="hi"))
+        assert reply == TextUpdateReply(message_id="echo-hi")
+        with pytest.raises(RouterError, match="takes the connection"):
+            await router.dispatch("history", HistoryRequest(delivery_id="d", room=ROOM))
+        with pytest.raises(RemoteError) as info:
+            await router.dispatch("screenshot", TextUpdate(delivery_id="d", text="hi"))
+        assert info.value.code == Code.METHOD_NOT_FOUND
+
+    asyncio.run(main())
+
+
 def test_every_role_in_the_table_can_be_fully_routed() -> None:
     """The router's checks agree with the table for every role (an unannotated stub per method)."""
     for role, methods in protocol.METHODS.items():

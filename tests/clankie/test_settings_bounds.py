@@ -14,6 +14,8 @@ def test_the_bounds_have_their_documented_defaults() -> None:
     assert (s.audit_rotate_bytes, s.audit_keep_bytes) == (16 << 20, 256 << 20)
     assert s.delivery_record_retention_seconds == 7 * 3600
     assert (s.discord_engagement_idle_seconds, s.discord_engagement_max_rooms) == (3600, 10_000)
+    assert (s.child_log_rotate_bytes, s.child_log_backups) == (10 << 20, 5)
+    assert s.inbound_image_retention_seconds == 86_400
 
 
 @pytest.mark.parametrize(
@@ -25,6 +27,9 @@ def test_the_bounds_have_their_documented_defaults() -> None:
         ({"CLANKIE_DELIVERY_RECORD_RETENTION_SECONDS": "0"}, "CLANKIE_DELIVERY_RECORD_RETENTION_SECONDS"),
         ({"CLANKIE_DISCORD_ENGAGEMENT_MAX_ROOMS": "0"}, "CLANKIE_DISCORD_ENGAGEMENT_MAX_ROOMS"),
         ({"CLANKIE_DISCORD_ENGAGEMENT_IDLE_SECONDS": "-1"}, "CLANKIE_DISCORD_ENGAGEMENT_IDLE_SECONDS"),
+        ({"CLANKIE_CHILD_LOG_ROTATE_BYTES": "100"}, "CLANKIE_CHILD_LOG_ROTATE_BYTES"),
+        ({"CLANKIE_CHILD_LOG_BACKUPS": "0"}, "CLANKIE_CHILD_LOG_BACKUPS"),
+        ({"CLANKIE_INBOUND_IMAGE_RETENTION_SECONDS": "0"}, "CLANKIE_INBOUND_IMAGE_RETENTION_SECONDS"),
     ],
 )
 def test_a_bad_bound_is_one_line_naming_it(env: dict[str, str], name: str) -> None:

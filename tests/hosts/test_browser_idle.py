@@ -82,7 +82,7 @@ def test_concurrent_first_requests_start_once_and_a_request_during_the_close_wai
             assert host.chromium == "down" and host.life.launches == 0
             async with Site() as site:
                 req = ScreenshotRequest(url=site.origin + "/")
-                first = await asyncio.gather(host.handle("screenshot", req), host.handle("screenshot", req))
+                first = await asyncio.gather(host.screenshot(req), host.screenshot(req))
                 assert all(isinstance(a, Artifact) for a in first)
                 assert host.life.launches == 1 and host.chromium == "up"
                 clock.advance(299)
@@ -92,7 +92,7 @@ def test_concurrent_first_requests_start_once_and_a_request_during_the_close_wai
                 while _state(host) == "up":
                     await asyncio.sleep(0)
                 assert _state(host) == "stopping"
-                again = await host.handle("screenshot", req)  # waits for the close, then starts Chromium again
+                again = await host.screenshot(req)  # waits for the close, then starts Chromium again
                 assert isinstance(again, Artifact) and again.size > 0
                 assert _state(host) == "up" and host.life.launches == 2
                 assert host.life.idle_stops == 1 and host.life.crashes == 0

@@ -40,7 +40,7 @@ def _load(root: Path, art: Artifact) -> bytes:
 async def _shoot(host: HostProcess, url: str, **kw: object) -> Artifact:
     conn = await host.client()
     try:
-        result = await conn.request("screenshot", ScreenshotRequest(url=url, **kw), timeout=70)  # type: ignore[arg-type]
+        result = await conn.request("screenshot", ScreenshotRequest(url=url, **kw), timeout=70)  # type: ignore[arg-type]  # kw carries ScreenshotRequest's optional fields by name
     finally:
         await conn.aclose()
     assert isinstance(result, Artifact)

@@ -12,7 +12,8 @@ import pytest
 
 from clankie import ipc, paths
 from clankie.errors import EX_CONFIG, RemoteError
-from clankie.protocol import Artifact, DiagramRequest, Record
+from clankie.protocol import Artifact, DiagramRequest
+from clankie.router import Route
 from clankie.settings import Settings
 from hosts.runtime import HostRuntime, write_artifact
 from hosts.tldraw.examples import er_example
@@ -32,8 +33,10 @@ class _Host:
     async def start(self) -> None:
         return None
 
-    async def handle(self, method: str, params: Record) -> Record:
-        assert isinstance(params, DiagramRequest)
+    def routes(self) -> dict[str, Route]:
+        return {"draw_er_diagram": self.draw, "draw_sequence_diagram": self.draw}
+
+    async def draw(self, params: DiagramRequest) -> Artifact:
         action = params.spec["do"]
         if action == "hang":
             await self.never.wait()
@@ -57,7 +60,7 @@ def test_requests_get_refusal_codes_instead_of_crashing_the_host(settings: Setti
     """A hung request times out with the host's code, a bug becomes host_internal_error, a refusal keeps its code, and the host keeps serving."""
 
     async def main() -> None:
-        runtime = HostRuntime(_Host(), settings, clock=None)  # type: ignore[arg-type]
+        runtime = HostRuntime(_Host(), settings, clock=None)  # type: ignore[arg-type]  # these tests never reach the clock
         await runtime.serve()
         conn = await ipc.connect(paths.socket_path(settings.runtime_dir, "tldraw"), "service")
         try:

@@ -88,12 +88,12 @@ def test_only_the_owner_and_turns_handed_to_the_agent_are_recorded_as_part_of_th
             await until(lambda: app.captain.lanes[ROOM].machine.held != [])
             run_id = app.captain.lanes[ROOM].machine.run_id
             assert run_id is not None
-            assert [app.store.load(d).run for d in ("m1", "m2")] == [run_id, None]  # type: ignore[union-attr]
+            assert [app.store.load(d).run for d in ("m1", "m2")] == [run_id, None]  # type: ignore[union-attr]  # the records exist: the submits above wrote them
             bridge.history_gate.set()
             await fake.wait_for_requests(1)
             assert app.store.load("m2").run == run_id  # type: ignore[union-attr]  # flushed: now part of the run
             t3 = bridge.start(msg("m3", "third"))
-            await until(lambda: app.store.load("m3") is not None and app.store.load("m3").run == run_id)  # type: ignore[union-attr]
+            await until(lambda: app.store.load("m3") is not None and app.store.load("m3").run == run_id)  # type: ignore[union-attr]  # guarded by the is-not-None check on the left
             gate.set()
             assert [r.outcome for r in await asyncio.gather(t1, t2, t3)] == ["settled", "absorbed", "absorbed"]
             for d in ("m1", "m2", "m3"):
@@ -118,12 +118,12 @@ def test_graceful_stops_charge_nobody_however_many(env: dict[str, str]) -> None:
                 cut = [bridge.start(msg("m1", "first"))]
                 await fake.wait_for_requests(len(fake.requests) + 1)
                 cut.append(bridge.start(msg("m2", "second")))
-                await until(lambda a=app: a.captain.lanes[ROOM].machine.steerers != [])  # type: ignore[misc]
+                await until(lambda a=app: a.captain.lanes[ROOM].machine.steerers != [])  # type: ignore[misc]  # the default argument binds this loop's app to the lambda
                 await app.close()
                 for turn in cut:
                     with pytest.raises(RemoteError):
                         await turn
-                assert [app.store.load(d).run for d in ("m1", "m2")] == [None, None]  # type: ignore[union-attr]
+                assert [app.store.load(d).run for d in ("m1", "m2")] == [None, None]  # type: ignore[union-attr]  # the records exist: the submits above wrote them
             fake.script(fa.text("answered at last"))
             async with service(env, fake, poison_runs=1) as again:
                 bridge = FakeBridge()

@@ -107,7 +107,7 @@ def test_lanes_and_say_are_answered_over_the_link(env: dict[str, str]) -> None:
             assert [r.outcome for r in results] == ["settled", "absorbed", "absorbed"]
             assert results[0].text == "one answer for all three"
             # the lane's spend, read back from its session tree: the fake provider bills every call
-            (spent,) = (await conn.request("lanes", Empty())).lanes  # type: ignore[attr-defined]
+            (spent,) = (await conn.request("lanes", Empty())).lanes  # type: ignore[attr-defined]  # request() without expect= is typed Record; this reply is a LanesReply
             assert spent.tokens is not None and spent.tokens.output > 0 and spent.tokens.input + spent.tokens.cache_read > 0
             bad = conn.request("say", SayRequest(room="a/b/c", text="x"))
             try:

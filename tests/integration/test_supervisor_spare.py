@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def _spare_pid(sup: object, name: str) -> int | None:
-    child = sup.child(name)  # type: ignore[attr-defined]
+    child = sup.child(name)  # type: ignore[attr-defined]  # the harness's Running exposes child() dynamically
     return child.spare_pid if child.spare.startswith("parked") else None
 
 

@@ -196,6 +196,17 @@ def test_logs_rotate_past_the_size_limit(tmp_path: Path) -> None:
     assert all(p.stat().st_size <= 1000 for p in tmp_path.iterdir())
 
 
+def test_the_operator_sets_the_child_log_size_and_how_many_rolled_logs_are_kept(tmp_path: Path, runtime_dir: Path) -> None:
+    """At the bound: a child writing 1 MB under a 64 KiB roll keeping two leaves three files, none over 64 KiB."""
+    kids = [fixture("spew", "--spew-bytes", str(1024 * 1024), policy={"backoff_base": 60})]
+    env = {"CLANKIE_CHILD_LOG_ROTATE_BYTES": str(64 * 1024), "CLANKIE_CHILD_LOG_BACKUPS": "2"}
+    with supervisor(tmp_path, runtime_dir, kids, env=env, wait_ready=False) as sup:
+        sup.wait_state("spew", "backoff")
+        logs = sup.state / "logs"
+        assert sorted(p.name for p in logs.glob("spew.log*")) == ["spew.log", "spew.log.1", "spew.log.2"]
+        assert all(p.stat().st_size <= 64 * 1024 for p in logs.glob("spew.log*"))
+
+
 def test_status_reports_psutil_fields_for_a_running_child(tmp_path: Path, runtime_dir: Path) -> None:
     """cpu %, rss, fds and threads in status match what psutil sees for that pid."""
     with supervisor(tmp_path, runtime_dir, [fixture("svc")]) as sup:

@@ -20,7 +20,7 @@ from clankie.clock import SystemClock
 from clankie.errors import ConfigError, RemoteError
 from clankie.protocol import Empty, StatusReply
 from supervisor import ctl
-from supervisor.control import Control
+from supervisor.control import CONTROL_MAX_INFLIGHT, Control
 from supervisor.tree import Tree
 
 
@@ -212,3 +212,24 @@ def test_status_json_from_a_live_control_socket(env: dict[str, str], runtime_dir
     with_control(env, runtime_dir, body)
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) >= {"supervisor", "children"} and set(doc["supervisor"]) >= {"pid", "uptime_s", "state"}
+
+
+def test_a_control_connection_runs_at_most_a_few_calls_at_once(env: dict[str, str], runtime_dir: Path) -> None:
+    """control.sock's connections carry CONTROL_MAX_INFLIGHT (clankiectl makes one call at a time); past it a
+    call gets ``too_many_requests`` (the cap itself: tests/clankie/test_ipc.py)."""
+
+    async def go() -> None:
+        tree = Tree(settings_mod.load(env), [], clock=SystemClock(), env=env, subreaper=False)
+        control = Control(tree)
+        await control.start(runtime_dir / "control.sock")
+        assert control.server is not None
+        try:
+            conn = await ipc.connect(runtime_dir / "control.sock", "test")
+            await conn.request("status", Empty(), timeout=5)
+            assert [c.max_inflight for c in control.server.connections] == [CONTROL_MAX_INFLIGHT]
+            assert CONTROL_MAX_INFLIGHT == 8
+            await conn.aclose()
+        finally:
+            await control.close()
+
+    asyncio.run(go())

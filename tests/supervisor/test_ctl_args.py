@@ -10,6 +10,7 @@ import pytest
 from clankie import ipc
 from clankie.protocol import Record
 from supervisor import ctl
+from supervisor.ctl_args import bounded, parser
 
 
 @pytest.mark.parametrize(
@@ -70,10 +71,10 @@ def test_say_gives_up_on_a_hung_supervisor_after_its_wait(runtime_dir: Path, cap
 
 def test_waits_default_to_the_stop_budget_and_a_long_turn(capsys: pytest.CaptureFixture[str]) -> None:
     """--wait defaults: 25 s (the stop budget) for stop/restart, 600 s for say; 0 means forever."""
-    p = ctl._parser()
+    p = parser()
     assert p.parse_args(["stop", "all"]).wait == 25.0
     args = p.parse_args(["--timeout", "3", "say", "r", "t"])
-    assert args.wait == 600.0 and ctl._bounded(args) == 603.0
-    assert ctl._bounded(p.parse_args(["say", "r", "t", "--wait", "0"])) is None
+    assert args.wait == 600.0 and bounded(args) == 603.0
+    assert bounded(p.parse_args(["say", "r", "t", "--wait", "0"])) is None
     ctl.main(["say", "--help"])
     assert "--wait" in capsys.readouterr().out

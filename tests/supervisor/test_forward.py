@@ -7,6 +7,8 @@ import fcntl
 import logging
 import os
 
+from clankie.settings import load
+from supervisor.app import stderr_queue
 from supervisor.forward import QueueHandler, StderrQueue
 
 
@@ -81,3 +83,24 @@ def test_the_loop_flushes_when_the_reader_catches_up_and_logging_goes_through_th
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_the_supervisor_queue_holds_what_its_setting_says_and_drops_the_oldest_past_it() -> None:
+    """CLANKIE_STDERR_QUEUE_BYTES bounds the unwritten lines; past it the oldest go and are counted."""
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
+    try:
+        q = stderr_queue(load({"HOME": "/h", "CLANKIE_STDERR_QUEUE_BYTES": "8192"}), fd=w)
+        assert q.max_bytes == 8192
+        line = b"x| " + b"y" * 1020 + b"\n"  # 1 KiB
+        for _ in range(64):  # 4 KiB fit in the pipe, 8 KiB in the queue, the rest is dropped
+            q.put(line)
+        assert q._queued <= 8192  # the bound: what the stream did not take is at most the setting
+        assert q.dropped >= 64 - 16  # everything past pipe + queue was dropped and counted
+        q.close(timeout=0.0)
+    finally:
+        os.close(r)
+        os.close(w)
+    default = stderr_queue(load({"HOME": "/h"}), fd=1)
+    assert default.max_bytes == 1024 * 1024
+    default.close()

@@ -13,6 +13,7 @@ from clankie.protocol import LaneInfo, LanesReply, Tokens
 from clankie.testing.clock import FakeClock
 from supervisor import ctl
 from supervisor.control import Control
+from supervisor.ctl_render import format_tokens
 from supervisor.tree import Tree
 from tests.clankie.test_spend import message, write_tree
 
@@ -49,5 +50,5 @@ def test_status_reports_the_days_tokens(env: dict[str, str], runtime_dir: Path, 
 def test_lanes_lines_show_each_lanes_tokens() -> None:
     """A lane line ends with its four token counts, or `tokens -` when the service could not say."""
     known = LaneInfo(key="k", warm=True, state="idle", turns=2, tokens=Tokens(input=1, cache_read=2, cache_write=3, output=4))
-    assert ctl.format_tokens(known.tokens) == "tokens in=1 cache_read=2 cache_write=3 out=4"
-    assert ctl.format_tokens(LanesReply(lanes=(LaneInfo(key="k", warm=False, state="idle"),)).lanes[0].tokens) == "tokens -"
+    assert format_tokens(known.tokens) == "tokens in=1 cache_read=2 cache_write=3 out=4"
+    assert format_tokens(LanesReply(lanes=(LaneInfo(key="k", warm=False, state="idle"),)).lanes[0].tokens) == "tokens -"

@@ -39,8 +39,8 @@ def test_sequence_png_is_byte_identical_across_runs() -> None:
 def test_png_has_the_svg_size_times_zoom() -> None:
     """The PNG decodes and its size is the SVG's size times the chosen zoom."""
     rendered = render_er(er_example(5))
-    width = int(re.search(r'width="(\d+)"', rendered.svg).group(1))  # type: ignore[union-attr]
-    height = int(re.search(r'height="(\d+)"', rendered.svg).group(1))  # type: ignore[union-attr]
+    width = int(re.search(r'width="(\d+)"', rendered.svg).group(1))  # type: ignore[union-attr]  # the renderer always writes width; a None here fails the test anyway
+    height = int(re.search(r'height="(\d+)"', rendered.svg).group(1))  # type: ignore[union-attr]  # the renderer always writes height; a None here fails the test anyway
     zoom = raster.zoom_for(width, height)
     with Image.open(io.BytesIO(rendered.png)) as image:
         assert image.format == "PNG"
@@ -51,7 +51,7 @@ def test_png_has_the_svg_size_times_zoom() -> None:
                                     lambda: render_sequence(sequence_example())])
 def test_svg_refers_to_nothing_outside(render: object) -> None:
     """The SVG has no href, image, style, script or foreign object: nothing external."""
-    svg = render().svg  # type: ignore[operator]
+    svg = render().svg  # type: ignore[operator]  # typed object above; each parametrized value is a zero-argument renderer
     lowered = svg.lower()
     for needle in ("href", "<image", "<style", "<script", "<foreignobject", "url(", "@import"):
         assert needle not in lowered

@@ -7,6 +7,7 @@ from typing import Any
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
+from clankie.testing.fake_anthropic_cache import PromptCache
 from service.agent.events import StreamProgress, TextDelta
 from tests.service.agent.helpers import arun, harness
 
@@ -22,14 +23,14 @@ def _body(cache: bool, messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_usage_responds_to_cache_control_and_prefix_reuse() -> None:
     """Breakpoints write the prefix, a repeated prefix reads it, and without cache_control all input is uncached."""
-    cache = fa.PromptCache()
+    cache = PromptCache()
     one = [{"role": "user", "content": "hello " * 50}]
     two = [*one, {"role": "assistant", "content": "hi"}, {"role": "user", "content": "again " * 50}]
     first = cache.usage(_body(True, one))
     assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 0
     second = cache.usage(_body(True, two))
     assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
-    plain = fa.PromptCache().usage(_body(False, two))
+    plain = PromptCache().usage(_body(False, two))
     assert plain["cache_read_input_tokens"] == plain["cache_creation_input_tokens"] == 0
     total = sum(second.values())
     assert plain["input_tokens"] == total

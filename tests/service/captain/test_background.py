@@ -38,9 +38,9 @@ def test_typing_send_is_held_until_done_and_cancelled_on_close(env: dict[str, st
         captain = Captain(CaptainDeps(settings=settings_mod.load(env), clock=FakeClock(), provider=None))
         conn = SlowConn()
         room = Room(guild_id="1", channel_id="2")
-        capture = TurnCapture(room=room, owner=DeliveryContext("m1", room, conn))  # type: ignore[arg-type]
+        capture = TurnCapture(room=room, owner=DeliveryContext("m1", room, conn))  # type: ignore[arg-type]  # a stand-in connection that records notifications
         lane = SimpleNamespace(typing_sent=False, text_so_far="", capture=capture)
-        captain._watch_typing(lane, "hello there")  # type: ignore[arg-type]
+        captain._watch_typing(lane, "hello there")  # type: ignore[arg-type]  # a stand-in lane with only what _watch_typing reads
         await asyncio.sleep(0)
         gc.collect()
         assert [s.delivery_id for s in conn.sent] == ["m1"]

@@ -186,7 +186,7 @@ def test_a_segment_goes_as_soon_as_no_record_needs_it(directory: Path, clock: Fa
         store.accept(f"d{n}", FP)
         n += 1
     first = store.log.segments()[0]
-    in_first = [f"d{i}" for i in range(n) if store.log.get(f"d{i}").file == first]  # type: ignore[union-attr]
+    in_first = [f"d{i}" for i in range(n) if store.log.get(f"d{i}").file == first]  # type: ignore[union-attr]  # every d{i} was written above
     for did in in_first[:-1]:
         store.settle(did, SETTLED)
         assert first.exists()  # one record still needs it

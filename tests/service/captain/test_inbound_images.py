@@ -298,6 +298,17 @@ def test_images_unused_for_a_day_are_pruned(tmp_path: Path) -> None:
     assert not old.exists() and fresh.exists()
 
 
+def test_the_operator_sets_how_long_fetched_images_are_kept(tmp_path: Path) -> None:
+    """At the bound: an image one second past a one-hour retention goes, one a second inside it stays."""
+    clock = FakeClock()
+    f = ImageFetcher(tmp_path / "inbound", FetchPolicy.for_api_base(None), clock, retain_seconds=3600.0)
+    past, inside = f._store(PNG, "png"), f._store(png_bytes((1, 2, 3)), "png")
+    os.utime(past, (clock.wall() - 3601, clock.wall() - 3601))
+    os.utime(inside, (clock.wall() - 3599, clock.wall() - 3599))
+    assert f.prune() == 1
+    assert not past.exists() and inside.exists()
+
+
 # ---------------------------------------------------------------------- through the service
 
 
@@ -351,6 +362,37 @@ def test_a_steered_messages_image_reaches_the_merged_run(env: dict[str, str]) ->
             assert image_blocks(fake.requests[0]) == []
             (block,) = image_blocks(fake.requests[1])
             assert base64.b64decode(block["source"]["data"]) == png_bytes((10, 200, 10))
+
+    run(body())
+
+
+def test_past_the_steering_queues_picture_bound_a_steered_message_keeps_its_words_not_its_pictures(env: dict[str, str]) -> None:
+    """At the bound (CLANKIE_STEER_MAX_IMAGES=1): the first steered picture waits in the queue, the second
+    message is steered with its words only, and the prompt says why its picture was not shown."""
+
+    async def body() -> None:
+        async with (
+            image_server() as server,
+            FakeAnthropic() as fake,
+            service(env, fake, discord_api_base=server.base + "/api/v10", steer_max_images=1) as app,
+        ):
+            gate = asyncio.Event()
+            fake.script(fa.text("hm", stall_after=3, stall_until=gate), fa.text("two pictures, one seen"))
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            t1 = bridge.start(msg("m1", "clankie look at these"))
+            await fake.wait_for_requests(1)
+            t2 = bridge.start(image_msg("m2", "the green one", [server.url("b.png")]))
+            await until(lambda: len(app.captain.lanes["discord:clankie:discord:1:2"].machine.steerers) == 1)
+            t3 = bridge.start(image_msg("m3", "and the red one", [server.url("a.png")]))
+            await until(lambda: len(app.captain.lanes["discord:clankie:discord:1:2"].machine.steerers) == 2)
+            gate.set()
+            results = await asyncio.gather(t1, t2, t3)
+            assert [r.outcome for r in results] == ["settled", "absorbed", "absorbed"]
+            (block,) = image_blocks(fake.requests[1])
+            assert base64.b64decode(block["source"]["data"]) == png_bytes((10, 200, 10))
+            text = "\n".join(user_texts(fake.requests[1]))
+            assert "and the red one" in text and "too many pictures arrived while you were answering" in text
 
     run(body())
 

@@ -63,11 +63,20 @@ def test_every_state_event_pair_is_either_in_the_table_or_refused_without_change
     if state is LaneState.STARTING and event == RunEnded(None):
         legal = False  # a run cannot answer before it streamed
     if legal:
-        lane.handle(event, 5)  # type: ignore[arg-type]
+        lane.handle(event, 5)  # type: ignore[arg-type]  # deliberately an event the state does not accept
     else:
         with pytest.raises(IllegalLaneEvent):
-            lane.handle(event, 5)  # type: ignore[arg-type]
+            lane.handle(event, 5)  # type: ignore[arg-type]  # deliberately an event the state does not accept
         assert lane == before
+
+
+def test_a_row_refuses_an_event_of_another_class_without_change() -> None:
+    """Each row's handler is typed by its event class; called with another one (never through handle), it refuses."""
+    lane = lane_in(LaneState.IDLE)
+    before = copy.deepcopy(lane)
+    with pytest.raises(IllegalLaneEvent):
+        TRANSITIONS[(LaneState.IDLE, TurnArrived)](lane, RunEnded(None), 5)
+    assert lane == before
 
 
 def test_idle_lane_turn_starts_the_run_and_owns_it() -> None:

@@ -58,7 +58,7 @@ def test_lanes_reply_names_the_run_id_the_agent_logs(env: dict[str, str], caplog
             await bridge.connect(app)
             t1 = bridge.start(msg("m1", "hello"))
             await fake.wait_for_requests(1)
-            reply = await app.link_handler(None, "lanes", Empty())  # type: ignore[arg-type]
+            reply = await app.link_handler(None, "lanes", Empty())  # type: ignore[arg-type]  # the link handler does not use the connection for lanes
             assert isinstance(reply, LanesReply)
             (info,) = reply.lanes
             assert info.run_id is not None and info.run_id == app.captain.lanes[key("2")].agent.run_id

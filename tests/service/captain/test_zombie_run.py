@@ -72,7 +72,7 @@ def test_run_ignoring_its_abort_is_reported_and_the_room_gets_a_fresh_tree(env: 
             t1 = asyncio.create_task(captain.submit(first, DeliveryContext("m1", first.room, None)))
             await stubborn.started.wait()
             (report,) = captain.runs()
-            abort = asyncio.create_task(app.link_handler(None, "abort_run", AbortRun(lane=ROOM_KEY, run_id=report.run_id, reason="stalled")))  # type: ignore[arg-type]
+            abort = asyncio.create_task(app.link_handler(None, "abort_run", AbortRun(lane=ROOM_KEY, run_id=report.run_id, reason="stalled")))  # type: ignore[arg-type]  # the link handler does not use the connection for abort_run
             r1 = await t1
             assert (r1.outcome, r1.code) == ("failed", "captain_turn_stalled")  # the turns are answered at once
             await until(lambda: clock.sleepers == 2)  # the teardown grace and the bounded abort wait
@@ -110,7 +110,7 @@ def test_stalled_abort_is_confirmed_once_the_run_has_ended(env: dict[str, str]) 
             await fake.wait_for_requests(1)
             await until(lambda: app.captain.lanes[ROOM_KEY].agent.is_running)
             lane = app.captain.lanes[ROOM_KEY]
-            reply = await app.link_handler(None, "abort_run", AbortRun(lane=ROOM_KEY, run_id=None, reason="stalled"))  # type: ignore[arg-type]
+            reply = await app.link_handler(None, "abort_run", AbortRun(lane=ROOM_KEY, run_id=None, reason="stalled"))  # type: ignore[arg-type]  # the link handler does not use the connection for abort_run
             assert reply == AbortReply(aborted=True)
             assert lane.owner_task is not None and lane.owner_task.done()  # confirmed only after the run ended
             assert ROOM_KEY not in app.captain.lanes and not app.captain.zombies and app.captain.runs() == ()

@@ -1,0 +1,136 @@
+"""What ``clankiectl`` prints: the human renderings of the supervisor's replies.
+
+Pure functions of a reply (and ``now`` where an age is shown); the ``--json``
+shapes are the records' own dumps and are not built here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_never
+
+from clankie.protocol import (
+    ChildStatus,
+    DoctorReply,
+    LaneInfo,
+    StatusReply,
+    Tokens,
+    TurnAbsorbed,
+    TurnFailed,
+    TurnResult,
+    TurnSettled,
+    TurnSilent,
+)
+from supervisor.doctor import agreement
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1048576:.1f}M"
+
+
+def format_status(reply: StatusReply, now: float) -> str:
+    sup = reply.supervisor
+    head = f"supervisor pid {sup.pid} {sup.state} up {age(sup.uptime_s)}" + (" ready" if sup.ready else "")
+    if sup.stderr_dropped:
+        head += f"; stderr too slow, {sup.stderr_dropped} lines dropped (the log files have them)"
+    lines = [head]
+    if sup.disk:
+        lines.append(f"!! disk: {sup.disk}")
+    lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")
+    for c in reply.children:
+        cpu = "-" if c.cpu_percent is None else f"{c.cpu_percent:.1f}"
+        detail = c.detail
+        if c.state in ("backoff", "fatal") and c.next_start_at is not None:
+            detail = f"{c.reason}; next start in {age(max(0.0, c.next_start_at - now))}"
+            if c.waiting:
+                detail += f" ({c.waiting})"
+        elif c.state == "fatal":
+            detail = c.reason
+        if c.last_exit is not None and c.state != "running":
+            detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
+        if c.spare and c.spare != "off":
+            detail = f"{detail} [spare: {c.spare}]"
+        if c.log_error:
+            detail = f"{detail} [log: {c.log_error}]" if detail else f"[log: {c.log_error}]"
+        lines.append(
+            f"{c.name:<9}{c.state:<10}{c.pid or '-':>8} {age(c.uptime_s):>8} {c.restarts:>8} {cpu:>6} "
+            f"{mib(c.rss_bytes):>8} {c.num_fds if c.num_fds is not None else '-':>4}  {detail}"
+        )
+    if reply.tokens_today is not None:
+        lines.append(f"spent today ({reply.tokens_day} UTC): {format_tokens(reply.tokens_today)}")
+    return "\n".join(lines)
+
+
+def format_tokens(tokens: Tokens | None) -> str:
+    """``tokens in=… cache_read=… cache_write=… out=…`` (``tokens -`` when not known)."""
+    if tokens is None:
+        return "tokens -"
+    return (f"tokens in={tokens.input} cache_read={tokens.cache_read} cache_write={tokens.cache_write} "
+            f"out={tokens.output}")
+
+
+def format_child_move(child: ChildStatus) -> str:
+    """One child's line after ``start|stop|restart``: ``NAME: STATE [pid N]``."""
+    return f"{child.name}: {child.state}" + (f" pid {child.pid}" if child.pid else "")
+
+
+def format_lane(lane: LaneInfo) -> str:
+    """One line of ``lanes``."""
+    return (f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
+            f"last_event={age(lane.last_event_age_s)}  turns={lane.turns}  {format_tokens(lane.tokens)}")
+
+
+def format_turn(res: TurnResult) -> str:
+    """What ``say`` prints: the reply text, or the outcome in parentheses."""
+    match res.kind:
+        case TurnSettled(text=text):
+            return text
+        case TurnFailed(code=code):
+            return f"(failed: {code})"
+        case TurnSilent() | TurnAbsorbed():
+            return f"({res.outcome})"
+        case unreachable:
+            assert_never(unreachable)
+
+
+def roots_of(reply: StatusReply) -> dict[str, Any]:
+    """The top-level ``attachment_root`` key of ``status --json``: ``{"agree", "by_child"}``."""
+    return agreement({c.name: c.attachment_root for c in reply.children})
+
+
+def format_disagreement(roots: dict[str, Any]) -> str:
+    """The loud warning printed when the children did not derive one attachment root."""
+    lines = [
+        "!! WARNING: ATTACHMENT ROOTS DISAGREE: pictures written by one child will not be found by another.",
+        "!! Each child derived (from CLANKIE_DISCORD_ATTACHMENT_ROOT / CLANKIE_STATE):",
+    ]
+    lines += [f"!!   {name:<9}{root}" for name, root in roots["by_child"].items() if root is not None]
+    lines.append("!! Fix the environment so every child gets the same root; `clankiectl doctor` checks each pair.")
+    return "\n".join(lines)
+
+
+def format_doctor(reply: DoctorReply) -> str:
+    if not reply.checks:
+        return "FAIL  no (host -> bridge) pair to check: the tree needs the bridge and at least one host"
+    lines = []
+    for c in reply.checks:
+        pair = f"{c.writer} -> {c.reader}"
+        if c.ok:
+            lines.append(f"PASS  {pair:<20} {c.ref}")
+        else:
+            lines.append(f"FAIL  {pair:<20} {c.code}")
+            lines.append(f"      {c.writer} root: {c.writer_root or '-'}")
+            lines.append(f"      {c.reader} root: {c.reader_root or '-'}")
+    passed = sum(1 for c in reply.checks if c.ok)
+    lines.append(f"doctor: {passed}/{len(reply.checks)} pairs pass")
+    return "\n".join(lines)

@@ -1,0 +1,31 @@
+"""The settings of the in-memory and connection bounds (docs/operations.md, "Memory and connections and their bounds")."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.app import policy
+from clankie import settings
+from clankie.errors import ConfigError
+
+
+def test_the_memory_bounds_have_their_documented_defaults_and_reach_the_bridge() -> None:
+    s = settings.load({"HOME": "/h"})
+    assert (s.discord_max_retained, s.discord_max_turns) == (50_000, 512)
+    p = policy(settings.load({"HOME": "/h", "CLANKIE_DISCORD_MAX_RETAINED": "100", "CLANKIE_DISCORD_MAX_TURNS": "7"}))
+    assert (p.max_retained, p.max_turns) == (100, 7)
+
+
+@pytest.mark.parametrize(
+    ("env", "name"),
+    [
+        ({"CLANKIE_DISCORD_MAX_RETAINED": "99"}, "CLANKIE_DISCORD_MAX_RETAINED"),
+        ({"CLANKIE_DISCORD_MAX_TURNS": "0"}, "CLANKIE_DISCORD_MAX_TURNS"),
+        ({"CLANKIE_DISCORD_MAX_TURNS": "1025"}, "CLANKIE_DISCORD_MAX_TURNS"),  # above the connection's in-flight cap
+        ({"CLANKIE_STDERR_QUEUE_BYTES": "100"}, "CLANKIE_STDERR_QUEUE_BYTES"),
+    ],
+)
+def test_a_bad_memory_bound_is_one_line_naming_it(env: dict[str, str], name: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        settings.load({"HOME": "/h", **env})
+    assert "\n" not in str(info.value) and name in str(info.value)
