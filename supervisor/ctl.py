@@ -161,6 +161,8 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
         return EX_OK
     if cmd == "lanes":
         lanes = await _call(conn, "lanes", Empty(), timeout, LanesReply)
+        if args.limit is not None:
+            lanes = LanesReply(lanes=lanes.lanes[: max(0, args.limit)])
         if args.json:
             print(json.dumps(_dump(lanes)), file=out)
         elif not lanes.lanes:

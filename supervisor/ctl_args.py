@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
         )
     ln = sub.add_parser("lanes", help="the service's lanes")
     ln.add_argument("--json", action="store_true")
+    ln.add_argument("--limit", type=int, default=None, metavar="N",
+                    help="show the first N lanes (live ones first; the service sends at most CLANKIE_LANES_LIST_MAX)")
     ab = sub.add_parser("abort", help="abort the live run of a lane")
     ab.add_argument("lane")
     ab.add_argument("--json", action="store_true")

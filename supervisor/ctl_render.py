@@ -85,7 +85,9 @@ def format_child_move(child: ChildStatus) -> str:
 
 
 def format_lane(lane: LaneInfo) -> str:
-    """One line of ``lanes``."""
+    """One line of ``lanes``: a live lane's run and turns, or an on-disk lane's last activity."""
+    if not lane.live:
+        return f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  last_active={age(lane.last_active_age_s)}"
     return (f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
             f"last_event={age(lane.last_event_age_s)}  turns={lane.turns}  {format_tokens(lane.tokens)}")
 
