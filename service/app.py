@@ -158,7 +158,7 @@ class ServiceApp:
         return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
 
     async def _lanes(self, params: Empty) -> LanesReply:
-        infos = self.captain.lane_infos()
+        infos = await self.captain.lane_listing()
         dirs = self.captain.lane_directories()
         spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
         return LanesReply(lanes=tuple(i.model_copy(update={"tokens": spent.get(i.key)}) for i in infos))

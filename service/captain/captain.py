@@ -25,7 +25,7 @@ from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
 from clankie.settings import Settings
 from service.agent.model import Provider
 from service.agent.tools import Tool
-from service.captain import keys, prompt, reports
+from service.captain import keys, listing, prompt, reports
 from service.captain.hosts import HostClient
 from service.captain.inbound import FetchPolicy, ImageFetcher
 from service.captain.lane import AbortRequested, TurnArrived
@@ -169,6 +169,14 @@ class Captain:
 
     def lane_infos(self) -> tuple[LaneInfo, ...]:
         return reports.lane_infos(self.registry, self._clock.boottime(), self._clock.wall(), self._s.lanes_list_max)
+
+    async def lane_listing(self) -> tuple[LaneInfo, ...]:
+        """:meth:`lane_infos` with the disk scan in a worker thread (the live rows are read on the loop first)."""
+        limit = self._s.lanes_list_max
+        live = reports.live_infos(self.registry, self._clock.boottime(), limit)
+        live_keys = tuple(self.registry.lanes)
+        on_disk = await asyncio.to_thread(listing.disk_lanes, self.registry.paths, live_keys, limit - len(live))
+        return (*live, *reports.disk_infos(on_disk, self.registry, self._clock.wall()))
 
     def lane_counts(self) -> dict[str, int]:
         return reports.counts(self.registry)

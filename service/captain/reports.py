@@ -45,8 +45,19 @@ def lane_directories(registry: LaneRegistry) -> dict[str, Path]:
 
 
 def lane_infos(registry: LaneRegistry, now: float, wall: float, limit: int) -> tuple[LaneInfo, ...]:
-    """Up to ``limit`` lanes: the live ones (most recently used first), then those only on disk, newest first."""
-    live = [
+    """Up to ``limit`` lanes: the live ones (most recently used first), then those only on disk, newest first.
+
+    Scans the disk on the calling thread; the service's ``lanes`` call goes
+    through :meth:`service.captain.captain.Captain.lane_listing`, which scans
+    in a worker thread so ten thousand lane directories never stall the loop.
+    """
+    live = live_infos(registry, now, limit)
+    return (*live, *disk_infos(listing.disk_lanes(registry.paths, registry.lanes.keys(), limit - len(live)), registry, wall))
+
+
+def live_infos(registry: LaneRegistry, now: float, limit: int) -> list[LaneInfo]:
+    """The live lanes, most recently used first, at most ``limit``."""
+    return [
         LaneInfo(
             key=lane.key,
             warm=not lane.fresh,
@@ -58,12 +69,15 @@ def lane_infos(registry: LaneRegistry, now: float, wall: float, limit: int) -> t
         )
         for lane in reversed(registry.lanes.values())
     ][:limit]
-    on_disk = listing.disk_lanes(registry.paths, registry.lanes.keys(), limit - len(live))
-    return (*live, *(
+
+
+def disk_infos(on_disk: list[listing.DiskLane], registry: LaneRegistry, wall: float) -> tuple[LaneInfo, ...]:
+    """Rows for lanes only on disk: warm if their stamp is this process's, and how long ago they were written."""
+    return tuple(
         LaneInfo(key=lane.key, warm=lane.stamp == registry.instance, state="on_disk", live=False,
                  last_active_age_s=max(0.0, wall - lane.last_write) if lane.last_write else None)
         for lane in on_disk
-    ))
+    )
 
 
 def counts(registry: LaneRegistry) -> dict[str, int]:
