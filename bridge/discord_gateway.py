@@ -25,6 +25,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
     import discord
 
+from bridge.ratelimits import amortise_bucket_sweep
 from bridge.shards import ShardWatch, Up
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class BridgeClient(discord.Client):
             guild_ready_timeout=guild_ready_timeout,
             enable_debug_events=False,
         )
+        self.bucket_sweep = amortise_bucket_sweep(self.http)  # bridge/ratelimits.py: no quadratic walk per new room
         self._on_message_cb = on_message_cb
         self._on_status = on_status
         self._on_owner = on_owner
@@ -139,6 +141,7 @@ class ShardedBridgeClient(discord.AutoShardedClient):
             shard_count=shard_count,
             shard_ids=list(ids),
         )
+        self.bucket_sweep = amortise_bucket_sweep(self.http)
         self._bridge = hooks
         self._discover = discover_gateway
         self.watch = ShardWatch(ids)
