@@ -167,7 +167,9 @@ class DiscordPort:
         self.trusted_rooms = trusted_rooms
 
     def _client(self) -> discord.Client:
-        if self.client is None or self.client.is_closed():
+        # Not before login has told us who we are: the REST session can work a moment earlier, but a
+        # history read then cannot tell our own messages (is_self) and a resumed reply would be posted twice.
+        if self.client is None or self.client.is_closed() or self.client.user is None:
             raise Transient(0, "discord_not_connected")
         return self.client
 
