@@ -60,6 +60,7 @@ def test_buffered_messages_leaving_a_backlog_are_closed_visibly(env: dict[str, s
             await say("hey clankie")
             await say("meh")  # one decline: the room drifts
             buffered = [await say(f"chatter {i}") for i in range(22)]
+            assert h.app.bridge.pending_triggers == 20  # payloads are held only for the backlog's twenty
             assert [h.outcomes(b) for b in buffered[:2]] == [["buffered", "dropped"]] * 2
             assert {r.get("reason") for r in h.receipts() if r["delivery_id"] in buffered[:2] and r["outcome"] == "dropped"} == {
                 BACKLOG_FULL

@@ -256,29 +256,6 @@ def test_declined_room_ages_out_and_buffered_room_is_caught_up_in_one_turn(env: 
     asyncio.run(main())
 
 
-def test_buffered_payloads_are_held_only_while_their_messages_wait_for_a_catch_up(env: dict[str, str]) -> None:
-    """At the backlog's bound (20) the bridge holds 20 payloads, not 22; an answer meanwhile lets go of all of them."""
-    clock = FakeClock()
-
-    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
-        if "clankie" in sub.trigger.text:
-            return TurnResult(outcome="settled", turn_id="t", text="hi!")
-        return TurnResult(outcome="silent", turn_id="t")
-
-    async def main() -> None:
-        async with running(env, script=script, clock=clock, overrides=addressed(declines=1)) as h:
-            say = functools.partial(speak, h)
-            await say("hey clankie")
-            await say("meh")  # one decline: the room drifts
-            buffered = [await say(f"chatter {i}") for i in range(22)]
-            assert {h.outcomes(b)[-1] for b in buffered[2:]} == {"buffered"}  # the first two fell out (dropped)
-            assert h.app.bridge.pending_triggers == 20
-            await say("clankie, you still here?")  # answered live: the backlog will get no catch-up turn
-            assert h.app.bridge.pending_triggers == 0 and h.app.bridge.ingress.backlog(CHAN) == 0
-
-    asyncio.run(main())
-
-
 @pytest.mark.parametrize("code", [4000])
 def test_gateway_drop_resumes_and_keeps_listening(env: dict[str, str], code: int) -> None:
     """After the gateway drops, discord.py resumes and a message sent meanwhile is still answered."""
