@@ -168,10 +168,12 @@ class Captain:
         return reports.lane_directories(self.registry)
 
     def lane_infos(self) -> tuple[LaneInfo, ...]:
-        return reports.lane_infos(self.registry, self._clock.boottime(), self._clock.wall(), self._s.lanes_list_max)
+        """The live lanes, most recently used first (no disk read)."""
+        return tuple(reports.live_infos(self.registry, self._clock.boottime(), self._s.lanes_list_max))
 
     async def lane_listing(self) -> tuple[LaneInfo, ...]:
-        """:meth:`lane_infos` with the disk scan in a worker thread (the live rows are read on the loop first)."""
+        """Every lane for ``lanes``: the live ones, then those only on disk, scanned in a worker thread
+        (ten thousand lane directories never stall the loop); at most ``CLANKIE_LANES_LIST_MAX``."""
         limit = self._s.lanes_list_max
         live = reports.live_infos(self.registry, self._clock.boottime(), limit)
         live_keys = tuple(self.registry.lanes)

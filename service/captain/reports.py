@@ -44,17 +44,6 @@ def lane_directories(registry: LaneRegistry) -> dict[str, Path]:
     return {lane.key: lane.plan.directory for lane in registry.lanes.values()}
 
 
-def lane_infos(registry: LaneRegistry, now: float, wall: float, limit: int) -> tuple[LaneInfo, ...]:
-    """Up to ``limit`` lanes: the live ones (most recently used first), then those only on disk, newest first.
-
-    Scans the disk on the calling thread; the service's ``lanes`` call goes
-    through :meth:`service.captain.captain.Captain.lane_listing`, which scans
-    in a worker thread so ten thousand lane directories never stall the loop.
-    """
-    live = live_infos(registry, now, limit)
-    return (*live, *disk_infos(listing.disk_lanes(registry.paths, registry.lanes.keys(), limit - len(live)), registry, wall))
-
-
 def live_infos(registry: LaneRegistry, now: float, limit: int) -> list[LaneInfo]:
     """The live lanes, most recently used first, at most ``limit``."""
     return [
