@@ -28,10 +28,12 @@ work" list, plus a little more):
   kernel then kills everything in the namespace.
 
 The unit's interpreter must be reachable by a ``DynamicUser=`` with
-``ProtectHome=yes``: a venv is made inside the namespace at
-``/opt/clankie/venv`` (a private tmpfs on ``/opt``) from ``/usr/bin/python3``,
-pointing at this checkout's site-packages; the checkout itself must not be
-under ``/tmp``, ``/home`` or ``/root`` (:func:`unreachable_reason`).
+``ProtectHome=yes``, wherever the checkout lives (``/opt`` and ``/tmp`` are
+private tmpfs in the namespace; ``/home`` and ``/root`` are hidden from the
+unit): the checkout, and its site-packages when they live elsewhere, are
+bind-mounted into the namespace before anything hides them and carried to
+fixed paths of their own (:data:`CHECKOUT`, :data:`CARRIED_SITE`); a venv made
+there from ``/usr/bin/python3`` imports from those paths only.
 """
 
 from __future__ import annotations
@@ -67,7 +69,10 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 REPO = Path(__file__).resolve().parents[2]
 SITE = next(Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
 PRIVATE = ("/run", "/tmp", "/var/tmp", "/var/lib", "/var/log", "/opt")
-HIDDEN = ("/tmp", "/var/tmp", "/home", "/root", "/run")
+CHECKOUT = Path("/opt/clankie/src")
+"""Where the checkout is seen inside the namespace, wherever it lives on the host."""
+CARRIED_SITE = Path("/opt/clankie/site")
+"""Where the venv's site-packages are seen when they are not inside the checkout."""
 
 TARGET = """[Unit]
 Description=clankie systemd test boot
@@ -101,7 +106,7 @@ devtmpfs is shared by every mount namespace; only these device nodes are bound i
 SCRIPT_VENV = """
 /usr/bin/python3 -m venv --without-pip /opt/clankie/venv
 site=$(/opt/clankie/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "import site; site.addsitedir({site})" > "$site/clankie-checkout.pth"
+echo "import site, sys; sys.path.append({checkout}); site.addsitedir({site})" > "$site/clankie-checkout.pth"
 for tool in clankie:supervisor.app clankiectl:supervisor.ctl; do
   name=${{tool%%:*}}; module=${{tool#*:}}
   printf '#!/opt/clankie/venv/bin/python\\nimport sys\\nfrom %s import main\\nsys.exit(main())\\n' "$module" \\
@@ -127,26 +132,29 @@ def missing_tools() -> str | None:
 
 
 def unmet_prerequisite() -> str | None:
-    """What else the test needs (root, ``/usr/bin/python3``, a reachable checkout); a failure, not a skip."""
+    """What else the test needs (root, ``/usr/bin/python3``, a checkout others may read); a failure, not a skip."""
     if os.geteuid() != 0:
         return "booting systemd in a namespace needs root (CI runs the suite as root)"
     if not SYSTEM_PYTHON.is_file():
         return f"{SYSTEM_PYTHON} is missing: the unit's venv is made from it (DynamicUser= cannot use a pyenv under /root)"
-    return unreachable_reason()
-
-
-def unreachable_reason() -> str | None:
-    """Why a DynamicUser unit could not import this checkout (None if it can)."""
-    for path in (REPO, SITE):
-        for hidden in HIDDEN:
-            if path == Path(hidden) or Path(hidden) in path.parents:
-                return f"{path} is under {hidden}, which the unit cannot see; use a checkout under /srv, /opt or /work"
-        probe = path
-        while probe != probe.parent:
-            if not os.stat(probe).st_mode & 0o001:
-                return f"{probe} is not searchable by other users, so the unit's DynamicUser cannot reach {path}"
-            probe = probe.parent
+    for path in (REPO, SITE):  # only the carried directories themselves: their host parents are not on the unit's path
+        if not os.stat(path).st_mode & 0o005:
+            return f"{path} is not readable by other users, so the unit's DynamicUser cannot import from it"
     return None
+
+
+def carried() -> list[tuple[Path, Path]]:
+    """(host path, path inside the namespace) of what the unit must import: the checkout, and the
+    site-packages too when they are not inside it."""
+    pairs = [(REPO, CHECKOUT)]
+    if REPO not in SITE.parents:
+        pairs.append((SITE, CARRIED_SITE))
+    return pairs
+
+
+def site_inside() -> Path:
+    """The venv's site-packages as the namespace sees them."""
+    return CHECKOUT / SITE.relative_to(REPO) if REPO in SITE.parents else CARRIED_SITE
 
 
 class NamespacedSystemd:
@@ -173,12 +181,26 @@ class NamespacedSystemd:
         lines = ["set -eu"]
         if self._cgroup is not None:
             lines.append(f"echo 0 > {shlex.quote(str(self._cgroup / 'cgroup.procs'))}")
+        # The checkout may live anywhere, /opt and /tmp included, which the tmpfs mounts below hide: bind it
+        # (and a site-packages outside it) first, onto mount points in the stage; a bind holds the directory
+        # itself, not its path, so it survives the checkout's own path being covered. The stage is read
+        # before /tmp is covered; the binds then move to their fixed paths once /opt is ours.
+        carry = self.stage / "carry"
+        moves: list[tuple[Path, Path]] = []
+        for i, (host, inside) in enumerate(carried()):
+            point = carry / str(i)
+            point.mkdir(parents=True, exist_ok=True)
+            lines.append(f"mount --rbind {shlex.quote(str(host))} {shlex.quote(str(point))}")
+            moves.append((point, inside))
         lines += [
             # read everything we need from the host's /tmp before a private tmpfs hides it
             "mount -t tmpfs -o mode=0755 clankie-test-run /run",
             "mkdir -p /run/systemd/system",
             f"cp -r {shlex.quote(str(self.units))}/. /run/systemd/system/",
+            "mkdir /run/clankie-carry",
         ]
+        for i, (point, _inside) in enumerate(moves):
+            lines += [f"mkdir /run/clankie-carry/{i}", f"mount --move {shlex.quote(str(point))} /run/clankie-carry/{i}"]
         lines += [f"ln -sf /dev/null /run/systemd/system/{unit}" for unit in MASKED]
         lines.append(PRIVATE_DEV)
         # cgroups: a cgroup2 mount of our own over the host's /sys/fs/cgroup tmpfs (a booting systemd would
@@ -186,7 +208,11 @@ class NamespacedSystemd:
         lines.append("mount -t cgroup2 clankie-test-cgroup /sys/fs/cgroup")
         for mount in PRIVATE[1:]:
             lines.append(f"mount -t tmpfs -o mode={'1777' if 'tmp' in mount else '0755'} clankie-test {mount}")
-        lines.append(SCRIPT_VENV.format(site=repr(str(SITE))))  # a Python literal inside a double-quoted echo
+        for i, (_point, inside) in enumerate(moves):
+            lines += [f"mkdir -p {shlex.quote(str(inside))}", f"mount --move /run/clankie-carry/{i} {shlex.quote(str(inside))}"]
+        lines.append("rmdir /run/clankie-carry/* /run/clankie-carry")
+        # Python literals inside a double-quoted echo
+        lines.append(SCRIPT_VENV.format(checkout=repr(str(CHECKOUT)), site=repr(str(site_inside()))))
         lines.append(
             f"exec {SYSTEMD} --system --unit={shlex.quote(target)} --log-target=kmsg --show-status=no"
         )

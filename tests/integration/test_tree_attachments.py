@@ -28,6 +28,8 @@ from tests.polling import until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 PNG = b"\x89PNG\r\n\x1a\n"
+# NO_CARD: these tests are about pictures, not the tool-activity card (tests/bridge/test_e2e_room.py is): they turn
+# cards off by their setting. A reply is still found by its delivery's receipt (Tree.reply_to), card or no card.
 
 
 def artifact_path(root: Path, ref: str) -> Path:
@@ -104,7 +106,7 @@ def test_default_root_pictures_arrive_attached_and_every_broken_file_costs_only_
     give the words with the note; the metadata address is refused and he says so."""
 
     async def main() -> None:
-        env = {"CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}
+        env = {"CLANKIE_BROWSER_ALLOW_PRIVATE": "true", "CLANKIE_DISCORD_TOOL_CARD": "false"}  # NO_CARD below
         async with real_tree(tmp_path, runtime_dir, env) as t:
             root = t.state / "attachments"
             assert "CLANKIE_DISCORD_ATTACHMENT_ROOT" not in t.env
@@ -153,6 +155,7 @@ def test_custom_root_policy_limit_host_death_and_restarts(tmp_path: Path, runtim
             "CLANKIE_DISCORD_ATTACHMENT_ROOT": str(pictures),
             "CLANKIE_BROWSER_PINNED_HOSTS": "allowed.test=127.0.0.1",  # the test page, with the default policy on
             "CLANKIE_DISCORD_UPLOAD_LIMIT_BYTES": "100000",
+            "CLANKIE_DISCORD_TOOL_CARD": "false",  # NO_CARD below
         }
         async with real_tree(tmp_path, runtime_dir, env) as t:
             status = await t.status()

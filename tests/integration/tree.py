@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from clankie.protocol import ChildStatus, DoctorReply, Empty, LaneInfo, LanesRep
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
 from tests.polling import until
+from tests.replies import closing_receipt, read_receipts, settled_reply
 
 REPO = Path(__file__).resolve().parents[2]
 GUILD, CHAN = "100", "101"
@@ -139,19 +139,15 @@ class Tree:
             await asyncio.sleep(0.05)
 
     async def ask(self, text: str, timeout: float = 45.0) -> Post:
-        """A person speaks in the room; returns the bot's (first) reply threaded to that message."""
+        """A person speaks in the room; returns the reply that settled that message's delivery."""
         sent = await self.discord.message(CHAN, text, author_id=PERSON)
         return await self.reply_to(sent["id"], timeout)
 
     async def reply_to(self, message_id: str, timeout: float = 45.0) -> Post:
-        def found() -> Post | None:
-            for post in self.discord.posts:
-                ref = post.message_reference or {}
-                if str(ref.get("message_id")) == message_id:
-                    return post
-            return None
-
-        return await until(found, timeout, f"a reply to {message_id}")
+        """The post that settled the delivery of ``message_id`` (:func:`tests.replies.settled_reply`): never a
+        tool-activity card or any other post threaded to it; fails at once if the delivery closes without one."""
+        return await until(lambda: settled_reply(self.discord.posts, self.receipts(), message_id), timeout,
+                           f"a reply to {message_id}")
 
     async def kill(self, name: str) -> ChildStatus:
         """SIGKILL child ``name`` and wait until the supervisor has it running again; returns its new status."""
@@ -185,15 +181,12 @@ class Tree:
 
     def receipts(self) -> list[dict[str, Any]]:
         """The bridge's receipts, oldest first."""
-        path = self.state / "receipts" / "bridge.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_receipts(self.state / "receipts" / "bridge.jsonl")
 
     def outcome_of(self, delivery_id: str) -> dict[str, Any] | None:
-        """The delivery's last receipt after ``accepted`` (its outcome), or None while it has none."""
-        final = [r for r in self.receipts() if r["delivery_id"] == delivery_id and r["outcome"] != "accepted"]
-        return final[-1] if final else None
+        """The receipt that closed the delivery (its one outcome), or None while it is open. A ``reacted`` or
+        ``recovered`` line is not an outcome: the failure reaction is recorded just before the ``failed`` it goes with."""
+        return closing_receipt(self.receipts(), delivery_id)
 
     def tool_results(self, request_index: int) -> str:
         """The text of every tool result the model was shown in request ``request_index``."""
