@@ -13,6 +13,12 @@ from clankie import settings as settings_mod
 from clankie.testing.clock import FakeClock
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (real trees, real browsers) run first, in their usual order: under pytest-xdist the
+    first quarter of the run is dealt round-robin, so they spread over every worker instead of ending the run on one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     path = tmp_path / "state"
