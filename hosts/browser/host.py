@@ -75,6 +75,14 @@ IDLE_TICK_MAX = 5.0  # the idle watch looks at least this often
 NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
 
 
+def launch_excerpt(exc: BaseException, limit: int = 1500) -> str:
+    """One log line from a failed launch: Playwright's message ends with Chromium's own output (its exit code or
+    signal, what it printed), which says why; no page or request has been seen yet, so it carries no content."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and set(line.strip()) != {"="}]
+    text = " | ".join(lines)
+    return text if len(text) <= limit else "\u2026" + text[-limit:]
+
+
 def find_chromium(configured: Path | None) -> Path | None:
     """The configured executable if it exists, else the first Debian candidate that does."""
     for path in (configured,) if configured is not None else CANDIDATES:
@@ -207,7 +215,7 @@ class BrowserHost:
             try:
                 self._browser = await asyncio.wait_for(self._launch(executable), START_DEADLINE)
             except (PlaywrightError, TimeoutError, OSError) as exc:
-                log.warning("browser launch failed: %s", type(exc).__name__)
+                log.warning("browser launch failed: %s: %s", type(exc).__name__, launch_excerpt(exc))
                 self.life.apply("failed", self.clock.monotonic(), "launch_failed")
                 await self._stop_playwright()  # a dead driver needs a fresh Playwright
                 raise RemoteError("browser_unavailable", "the browser could not be started") from None

@@ -120,6 +120,8 @@ msgpack_frames = st.one_of(
 ).map(lambda obj: framing.encode(obj, max_frame_size=1 << 20))
 
 
+@pytest.mark.slow  # 10,000 connections: started first, and given room on a busy machine
+@pytest.mark.timeout(180)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.booleans(), frames), min_size=100, max_size=100))
 def test_10000_random_byte_strings(live: LiveServer, batch: list[tuple[bool, bytes]]) -> None:
@@ -144,6 +146,8 @@ def send_one_per_connection(live: LiveServer, batches: list[list[bytes]]) -> Non
         live.healthy_round_trip()
 
 
+@pytest.mark.slow  # 21,000 connections (58 s on a cold machine with one core busy): started first, with room
+@pytest.mark.timeout(240)
 def test_10000_random_valid_msgpack_objects(live: LiveServer, caplog: pytest.LogCaptureFixture) -> None:
     """200 batches of 50 msgpack objects that are not valid messages are refused, never fatal, and cost no memory."""
     caplog.set_level(logging.ERROR, logger="clankie")  # pytest keeps every warning record; that growth is not the server's

@@ -132,3 +132,16 @@ def test_lifecycle_counts_crashes_and_restarts() -> None:
     }
     with pytest.raises(LocalProtocolError):
         life.apply("launched", 11.0)
+
+
+def test_a_failed_launch_logs_chromiums_own_words_on_one_bounded_line() -> None:
+    """Why Chromium died at launch (its exit and its stderr, as Playwright reports them) fits one log line."""
+    from hosts.browser.host import launch_excerpt
+
+    exc = RuntimeError("BrowserType.launch: Target page, context or browser has been closed\nBrowser logs:\n\n"
+                       "=========\n[pid=7][err] shm_open failed\n[pid=7] <process did exit: exitCode=null, signal=SIGTRAP>\n")
+    line = launch_excerpt(exc)
+    assert "\n" not in line and "=====" not in line
+    assert line.startswith("BrowserType.launch") and line.endswith("signal=SIGTRAP>") and "shm_open failed" in line
+    long = launch_excerpt(RuntimeError("x" * 5000), limit=100)
+    assert len(long) == 101 and long.startswith("\u2026")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -46,10 +46,8 @@ def test_b22_kill_9_of_the_supervisor_leaves_no_child_or_grandchild(tmp_path: Pa
 def test_b23_a_child_whose_supervisor_is_already_gone_exits_at_once(tmp_path: Path) -> None:
     """A child that finds its parent is not the supervisor that spawned it leaves instead of running orphaned."""
     env = {**os.environ, "CLANKIE_SUPERVISOR_PID": "1", "PYTHONPATH": str(REPO)}
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(FIXTURE)], env=env, capture_output=True, timeout=20)
+    proc = subprocess.run([sys.executable, str(FIXTURE)], env=env, capture_output=True, timeout=20)  # an orphan never ends
     assert proc.returncode == 70 and b"is gone" in proc.stderr
-    assert time.monotonic() - t0 < 10
 
 
 def test_b24_sigterm_stops_in_reverse_order_sends_stopping_and_removes_the_socket(tmp_path: Path, runtime_dir: Path) -> None:
@@ -60,11 +58,10 @@ def test_b24_sigterm_stops_in_reverse_order_sends_stopping_and_removes_the_socke
     listener.bind(str(notify))
     listener.settimeout(5)
     with supervisor(tmp_path, runtime_dir, four(ev), env={"NOTIFY_SOCKET": str(notify)}) as sup:
-        t0 = time.monotonic()
         sup.proc.send_signal(signal.SIGTERM)
         assert sup.proc.wait(10) == 0
-        assert time.monotonic() - t0 < 1.0 + 1.0  # max grace plus margin
         assert not sup.sock.exists()
+        assert "did not stop within" not in sup.stderr()  # each child stopped on SIGTERM: no grace ran out
     exits = sorted((events(ev.with_name(f"ev-{n}"), "EXIT")[0][1], n) for n in FOUR)
     assert [n for _, n in exits] == list(reversed(FOUR))
     messages = []
@@ -87,20 +84,20 @@ def test_b25_a_second_sigterm_kills_at_once(tmp_path: Path, runtime_dir: Path) -
         pid = sup.child("stubborn").pid
         sup.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: "stop requested" in sup.stderr(), 5, "stop begun")
-        t0 = time.monotonic()
         sup.proc.send_signal(signal.SIGINT)
-        assert sup.proc.wait(5) == 0
-        assert time.monotonic() - t0 < 3 and not pid_alive(pid)
+        assert sup.proc.wait(15) == 0  # well inside the child's 30 s grace
+        assert "forced stop: killing every child now" in sup.stderr() and not pid_alive(pid)
 
 
 def test_b26_the_stop_budget_bounds_a_slow_child(tmp_path: Path, runtime_dir: Path) -> None:
     """A child whose grace is longer than the stop budget is SIGKILLed before the supervisor's deadline."""
     kids = [fixture("slow", "--ignore-term", stop_timeout=30)]
     with supervisor(tmp_path, runtime_dir, kids, args=("--stop-budget", "1")) as sup:
-        t0 = time.monotonic()
+        pid = sup.child("slow").pid
         sup.proc.send_signal(signal.SIGTERM)
-        assert sup.proc.wait(10) == 0
-        assert time.monotonic() - t0 < 1 + 1.5
+        assert sup.proc.wait(15) == 0  # well inside the child's 30 s grace: the budget, not the grace, ended it
+        grace = re.search(r"slow did not stop within ([0-9.]+)s; killing it", sup.stderr())
+        assert grace is not None and float(grace.group(1)) <= 1.0 and not pid_alive(pid)  # the budget's grace, not 30 s
 
 
 def test_b29_ready_is_sent_only_when_every_child_is_ready(tmp_path: Path, runtime_dir: Path) -> None:
