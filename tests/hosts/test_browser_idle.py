@@ -86,7 +86,7 @@ def test_concurrent_first_requests_start_once_and_a_request_during_the_close_wai
                 assert all(isinstance(a, Artifact) for a in first)
                 assert host.life.launches == 1 and host.chromium == "up"
                 clock.advance(299)
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # sleep: Chromium must not close in this window (1 s short of idle)
                 assert _state(host) == "up"
                 clock.advance(10)
                 while _state(host) == "up":

@@ -80,7 +80,7 @@ def test_a6_exit_0_on_a_requested_stop_is_stopped_and_stays_down(tmp_path: Path,
         reply = sup.call("stop", ChildTarget(name="svc"))
         c = reply.children[0]
         assert c.state == "stopped" and c.last_exit.code == 0 and c.next_start_at is None
-        time.sleep(0.3)  # give a wrong restart the chance to happen
+        time.sleep(0.3)  # sleep: a wrong restart must not happen in this window
         assert len(events(ev, "START")) == 1 and sup.child("svc").state == "stopped"
 
 
@@ -147,7 +147,7 @@ def test_exit_78_is_shown_with_its_message_and_not_restarted(tmp_path: Path, run
     with supervisor(tmp_path, runtime_dir, kids, wait_ready=False) as sup:
         c = sup.wait_state("cfg", "fatal")
         assert c.reason == "config_error: CLANKIE_MODEL: unknown model" and c.next_start_at is None
-        time.sleep(0.3)
+        time.sleep(0.3)  # sleep: a restart of a FATAL child must not happen in this window
         assert len(events(ev, "START")) == 1
 
 

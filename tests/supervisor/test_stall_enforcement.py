@@ -68,7 +68,7 @@ def test_a_suspend_between_ticks_aborts_the_stalled_run_on_the_next_tick_once(en
         for _ in range(5):
             clock.advance(5)
             await settle()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # sleep: a second abort must not reach the child in this window
         assert len(events(ev, "REQUEST-abort_run")) == 1
         assert tree.children["service"].life.state is State.RUNNING  # confirmed: no kill
 

@@ -87,9 +87,9 @@ def test_b27_watchdog_pings_stop_while_the_loop_is_wedged(env: dict[str, str], r
                     return
 
         loop.add_reader(sock.fileno(), on_ping)
-        await asyncio.sleep(0.3)
-        time.sleep(0.5)  # wedge
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # sleep: pings are real time (WATCHDOG_USEC): some before the wedge,
+        time.sleep(0.5)  # sleep: the supervising loop wedged (no ping may come),
+        await asyncio.sleep(0.3)  # sleep: and some after it
         done.set()
         await task
         on_ping()

@@ -120,7 +120,7 @@ def test_retry_wait_is_real_clock_time_not_wall_sleep(tmp_path: Path) -> None:
             run = asyncio.create_task(h.agent.run("hi"))
             await h.wait_event(lambda e: isinstance(e, RetryStart))
             clock.advance(1.9)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: the retry must not go out in this window (0.1 s early)
             assert len(h.fake.requests) == 1
             clock.advance(0.1)
             assert (await run).text == "ok now"
