@@ -15,9 +15,11 @@ Order (each drop names its reason code):
 6. nothing to read                      ``empty_message``
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
 8. too many retained deliveries         ``delivery_backpressure``
-   a run while ``max_turns`` are held    ``turn_backpressure`` (not retained: a re-send may try again)
 9. room drifted, not addressed, no live run   buffered for the catch-up turn
-10. otherwise                           run a turn
+10. ``max_turns`` turns held, or the room already has messages waiting: it *waits*
+    (:class:`Waiting`, retained) for a turn slot, in the bridge's durable journal; only a
+    journal at its size bound refuses it, ``journal_full`` (not retained: a re-send may try again)
+11. otherwise                           run a turn
 
 Engagement (only under ``addressed``): a room is *tracked* once he has
 answered in it. Every message admitted while the room has no live run
@@ -55,8 +57,8 @@ DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
 BACKLOG_FULL = "backlog_full"  # a buffered message fell out of its room's full backlog
 DELIVERY_BACKPRESSURE = "delivery_backpressure"
-TURN_BACKPRESSURE = "turn_backpressure"
-BACKPRESSURE = frozenset({DELIVERY_BACKPRESSURE, TURN_BACKPRESSURE})
+JOURNAL_FULL = "journal_full"  # a message that would wait found the journal at CLANKIE_DISCORD_JOURNAL_MAX_BYTES
+BACKPRESSURE = frozenset({DELIVERY_BACKPRESSURE, JOURNAL_FULL})
 """Refusals that say "not now" rather than "not for me": a re-send may run (the bridge shows them)."""
 ANSWERED = "answered"  # an answer in the room cleared the backlog it sat in
 
@@ -133,6 +135,14 @@ class Buffered:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """Admitted, but every turn slot is taken (or its room's earlier messages wait): the shell journals it and
+    runs it, joined with whatever else waits in its room, when a slot frees (:mod:`bridge.waiting`)."""
+
+    unprompted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """Start a turn for ``trigger``; ``context`` only for catch-up turns (oldest first)."""
 
@@ -146,7 +156,7 @@ class Run:
         return self.trigger.message_id
 
 
-Decision = Drop | Duplicate | Buffered | Run
+Decision = Drop | Duplicate | Buffered | Waiting | Run
 
 
 # ------------------------------------------------------------------ engagement
@@ -214,11 +224,14 @@ class Ingress:
 
     # -------------------------------------------------------------- admission
 
-    def admit(self, msg: Inbound, now: float, *, live_run: bool = False, turns: int = 0) -> Decision:
-        """Decide what happens to ``msg``; a Run or Buffered is retained for dedupe.
+    def admit(self, msg: Inbound, now: float, *, live_run: bool = False, turns: int = 0, room_waiting: bool = False,
+              journal_full: bool = False) -> Decision:
+        """Decide what happens to ``msg``; a Run, Waiting or Buffered is retained for dedupe.
 
         ``live_run``: the room has a turn submitted and not yet done, so ``msg`` is steered into it.
-        ``turns``: how many turns the shell holds now; at ``max_turns`` a message that would run one is refused.
+        ``turns``: how many turns the shell holds now; at ``max_turns`` a message that would run (or be steered into)
+        one waits instead. ``room_waiting``: the room has messages waiting already, so this one waits behind them.
+        ``journal_full``: the journal is at its size bound, so a message that would wait is refused.
         """
         p = self.policy
         if msg.author_is_bot or msg.from_self:
@@ -249,10 +262,15 @@ class Ingress:
             return Drop(DELIVERY_BACKPRESSURE)
         room = self._rooms.peek(msg.channel_id)
         buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
-        if not buffer and turns >= p.max_turns:
-            return Drop(TURN_BACKPRESSURE)
+        wait = not buffer and (turns >= p.max_turns or room_waiting)
+        if wait and journal_full:
+            return Drop(JOURNAL_FULL)
         self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
         room = self._rooms.touch(msg.channel_id, now)
+        if wait:
+            if room is not None and not live_run:
+                self._hear(room)
+            return Waiting(unprompted=not addressed)
         if live_run:
             return Run(msg, unprompted=not addressed)
         if buffer and room is not None:

@@ -91,7 +91,8 @@ class BridgeApp:
         self.ready = asyncio.Event()
         paths.ensure_private_dir(settings.runtime_dir)
         self.receipts = Receipts(settings.state_dir, wall=self.clock.wall, rotation=audit_rotation(settings))
-        self.journal = Journal(settings.state_dir, retention=settings.bridge_retention_seconds)
+        self.journal = Journal(settings.state_dir, retention=settings.bridge_retention_seconds,
+                               max_bytes=settings.discord_journal_max_bytes)
         self.limits = limits(settings)
         self.ingress = Ingress(policy(settings))
         self.port = dc.DiscordPort(
@@ -138,6 +139,9 @@ class BridgeApp:
             "turns": self.bridge.turns_in_flight,
             "retained": self.ingress.retained,
             "pending_triggers": self.bridge.pending_triggers,
+            "waiting": len(self.bridge.waiting),
+            "waiting_rooms": self.bridge.waiting.rooms,
+            "journal_bytes": self.journal.size,
             "tool_cards": self.bridge.cards.live,
             "admitted": c.admitted,
             "dropped": c.dropped,
@@ -161,6 +165,10 @@ class BridgeApp:
         if self.shards:
             report["shards"] = self.shards
             detail += f"; shards: {self.shards}"
+        if self.bridge.waiting:
+            detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms"
+        if self.journal.full:
+            detail += "; journal full"
         if disk is not None:
             detail += f"; disk: {disk}"
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)

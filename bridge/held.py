@@ -58,6 +58,7 @@ class Counters:
     admitted: int = 0
     dropped: int = 0
     buffered: int = 0
+    waited: int = 0  # admitted while every turn slot was taken (each runs when one frees)
     duplicates: int = 0
     recovered: int = 0
     expired: int = 0

@@ -9,6 +9,9 @@ per event, appended through :class:`clankie.appender.Appender`:
              has the same fingerprint at the service), whether it is a catch-up, and the
              buffered messages it folds in; written before the submission goes out
 ``buffer``   a message held for a catch-up turn (reply policy ``addressed``)
+``wait``     a message admitted while every turn slot was taken, waiting for one (:mod:`bridge.waiting`);
+             like ``buffer``, it carries the message, and its ``admit`` (the turn that joins it, as the
+             trigger or as a fold) ends its wait
 ``close``    the outcome (``settled``, ``absorbed``, ``silent``, ``failed``, ``expired``) and
              the ids of the messages posted
 ``gap``      from ``since`` on, the gateway may have sent messages nobody heard (the process
@@ -43,6 +46,7 @@ log = logging.getLogger(__name__)
 FILENAME = "journal.jsonl"
 OUTCOMES = frozenset({"settled", "absorbed", "silent", "failed", "expired"})
 COMPACT_MIN_LINES = 2000
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -54,7 +58,8 @@ class Entry:
     fingerprint: str
     room: Room
     submit: dict[str, Any] | None = None  # the TurnSubmit on the wire; None while only buffered
-    buffered: dict[str, Any] | None = None  # {"inbound": …, "trigger": …} while waiting for a catch-up
+    buffered: dict[str, Any] | None = None  # {"inbound": …, "trigger": …} while waiting for a catch-up or a slot
+    waiting: bool = False  # buffered for a turn slot (``wait``), not for a catch-up (``buffer``)
     catching_up: bool = False
     folds: tuple[str, ...] = ()
     folded_into: str | None = None
@@ -111,10 +116,11 @@ class JournalState:
             for fold in entry.folds:
                 if fold in self.entries:
                     self.entries[fold].folded_into = did
-        elif op == "buffer":
+        elif op in ("buffer", "wait"):
             room = Room.model_validate(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
-                                      buffered={"inbound": line["inbound"], "trigger": line["trigger"]})
+                                      buffered={"inbound": line["inbound"], "trigger": line["trigger"]},
+                                      waiting=op == "wait")
         elif op == "close":
             outcome = str(line["outcome"])
             if outcome not in OUTCOMES:
@@ -182,7 +188,7 @@ def entry_lines(e: Entry) -> list[dict[str, Any]]:
         return [line]
     if e.submit is None:
         assert e.buffered is not None
-        return [{"v": 1, "op": "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
+        return [{"v": 1, "op": "wait" if e.waiting else "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
                  "room": e.room.to_wire(), **e.buffered}]
     return [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds)]
 
@@ -200,10 +206,11 @@ def admit_line(did: str, at: float, fp: str, submit: dict[str, Any], catching_up
 class Journal:
     """The shell: one :class:`Appender`, the state it rebuilds on open, and compaction."""
 
-    def __init__(self, state_dir: Path, *, retention: float) -> None:
+    def __init__(self, state_dir: Path, *, retention: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         directory = ensure_private_dir(state_dir / "bridge")
         self.path = directory / FILENAME
         self.retention = retention
+        self.max_bytes = max_bytes
         self.state = JournalState()
         for line in read_lines(self.path):
             self.state.apply(line)
@@ -217,6 +224,16 @@ class Journal:
     @property
     def last_error(self) -> str | None:
         return self._appender.last_error
+
+    @property
+    def size(self) -> int:
+        """Bytes in the journal file now."""
+        return self._appender.size
+
+    @property
+    def full(self) -> bool:
+        """At ``CLANKIE_DISCORD_JOURNAL_MAX_BYTES``: a message that would wait for a turn slot is refused."""
+        return self._appender.size >= self.max_bytes
 
     def _append(self, *lines: dict[str, Any]) -> int:
         for line in lines:
@@ -235,9 +252,11 @@ class Journal:
         self._append(admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
         self._appender.sync_soon()
 
-    def buffer(self, did: str, at: float, fp: str, room: Room, inbound: dict[str, Any], trigger: dict[str, Any]) -> None:
-        self._append({"v": 1, "op": "buffer", "id": did, "at": at, "fp": fp, "room": room.to_wire(),
-                      "inbound": inbound, "trigger": trigger})
+    def buffer(self, did: str, at: float, fp: str, room: Room, inbound: dict[str, Any], trigger: dict[str, Any], *,
+               waiting: bool = False) -> None:
+        """A message held for a catch-up turn, or (``waiting``) for a turn slot: the journal keeps its payload."""
+        self._append({"v": 1, "op": "wait" if waiting else "buffer", "id": did, "at": at, "fp": fp,
+                      "room": room.to_wire(), "inbound": inbound, "trigger": trigger})
         self._appender.sync_soon()
 
     def close(self, did: str, outcome: str, at: float, *, code: str | None = None,

@@ -32,8 +32,8 @@ ROTATION = Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024)
 _CODE = re.compile(r"[^a-z0-9_]+")
 _ID = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
 OUTCOMES = frozenset(
-    {"dropped", "buffered", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed", "reply_failed",
-     "expired", "recovered", "reacted"}
+    {"dropped", "buffered", "waiting", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed",
+     "reply_failed", "expired", "recovered", "reacted"}
 )
 
 

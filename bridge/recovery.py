@@ -54,6 +54,7 @@ class Report:
     resumed: int = 0
     expired: int = 0
     restored: int = 0
+    waiting: int = 0
     rooms: int = 0
     fetched: int = 0
     admitted: int = 0
@@ -73,15 +74,19 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
         if now - entry.at > limits.horizon:
             expire(bridge, entry, now)
             report.expired += 1
+        elif entry.submit is None and entry.waiting:
+            bridge.requeue(entry)
+            report.waiting += 1
         elif entry.submit is None:
             restore_buffered(bridge, entry)
             report.restored += 1
         else:
             bridge.resume(entry)
             report.resumed += 1
-    if report.resumed or report.expired or report.restored:
-        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored",
-                 report.resumed, report.expired, report.restored)
+    bridge.drain_waiting()  # the resumed ones hold their slots already; what waited takes what is left, in order
+    if report.resumed or report.expired or report.restored or report.waiting:
+        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again",
+                 report.resumed, report.expired, report.restored, report.waiting)
     return report
 
 

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TypedDict, assert_never
 
-from bridge.admission import BACKLOG_FULL, BACKPRESSURE, Buffered, Drop, Duplicate, Inbound, Ingress, Run
+from bridge.admission import BACKLOG_FULL, BACKPRESSURE, Buffered, Drop, Duplicate, Inbound, Ingress, Run, Waiting
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, retry_transient
 from bridge.held import Counters, Held, Phase
@@ -31,6 +31,7 @@ from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
+from bridge.waiting import WaitQueue, joined_run
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.protocol import (
@@ -92,6 +93,7 @@ class Bridge:
         self.link = ServiceLink(service_path, self.handle, clock)
         self.counters = Counters()
         self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
+        self.waiting = WaitQueue()  # ids only: a waiting message's payload is the journal's
         self._tasks: set[asyncio.Task[None]] = set()
         self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
 
@@ -100,7 +102,8 @@ class Bridge:
     def on_message(self, inbound: Inbound, room: Room, trigger: Trigger) -> Run | None:
         """Admit one message; a turn, if any, starts as a background task (returned Run)."""
         decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id),
-                                      turns=self.turns_in_flight)
+                                      turns=self.turns_in_flight, room_waiting=self.waiting.waits(inbound.channel_id),
+                                      journal_full=self.journal.full)
         ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
         if isinstance(decision, Drop):
             self.counters.dropped += 1
@@ -111,6 +114,9 @@ class Bridge:
         if isinstance(decision, Duplicate):
             self.counters.duplicates += 1
             self.receipts.record("deduplicated", **ids)
+            return None
+        if isinstance(decision, Waiting):
+            self._wait(inbound, room, trigger.model_copy(update={"unprompted": decision.unprompted}))
             return None
         self.keep_trigger(inbound.message_id, room, trigger)
         if isinstance(decision, Buffered):
@@ -201,7 +207,44 @@ class Bridge:
     def _spawn(self, held: Held) -> None:
         task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._turn_done)
+
+    def _turn_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.drain_waiting()
+
+    # ------------------------------------------------------------ waiting for a slot
+
+    def _wait(self, inbound: Inbound, room: Room, trigger: Trigger) -> None:
+        """Journal a message that found every turn slot taken, and queue its id under its room."""
+        self.counters.waited += 1
+        try:
+            self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room, inbound.to_wire(),
+                                trigger.to_wire(), waiting=True)
+        except DiskError as exc:  # the journal's state still holds it; only a crash before its turn loses it
+            log.error("waiting message %s not journaled (%s)", inbound.message_id, exc.code)
+        self.receipts.record("waiting", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
+                             guild_id=inbound.guild_id)
+        self.waiting.add(inbound.channel_id, inbound.message_id)
+        self.drain_waiting()
+
+    def requeue(self, entry: Entry) -> None:
+        """A journaled message that was waiting for a slot when the bridge stopped waits again (in journal order)."""
+        self.waiting.add(entry.room.channel_id, entry.delivery_id)
+
+    def drain_waiting(self) -> None:
+        """While a slot is free, start the room at the front of the queue: all it has waiting, as one turn."""
+        while self.turns_in_flight < self.ingress.policy.max_turns:
+            taken = self.waiting.take()
+            if taken is None:
+                return
+            joined = joined_run([e for i in taken[1] if (e := self.journal.state.entries.get(i)) is not None])
+            if joined is None:
+                continue
+            run, payloads = joined
+            for delivery_id, room, trigger in payloads:
+                self._pending[delivery_id] = (room, trigger)
+            self.start(run)
 
     async def catch_up_loop(self, interval: float) -> None:
         """Every ``interval`` seconds, answer each room's buffered messages in one turn."""

@@ -192,7 +192,8 @@ class Settings(BaseSettings):
 
     # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
     discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
-    discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once
+    discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once; more wait
+    discord_journal_max_bytes: int = Field(default=256 * 1024 * 1024, ge=65536, le=1 << 50)  # bridge: journal; past it waiting is refused
     stderr_queue_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 30)  # supervisor: unwritten stderr lines
 
     # hosts

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.admission import ANSWERED, BACKLOG_FULL, Buffered, Drop, Duplicate, Engagement, Inbound, Ingress, Policy, Run
+from bridge.admission import (
+    ANSWERED,
+    BACKLOG_FULL,
+    Buffered,
+    Drop,
+    Duplicate,
+    Engagement,
+    Inbound,
+    Ingress,
+    Policy,
+    Run,
+    Waiting,
+)
 
 G, C, C2, OTHER_G = "1", "11", "12", "2"
 OWNER, FRIEND, STRANGER = "900", "901", "902"
@@ -99,15 +111,33 @@ def test_retention_expires_and_backpressure_refuses() -> None:
     assert ing.admit(msg("a"), 10.6) == Drop("delivery_backpressure")  # forgotten, so not a duplicate
 
 
-def test_at_the_turn_cap_a_run_is_refused_and_not_remembered() -> None:
-    """With ``max_turns`` turns held, a message that would run one is dropped (``turn_backpressure``),
-    not retained, so the same message is admitted once a turn has finished; a steer counts too."""
+def test_at_the_turn_cap_a_message_waits_and_is_remembered() -> None:
+    """With ``max_turns`` turns held, a message that would run (or be steered into) one waits: it is admitted and
+    retained, so Discord sending it again is a duplicate, not a second wait."""
     ing = ingress(max_turns=2)
     assert isinstance(ing.admit(msg("a"), 0.0, turns=1), Run)
-    assert ing.admit(msg("b"), 1.0, turns=2) == Drop("turn_backpressure")
-    assert ing.admit(msg("c"), 1.0, turns=2, live_run=True) == Drop("turn_backpressure")
-    assert not ing.seen("b") and ing.retained == 1
-    assert isinstance(ing.admit(msg("b"), 2.0, turns=1), Run)
+    assert ing.admit(msg("b", text="clankie?"), 1.0, turns=2) == Waiting(unprompted=False)
+    assert ing.admit(msg("c", channel=C2), 1.0, turns=2, live_run=True) == Waiting(unprompted=True)
+    assert ing.seen("b") and ing.seen("c") and ing.retained == 3
+    assert ing.admit(msg("b", text="clankie?"), 2.0, turns=0) == Duplicate("b")
+
+
+def test_a_room_with_messages_waiting_keeps_its_order_below_the_cap() -> None:
+    """Below the cap a message still waits while earlier messages of its room wait, so a room's turn keeps them in
+    order; another room's message runs."""
+    ing = ingress(max_turns=2)
+    assert ing.admit(msg("a"), 0.0, turns=0, room_waiting=True) == Waiting(unprompted=True)
+    assert isinstance(ing.admit(msg("b", channel=C2), 0.0, turns=0), Run)
+
+
+def test_a_full_journal_refuses_what_would_wait_and_forgets_it() -> None:
+    """The journal at its size bound is the one bound that refuses: ``journal_full``, not retained (a re-send may
+    run); a message that can run now is not refused for it."""
+    ing = ingress(max_turns=1)
+    assert ing.admit(msg("a"), 0.0, turns=1, journal_full=True) == Drop("journal_full")
+    assert not ing.seen("a")
+    assert isinstance(ing.admit(msg("b"), 0.0, turns=0, journal_full=True), Run)
+    assert ing.admit(msg("a"), 1.0, turns=1) == Waiting(unprompted=True)
 
 
 def test_at_the_turn_cap_a_buffered_message_is_still_buffered() -> None:

@@ -9,37 +9,111 @@ from bridge.admission import BACKLOG_FULL
 from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
 from clankie.testing.clock import FakeClock
-from tests.bridge.harness import CHAN, CHAN2, PERSON, running
+from clankie.testing.fake_discord import FakeDiscord
+from tests.bridge.harness import CHAN, CHAN2, GUILD, PERSON, Harness, Script, running
 from tests.bridge.test_e2e_turns import addressed, speak
+from tests.replies import CLOSING
 
 
-def test_at_the_turn_cap_a_new_message_is_dropped_visibly_and_admitted_again_after(env: dict[str, str]) -> None:
-    """With CLANKIE_DISCORD_MAX_TURNS=1 and one turn held, the next message gets a ``dropped`` receipt
-    (``turn_backpressure``) and never reaches the service; once the turn is done messages run again."""
-    release = asyncio.Event()
+def held_until(release: asyncio.Event) -> Script:
+    """A service that holds every turn until ``release`` is set, then settles it."""
 
-    async def held_until_released(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+    async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await release.wait()
-        return TurnResult(outcome="settled", turn_id=f"turn-{sub.delivery_id}", text="done")
+        return TurnResult(outcome="settled", turn_id=f"turn-{sub.delivery_id}", text=f"done {sub.delivery_id}")
+
+    return script
+
+
+ROOMS = tuple(str(300 + i) for i in range(12))
+
+
+def closing(h: Harness, delivery_id: str) -> list[str]:
+    return [o for o in h.outcomes(delivery_id) if o in CLOSING]
+
+
+def test_a_burst_over_the_turn_cap_waits_and_every_message_is_answered(env: dict[str, str]) -> None:
+    """Twelve rooms at once, and a second and third message in one of them, with two turn slots held: nothing is
+    dropped; the rest wait (a ``waiting`` receipt, the id queued, the payload in the journal only); as slots free,
+    rooms are served in the order they came, and a room's waiting messages are one turn for the newest."""
+    release = asyncio.Event()
+    fake = FakeDiscord(guilds={GUILD: list(ROOMS)})
 
     async def main() -> None:
-        async with running(env, overrides={"CLANKIE_DISCORD_MAX_TURNS": "1"}, script=held_until_released) as h:
+        async with running(env, overrides={"CLANKIE_DISCORD_MAX_TURNS": "2"}, script=held_until(release), fake=fake) as h:
+            sent = await asyncio.gather(*(h.fake.message(room, f"hello {room}", author_id=PERSON) for room in ROOMS))
+            ids = [str(m["id"]) for m in sent]
+            await h.service.wait_submits(2)
+            await h.until(lambda: sum(o == "waiting" for r in h.receipts() for o in [r["outcome"]]) == 10)
+            busy = h.service.submits[1].room.channel_id  # a room whose turn holds a slot gets two more
+            more = [str((await h.fake.message(busy, f"and {k}", author_id=PERSON))["id"]) for k in (2, 3)]
+            await h.until(lambda: all("waiting" in h.outcomes(m) for m in more))
+            bridge = h.app.bridge
+            assert (len(bridge.waiting), bridge.waiting.rooms, bridge.turns_in_flight) == (12, 11, 2)
+            assert bridge.pending_triggers == 0  # a waiting message's payload lives in the journal, not here
+            report = h.app.heartbeat().report
+            assert (report["waiting"], report["waiting_rooms"], report["dropped"]) == (12, 11, 0)
+            assert "; waiting: 12 in 11 rooms" in h.app.heartbeat().detail  # what clankiectl status shows
+            assert not h.fake.reactions
+            release.set()
+            await h.until(lambda: all(closing(h, m) for m in ids + more), timeout=30)
+            assert {m: closing(h, m) for m in ids} == {m: ["settled"] for m in ids}
+            assert [closing(h, m) for m in more] == [["absorbed"], ["settled"]]
+            order = [s.room.channel_id for s in h.service.submits]
+            assert len(order) == 13 and order[2:12] == [r for r in ROOMS if r not in order[:2]]  # first come, first served
+            joined = h.service.submits[-1]
+            assert joined.delivery_id == more[1] and [m.id for m in joined.backlog] == [more[0]]
+            assert order[-1] == busy
+            assert not any(e.open for e in h.app.journal.state.entries.values())
+            assert not [r for r in h.receipts() if r["outcome"] == "dropped" and r["reason"] != "self_or_bot_message"]
+
+    asyncio.run(main())
+
+
+def test_the_journal_at_its_bound_refuses_what_would_wait_visibly_and_serves_the_rest(env: dict[str, str]) -> None:
+    """With the journal at CLANKIE_DISCORD_JOURNAL_MAX_BYTES, a message that would wait is dropped (``journal_full``)
+    with the failure reaction; everything that waited before it is answered."""
+    release = asyncio.Event()
+
+    async def main() -> None:
+        overrides = {"CLANKIE_DISCORD_MAX_TURNS": "1", "CLANKIE_DISCORD_JOURNAL_MAX_BYTES": "65536"}
+        async with running(env, overrides=overrides, script=held_until(release)) as h:
             first = await h.fake.message(CHAN, "one", author_id=PERSON)
             await h.service.wait_submits(1)
-            second = await h.fake.message(CHAN2, "two", author_id=PERSON)
-            await h.until(lambda: "dropped" in h.outcomes(second["id"]))
-            dropped = [r for r in h.receipts() if r["delivery_id"] == second["id"]]
-            assert [(r["outcome"], r.get("reason")) for r in dropped] == [("dropped", "turn_backpressure")]
-            await h.until(lambda: bool(h.fake.reactions.get(str(second["id"]))))  # its author sees it was not taken
-            assert h.fake.reactions[str(second["id"])] == ["\u26a0\ufe0f"] and str(first["id"]) not in h.fake.reactions
-            report = h.app.heartbeat().report
-            assert (report["turns"], report["held"], report["dropped"]) == (1, 1, 1)
+            waited: list[str] = []
+            while not h.app.journal.full:
+                m = await h.fake.message(CHAN2, "x" * 400 + f" {len(waited)}", author_id=PERSON)
+                await h.until(lambda m=m: "waiting" in h.outcomes(str(m["id"])))  # type: ignore[misc]  # bound per loop pass
+                waited.append(str(m["id"]))
+                assert len(waited) < 1000, "the journal never reached its bound"
+            refused = await h.fake.message(CHAN2, "one too many", author_id=PERSON)
+            await h.until(lambda: "dropped" in h.outcomes(str(refused["id"])))
+            assert [(r["outcome"], r.get("reason")) for r in h.receipts() if r["delivery_id"] == str(refused["id"])] == [
+                ("dropped", "journal_full")
+            ]
+            await h.until(lambda: bool(h.fake.reactions.get(str(refused["id"]))))
             release.set()
-            await h.until(lambda: "settled" in h.outcomes(first["id"]))
-            await h.until(lambda: h.app.bridge.turns_in_flight == 0)
-            third = await h.fake.message(CHAN2, "three", author_id=PERSON)
-            await h.until(lambda: "settled" in h.outcomes(third["id"]))
-            assert [s.delivery_id for s in h.service.submits] == [first["id"], third["id"]]
+            await h.until(lambda: all(closing(h, m) for m in [str(first["id"]), *waited]), timeout=30)
+            assert closing(h, str(first["id"])) == ["settled"] and closing(h, waited[-1]) == ["settled"]
+            assert {closing(h, m)[0] for m in waited[:-1]} == {"absorbed"}  # one room: one turn for all that waited
+
+    asyncio.run(main())
+
+
+def test_messages_waiting_when_the_bridge_stops_wait_again_after_it_starts(env: dict[str, str]) -> None:
+    """The journal carries the wait across a restart of the bridge: each message ends with exactly one outcome."""
+    release = asyncio.Event()
+
+    async def main() -> None:
+        fake = FakeDiscord(guilds={GUILD: list(ROOMS)})
+        async with running(env, overrides={"CLANKIE_DISCORD_MAX_TURNS": "1"}, script=held_until(release), fake=fake) as h:
+            sent = [str((await h.fake.message(room, f"hi {room}", author_id=PERSON))["id"]) for room in ROOMS[:4]]
+            await h.until(lambda: all(h.outcomes(m)[-1:] in (["accepted"], ["waiting"]) and h.outcomes(m) for m in sent))
+            assert len(h.app.bridge.waiting) == 3
+        async with running(env, overrides={"CLANKIE_DISCORD_MAX_TURNS": "1"}, fake=FakeDiscord(guilds={GUILD: list(ROOMS)})) as h:
+            await h.until(lambda: all(closing(h, m) for m in sent), timeout=30)
+            assert {m: closing(h, m) for m in sent} == {m: ["settled"] for m in sent}
+            assert sorted(s.delivery_id for s in h.service.submits) == sorted(sent)
 
     asyncio.run(main())
 

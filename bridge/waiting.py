@@ -1,0 +1,71 @@
+"""Admitted messages waiting for a turn slot (pure: no I/O, no clock).
+
+When ``CLANKIE_DISCORD_MAX_TURNS`` turns are held, admission says
+:class:`bridge.admission.Waiting` instead of refusing: the message is
+journaled (``wait``, with its payload, in :mod:`bridge.journal`) and only its
+id is queued here, under its room. When a slot frees, the room at the front
+goes whole: everything waiting in it joins into one turn (the newest message
+triggers it, the older ones are its context, as a catch-up backlog is), and
+the room goes to the back if more arrives later. Rooms are served in the order
+their first waiting message arrived, so the oldest wait is served first and
+one busy room never starves the rest: a room gets one turn per pass, however
+many of its messages wait.
+
+Bounded by the journal's size on disk (admission refuses ``journal_full`` at
+``CLANKIE_DISCORD_JOURNAL_MAX_BYTES``), not by a count of its own; what it
+holds per message is the message id.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from bridge.admission import Inbound, Run
+from bridge.journal import Entry
+from clankie.protocol import Room, Trigger
+
+
+class WaitQueue:
+    """Message ids waiting for a turn, per room; rooms in the order their oldest waiting message came."""
+
+    def __init__(self) -> None:
+        self._rooms: OrderedDict[str, list[str]] = OrderedDict()
+        self._count = 0
+
+    def add(self, channel_id: str, message_id: str) -> None:
+        """Queue one message behind whatever waits in its room (a new room goes to the back)."""
+        self._rooms.setdefault(channel_id, []).append(message_id)
+        self._count += 1
+
+    def take(self) -> tuple[str, list[str]] | None:
+        """The room at the front and all its waiting message ids, oldest first (None if nothing waits)."""
+        if not self._rooms:
+            return None
+        channel_id, ids = self._rooms.popitem(last=False)
+        self._count -= len(ids)
+        return channel_id, ids
+
+    def waits(self, channel_id: str) -> bool:
+        """Whether the room has messages waiting (a new one must wait behind them)."""
+        return channel_id in self._rooms
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def rooms(self) -> int:
+        return len(self._rooms)
+
+
+def joined_run(entries: list[Entry]) -> tuple[Run, list[tuple[str, Room, Trigger]]] | None:
+    """One turn for a room's waiting messages (their journal entries, oldest first; closed ones left out): the
+    newest triggers it, the rest are its context. Returns the run and each message's (id, room, trigger), which the
+    shell keeps until the turn is built. Prompted if any of them was addressed."""
+    waiting = [e for e in entries if e.open and e.buffered is not None and e.submit is None]
+    if not waiting:
+        return None
+    inbounds = [Inbound.from_wire(e.buffered["inbound"]) for e in waiting if e.buffered is not None]
+    triggers = [Trigger.model_validate(e.buffered["trigger"]) for e in waiting if e.buffered is not None]
+    unprompted = all(t.unprompted for t in triggers)
+    run = Run(inbounds[-1], unprompted=unprompted, context=tuple(inbounds[:-1]))
+    return run, [(e.delivery_id, e.room, t) for e, t in zip(waiting, triggers, strict=True)]

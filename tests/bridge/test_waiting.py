@@ -1,0 +1,67 @@
+"""Messages waiting for a turn slot: rooms served oldest first and in turn, a room's waiting messages as one turn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.journal import JournalState
+from bridge.waiting import WaitQueue, joined_run
+from clankie.protocol import Author, Room, Trigger
+from tests.bridge.test_journal import admit, close
+
+ROOM = Room(guild_id="100", channel_id="101")
+
+
+def wait(did: str, at: float, *, text: str = "hi", unprompted: bool = True) -> dict[str, Any]:
+    trigger = Trigger(message_id=did, author=Author(id="5", name="p"), text=text, at=at, unprompted=unprompted)
+    inbound = {"message_id": did, "channel_id": ROOM.channel_id, "guild_id": ROOM.guild_id, "author_id": "5",
+               "text": text}
+    return {"v": 1, "op": "wait", "id": did, "at": at, "fp": f"fp{did}", "room": ROOM.to_wire(),
+            "inbound": inbound, "trigger": trigger.to_wire()}
+
+
+def test_rooms_are_served_in_the_order_their_oldest_message_came_each_whole() -> None:
+    """A room takes one turn per pass with everything it has waiting; a room that gets more later goes to the back."""
+    q = WaitQueue()
+    for channel, mid in [("A", "1"), ("B", "2"), ("A", "3"), ("C", "4"), ("A", "5")]:
+        q.add(channel, mid)
+    assert (len(q), q.rooms, q.waits("A"), q.waits("Z")) == (5, 3, True, False)
+    assert q.take() == ("A", ["1", "3", "5"])
+    q.add("A", "6")
+    assert [q.take(), q.take(), q.take(), q.take()] == [("B", ["2"]), ("C", ["4"]), ("A", ["6"]), None]
+    assert (len(q), q.rooms) == (0, 0)
+
+
+def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
+    """The newest triggers the turn, the older ones are its context (oldest first); addressed if any was."""
+    s = JournalState()
+    for line in (wait("1", 1.0, text="one"), wait("2", 2.0, text="clankie, two", unprompted=False), wait("3", 3.0, text="three")):
+        s.apply(line)
+    joined = joined_run([s.entries[i] for i in ("1", "2", "3")])
+    assert joined is not None
+    run, payloads = joined
+    assert run.trigger.message_id == "3" and [m.message_id for m in run.context] == ["1", "2"]
+    assert not run.unprompted and not run.catching_up
+    assert [(did, room, t.text) for did, room, t in payloads] == [("1", ROOM, "one"), ("2", ROOM, "clankie, two"), ("3", ROOM, "three")]
+
+
+def test_closed_or_already_submitted_entries_are_left_out_and_nothing_left_is_no_turn() -> None:
+    """A waiting message that was closed (expired) or already ran is not joined again."""
+    s = JournalState()
+    for line in (wait("1", 1.0), wait("2", 2.0), close("1", "expired"), admit("2", 2.0)):
+        s.apply(line)
+    assert joined_run([s.entries["1"], s.entries["2"]]) is None
+
+
+def test_waiting_lines_survive_compaction_and_a_turn_ends_their_wait() -> None:
+    """``wait`` entries rebuild as waiting (not as catch-up buffers); the turn that joins them folds them in."""
+    s = JournalState()
+    for line in (wait("1", 1.0), wait("2", 2.0)):
+        s.apply(line)
+    again = JournalState()
+    for line in s.compacted(since=0.0):
+        again.apply(line)
+    assert [(e.delivery_id, e.waiting, e.submit is None) for e in again.open_entries()] == [("1", True, True), ("2", True, True)]
+    again.apply(admit("2", 2.0, folds=["1"]))
+    assert [e.delivery_id for e in again.open_entries()] == ["2"]
+    assert again.entries["1"].folded_into == "2"
