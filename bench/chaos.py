@@ -97,6 +97,7 @@ class Tree:
             "CLANKIE_HEARTBEAT_SECONDS": "0.5", "CLANKIE_LOG_LEVEL": os.environ.get("CHAOS_LOG_LEVEL", "WARNING"),
             "DISCORD_TOKEN": discord.token, "CLANKIE_DISCORD_API_BASE": discord.api_base,
             "CLANKIE_DISCORD_GUILD_IDS": GUILD, "ANTHROPIC_API_KEY": "sk-bench", "ANTHROPIC_BASE_URL": anthropic.base_url,
+            "CLANKIE_USER_TURNS_PER_MINUTE": "0", "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",  # one author speaks for the crowd
         }
         self.proc: asyncio.subprocess.Process | None = None
 

@@ -158,6 +158,7 @@ async def main() -> int:
             "CLANKIE_DISCORD_API_BASE": fake.api_base,
             "CLANKIE_DISCORD_GUILD_IDS": GUILD,
             "CLANKIE_LOG_LEVEL": "WARNING",
+            "CLANKIE_USER_TURNS_PER_MINUTE": "0", "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",  # one author speaks for the crowd
         }
         paths.ensure_private_dir(tmp / "run")
         try:

@@ -16,6 +16,8 @@ Order (each drop names its reason code):
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
 8. too many retained deliveries         ``delivery_backpressure``
 9. room drifted, not addressed, no live run   buffered for the catch-up turn
+   a new turn (not steered into a live run, not buffered) past its author's or its room's
+   turns per minute (:mod:`bridge.fairness`; the owner is exempt)   ``rate_limited`` (not retained)
 10. ``max_turns`` turns held, or the room already has messages waiting: it *waits*
     (:class:`Waiting`, retained) for a turn slot, in the bridge's durable journal; only a
     journal at its size bound refuses it, ``journal_full`` (not retained: a re-send may try again)
@@ -48,6 +50,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
+from bridge.fairness import Fairness
 
 __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission is where they are used
 
@@ -57,6 +60,7 @@ DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
 BACKLOG_FULL = "backlog_full"  # a buffered message fell out of its room's full backlog
 DELIVERY_BACKPRESSURE = "delivery_backpressure"
+RATE_LIMITED = "rate_limited"  # a person's or a room's turns per minute are spent (bridge.fairness)
 JOURNAL_FULL = "journal_full"  # a message that would wait found the journal at CLANKIE_DISCORD_JOURNAL_MAX_BYTES
 BACKPRESSURE = frozenset({DELIVERY_BACKPRESSURE, JOURNAL_FULL})
 """Refusals that say "not now" rather than "not for me": a re-send may run (the bridge shows them)."""
@@ -80,6 +84,8 @@ class Policy:
     max_turns: int = DEFAULT_MAX_TURNS
     engagement_idle_s: float = DEFAULT_IDLE_S
     engagement_max_rooms: int = DEFAULT_MAX_ROOMS
+    user_turns_per_minute: float = 0.0  # 0: no limit
+    room_turns_per_minute: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,7 @@ class Ingress:
         self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
         self._retained: OrderedDict[str, _Retained] = OrderedDict()
         self._discarded: list[tuple[str, str]] = []  # (id, why) of buffered messages no catch-up will carry, until taken
+        self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute)
 
     # -------------------------------------------------------------- queries
 
@@ -262,6 +269,9 @@ class Ingress:
             return Drop(DELIVERY_BACKPRESSURE)
         room = self._rooms.peek(msg.channel_id)
         buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
+        exempt = buffer or live_run or msg.author_id == p.owner_id  # no new turn, or the operator
+        if not exempt and not self.fairness.admit(msg.guild_id, msg.channel_id, msg.author_id, now):
+            return Drop(RATE_LIMITED)
         wait = not buffer and (turns >= p.max_turns or room_waiting)
         if wait and journal_full:
             return Drop(JOURNAL_FULL)
@@ -280,6 +290,10 @@ class Ingress:
         if room is not None:
             self._hear(room)
         return Run(msg, unprompted=not addressed)
+
+    def rate_hint(self, msg: Inbound, now: float) -> bool:
+        """Whether a ``rate_limited`` message should show the ⏳: at most once a minute per person."""
+        return self.fairness.hint(msg.guild_id, msg.author_id, now)
 
     def _dm_refusal(self, author_id: str) -> str | None:
         p = self.policy

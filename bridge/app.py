@@ -56,6 +56,8 @@ def policy(settings: Settings) -> Policy:
         retention_s=settings.bridge_retention_seconds,
         max_retained=settings.discord_max_retained,
         max_turns=settings.discord_max_turns,
+        user_turns_per_minute=settings.user_turns_per_minute,
+        room_turns_per_minute=settings.room_turns_per_minute,
         engagement_idle_s=settings.discord_engagement_idle_seconds,
         engagement_max_rooms=settings.discord_engagement_max_rooms,
     )

@@ -21,7 +21,18 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, TypedDict, assert_never
 
-from bridge.admission import BACKLOG_FULL, BACKPRESSURE, Buffered, Drop, Duplicate, Inbound, Ingress, Run, Waiting
+from bridge.admission import (
+    BACKLOG_FULL,
+    BACKPRESSURE,
+    RATE_LIMITED,
+    Buffered,
+    Drop,
+    Duplicate,
+    Inbound,
+    Ingress,
+    Run,
+    Waiting,
+)
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, retry_transient
 from bridge.held import Counters, Held, Phase
@@ -48,6 +59,7 @@ from clankie.protocol import (
 
 log = logging.getLogger(__name__)
 
+HOURGLASS = "\u23f3"  # a message refused for its author's pace: "slow down", not "send it again"
 MAX_REFUSAL_REACTIONS = 32
 """Failure reactions on refused messages in flight at once; under a flood the rest go without."""
 
@@ -109,7 +121,9 @@ class Bridge:
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)
             if decision.code in BACKPRESSURE:
-                self._react_refused(inbound)
+                self._react_refused(inbound, self.failure_reaction)
+            elif decision.code == RATE_LIMITED and self.ingress.rate_hint(inbound, self.clock.wall()):
+                self._react_refused(inbound, HOURGLASS)
             return None
         if isinstance(decision, Duplicate):
             self.counters.duplicates += 1
@@ -190,16 +204,14 @@ class Bridge:
         """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
         return len(self._tasks)
 
-    def _react_refused(self, inbound: Inbound) -> None:
-        """A message refused for backpressure shows the failure reaction, so its author knows to send it again.
-
-        At most :data:`MAX_REFUSAL_REACTIONS` are in flight: under a flood the
-        rest go without (their ``dropped`` receipts still say why).
-        """
-        if not self.failure_reaction or len(self._reactions) >= MAX_REFUSAL_REACTIONS:
+    def _react_refused(self, inbound: Inbound, emoji: str) -> None:
+        """A message refused for backpressure shows the failure reaction, so its author knows to send it again; one
+        refused for its author's pace shows ⏳. At most :data:`MAX_REFUSAL_REACTIONS` are in flight: under a flood
+        the rest go without (their ``dropped`` receipts still say why)."""
+        if not emoji or len(self._reactions) >= MAX_REFUSAL_REACTIONS:
             return
         task = asyncio.get_running_loop().create_task(
-            react(self.port, inbound.channel_id, inbound.message_id, self.failure_reaction), name="refusal-reaction"
+            react(self.port, inbound.channel_id, inbound.message_id, emoji), name="refusal-reaction"
         )
         self._reactions.add(task)
         task.add_done_callback(self._reactions.discard)

@@ -19,10 +19,26 @@ holds per message is the message id.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from bridge.admission import Inbound, Run
-from bridge.journal import Entry
 from clankie.protocol import Room, Trigger
+
+
+class WaitingEntry(Protocol):
+    """What :func:`joined_run` reads of a journal entry (:class:`bridge.journal.Entry`)."""
+
+    @property
+    def delivery_id(self) -> str: ...
+    @property
+    def room(self) -> Room: ...
+    @property
+    def open(self) -> bool: ...
+    @property
+    def submit(self) -> dict[str, Any] | None: ...
+    @property
+    def buffered(self) -> dict[str, Any] | None: ...
 
 
 class WaitQueue:
@@ -57,7 +73,7 @@ class WaitQueue:
         return len(self._rooms)
 
 
-def joined_run(entries: list[Entry]) -> tuple[Run, list[tuple[str, Room, Trigger]]] | None:
+def joined_run(entries: Sequence[WaitingEntry]) -> tuple[Run, list[tuple[str, Room, Trigger]]] | None:
     """One turn for a room's waiting messages (their journal entries, oldest first; closed ones left out): the
     newest triggers it, the rest are its context. Returns the run and each message's (id, room, trigger), which the
     shell keeps until the turn is built. Prompted if any of them was addressed."""

@@ -193,6 +193,8 @@ class Settings(BaseSettings):
     # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
     discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
     discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once; more wait
+    user_turns_per_minute: float = Field(default=6.0, ge=0, le=10_000)  # bridge: new turns a person may start a minute (0: no limit)
+    room_turns_per_minute: float = Field(default=30.0, ge=0, le=10_000)  # bridge: new turns a room may start a minute (0: no limit)
     discord_journal_max_bytes: int = Field(default=256 * 1024 * 1024, ge=65536, le=1 << 50)  # bridge: journal; past it waiting is refused
     stderr_queue_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 30)  # supervisor: unwritten stderr lines
 

@@ -71,6 +71,8 @@ PURE_CORES = (
     "supervisor/sparelife.py",  # the warm spare's slot
     "bridge/admission.py",
     "bridge/engagement.py",  # engagement by age and count
+    "bridge/fairness.py",  # turns per person and per room
+    "bridge/waiting.py",  # messages waiting for a turn slot
     "bridge/chunks.py",
     "clankie/backoff.py",
     "clankie/framing.py",

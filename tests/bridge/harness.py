@@ -106,6 +106,9 @@ async def running(
         "DISCORD_TOKEN": fake.token,
         "CLANKIE_DISCORD_API_BASE": fake.api_base,
         "CLANKIE_DISCORD_GUILD_IDS": GUILD,
+        # one person speaks many times a minute here: pacing is off unless a test is about it (test_fairness)
+        "CLANKIE_USER_TURNS_PER_MINUTE": "0",
+        "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",
         **(overrides or {}),
     }
     settings = load(full)

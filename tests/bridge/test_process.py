@@ -23,7 +23,8 @@ async def _bridge_process(env: dict[str, str]) -> asyncio.subprocess.Process:
 
 
 def _env(env: dict[str, str], fake: FakeDiscord, token: str) -> dict[str, str]:
-    return {**env, "DISCORD_TOKEN": token, "CLANKIE_DISCORD_API_BASE": fake.api_base, "CLANKIE_DISCORD_GUILD_IDS": GUILD}
+    return {**env, "DISCORD_TOKEN": token, "CLANKIE_DISCORD_API_BASE": fake.api_base, "CLANKIE_DISCORD_GUILD_IDS": GUILD,
+            "CLANKIE_USER_TURNS_PER_MINUTE": "0", "CLANKIE_ROOM_TURNS_PER_MINUTE": "0"}  # one person, many turns a minute
 
 
 @pytest.mark.parametrize(

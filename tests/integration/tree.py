@@ -260,6 +260,10 @@ def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeA
         "CLANKIE_DISCORD_GUILD_IDS": GUILD,
         "ANTHROPIC_API_KEY": "sk-test-fake",
         "ANTHROPIC_BASE_URL": anthropic.base_url,
+        # one person speaks many times a minute in these trees (and the benches' thousands of rooms share an
+        # author): pacing is off unless a test is about it (tests/bridge/test_fairness.py)
+        "CLANKIE_USER_TURNS_PER_MINUTE": "0",
+        "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",
     }
     env.update(extra)
     return env
