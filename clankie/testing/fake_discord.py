@@ -75,6 +75,7 @@ class FakeDiscord(RestHandlers):
         self.identify_close_code: int | None = None
         self.gateway_open = asyncio.Event()  # cleared: new gateway connections wait before HELLO (an outage)
         self.gateway_open.set()
+        self.closing = False
         self.post_answers = asyncio.Event()  # cleared: a created message is stored, but its POST is not answered
         self.post_answers.set()
         self.messages: dict[str, list[dict[str, Any]]] = {}
@@ -90,16 +91,19 @@ class FakeDiscord(RestHandlers):
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        self.closing = False  # a fake can be started again after a close (a bridge's next life)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         r = app.router
         self._routes(r)
         r.add_get("/gateway", self.gateway.handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # a fake's handlers are released at close (below): a cleanup that still waits is a bug, not a minute's grace
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         self.port = self._runner.addresses[0][1]
 
     async def close(self) -> None:
+        self.closing = True  # a gateway handler released below closes its socket instead of saying HELLO
         self.gateway_open.set()  # release held handlers, or the server's cleanup would wait on them
         self.post_answers.set()
         for gate in self._holds.values():

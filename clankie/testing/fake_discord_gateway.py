@@ -88,8 +88,9 @@ class FakeGateway:
             incoming = asyncio.ensure_future(ws.receive())  # a client says nothing before HELLO but its close
             await asyncio.wait({opened, incoming}, return_when=asyncio.FIRST_COMPLETED)
             opened.cancel()
-            if incoming.done():
-                await ws.close()
+            if incoming.done() or fake.closing:  # the client gave up, or the fake is closing: no session
+                incoming.cancel()
+                await ws.close(code=1001)
                 return ws
             incoming.cancel()
         await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}))

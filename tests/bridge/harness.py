@@ -126,6 +126,11 @@ async def running(
         yield h
     finally:
         task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=15)
+        if not done:  # a bridge that ignores its cancellation: say where everything is stuck, then fail
+            for stuck in asyncio.all_tasks():
+                stuck.print_stack(limit=8)
+            raise AssertionError("the bridge app did not stop within 15 s of its cancellation")
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
         await service.close()
