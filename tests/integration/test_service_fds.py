@@ -38,6 +38,20 @@ async def _open_files() -> Counter[str]:
     return out
 
 
+async def _steady_files(timeout: float = 10.0) -> Counter[str]:
+    """The open files once two looks 0.1 s apart agree: the baseline, with no group sync's duplicate in it."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    files = await _open_files()
+    while loop.time() < end:
+        await asyncio.sleep(0.1)
+        again = await _open_files()
+        if again == files:
+            return files
+        files = again
+    return files
+
+
 async def _settled_files(expected: Counter[str], timeout: float = 10.0) -> Counter[str]:
     """The open files once they equal ``expected``, or as they are at the deadline. A group sync asked for after
     the barrier above can still hold a duplicate descriptor for a moment on a busy machine; a leak never goes."""
@@ -58,7 +72,7 @@ def test_many_turns_open_no_more_files_and_the_lane_log_rotates(env: dict[str, s
                 result = await bridge.submit(msg(f"m{n}", f"message {n}"))
                 assert result.outcome == "settled"
                 if n == 9:
-                    after_ten = await _open_files()
+                    after_ten = await _steady_files()
             assert await _settled_files(after_ten) == after_ten
             lane_log = app.captain.paths.lane_log(msg("m0", "").room)
             assert segments(lane_log)  # 60 turns of about 300 bytes rotated the 4 kB lane log
