@@ -139,7 +139,9 @@ def test_a_full_disk_costs_log_lines_never_the_supervisor_and_logging_resumes(fu
     wait_for(lambda: log_file.stat().st_size > size + 2000, 20, "the log to resume")
     lines = whole_lines(log_file)
     gap = [line for line in lines if line.startswith(b"[clankie:")]
-    assert len(gap) == 1 and b"No space left on device" in gap[0]
+    # One note per stretch of lost output. A "full" tmpfs still takes a short write that fits in the last page the
+    # log already has, so on a busy machine one outage can be two stretches with a line or a note between them.
+    assert gap and all(b"No space left on device" in g for g in gap), gap
     numbers = [int(line.split()[1]) for line in lines if line.startswith(b"chatter")]
     assert numbers == sorted(numbers)  # lines were lost, none reordered or repeated
     assert "cannot write chatty.log: No space left on device" in sup.stderr()
