@@ -83,6 +83,40 @@ def launch_excerpt(exc: BaseException, limit: int = 1500) -> str:
     return text if len(text) <= limit else "\u2026" + text[-limit:]
 
 
+def clear_stale(root: Path) -> None:
+    """Remove what is under the browser's temp root except the directories of live processes.
+
+    Each host process (the live one, and a warm spare that starts while it
+    serves) keeps its Node driver's and Chromium's profiles under
+    ``<root>/<pid>``. Emptying the whole root at start, as a lone host could,
+    deleted a live host's profile under it: its next launch failed (ENOENT
+    from mkdtemp) or its Chromium died (TargetClosedError). What a killed
+    host left behind goes at the next start.
+    """
+    try:
+        entries = list(root.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name.isdigit() and entry.name != str(os.getpid()) and _alive(int(entry.name)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def find_chromium(configured: Path | None) -> Path | None:
     """The configured executable if it exists, else the first Debian candidate that does."""
     for path in (configured,) if configured is not None else CANDIDATES:
@@ -103,7 +137,8 @@ class BrowserHost:
         self.clock = clock
         pins = policy.Pins.parse(settings.browser_pinned_hosts)
         self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver)
-        self.tmp = settings.state_dir / "tmp" / "browser"
+        self.tmp_root = settings.state_dir / "tmp" / "browser"
+        self.tmp = self.tmp_root / str(os.getpid())  # this process's own: a warm spare starts beside a live host
         self.life = Lifecycle()
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
@@ -124,8 +159,9 @@ class BrowserHost:
 
 
     async def start(self) -> None:
-        """Empty the private temp dir, open the proxy and watch for idleness; Chromium waits for a request."""
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        """Clear what dead hosts left in the temp dir, make this process's own, open the proxy and watch for
+        idleness; Chromium waits for a request."""
+        clear_stale(self.tmp_root)
         make_private_dirs(self.tmp)
         # The Node driver and Chromium put their profiles under TMPDIR; give them ours.
         os.environ["TMPDIR"] = str(self.tmp)
@@ -168,6 +204,7 @@ class BrowserHost:
         await self._stop_playwright()
         if self._default is not None:
             await self.proxy.close_session(self._default)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     async def screenshot(self, params: ScreenshotRequest) -> Artifact:
         """``screenshot``: the page at ``params.url`` as a governed PNG (or JPEG) artifact."""

@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -163,17 +164,50 @@ def test_without_chromium_the_host_stays_up_and_refuses(env: dict[str, str], tmp
 
 
 def test_the_private_temp_dir_is_emptied_at_start(env: dict[str, str], state_dir: Path, tmp_path: Path) -> None:
-    """Leftovers from a previous run in the host's temp dir are gone once it is ready, and SIGTERM stops it cleanly."""
-    leftover = state_dir / "tmp" / "browser" / "playwright_chromiumdev_profile-old"
+    """Leftovers of dead hosts in the temp dir are gone once the host is ready; a live process's directory (a host
+    beside which a warm spare starts) is left alone; the host works in a directory of its own, gone after SIGTERM."""
+    root = state_dir / "tmp" / "browser"
+    leftover = root / "playwright_chromiumdev_profile-old"
     leftover.mkdir(parents=True)
+    dead = root / "999999999"  # above any pid_max: no such process
+    dead.mkdir()
+    live = root / str(os.getpid())  # this test's process stands in for a live host
+    (live / "profile").mkdir(parents=True)
 
     async def main() -> None:
         async with HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
-            assert not leftover.exists()
+            assert not leftover.exists() and not dead.exists()
+            assert (live / "profile").is_dir()
             assert host.proc is not None
+            assert (root / str(host.proc.pid)).is_dir()
             host.proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(host.proc.wait(), 15) == 0
             assert not host.socket.exists()
             assert host.stopping
+            assert not (root / str(host.proc.pid)).exists()
+
+    asyncio.run(main())
+
+
+def test_a_second_host_starting_on_the_same_state_leaves_the_live_hosts_chromium_alone(
+    env: dict[str, str], state_dir: Path, tmp_path: Path
+) -> None:
+    """A warm spare starts beside the live host on the same state dir: the live host's Chromium and its profile
+    survive the spare's start, and its next screenshot works (the spare used to empty the shared temp dir under it)."""
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as other_runtime:
+            spare_env = {**_private_env(env), "CLANKIE_RUNTIME_DIR": other_runtime}
+            async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "live.log") as live:
+                await _shoot(live, site.origin + "/")  # Chromium up, its profile under the live host's directory
+                assert live.proc is not None
+                mine = state_dir / "tmp" / "browser" / str(live.proc.pid)
+                before = sorted(p.name for p in mine.iterdir())
+                assert before
+                async with HostProcess("browser", spare_env, tmp_path / "spare.log") as spare:
+                    assert spare.proc is not None and (state_dir / "tmp" / "browser" / str(spare.proc.pid)).is_dir()
+                    assert sorted(p.name for p in mine.iterdir()) == before
+                    art = await _shoot(live, site.origin + "/")
+                    assert art.mime == "image/png"
 
     asyncio.run(main())
