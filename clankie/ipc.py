@@ -32,6 +32,7 @@ from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT
 from clankie.connection import HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
 from clankie.limits import DEFAULT_MAX_INFLIGHT, Held, Limits, Refuse, decide
+from clankie.waits import within
 
 __all__ = [
     "Connection", "Handler", "Limits", "Server", "bind_listener", "connect", "from_socket", "peer_allowed",
@@ -188,7 +189,7 @@ class Server:
                 conn.abort(f"idle for {idle:g}s")
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(conn.wait_closed(), left)
+                await within(conn.wait_closed(), left)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -266,12 +267,14 @@ async def _clear_stale_socket(path: Path) -> None:
         raise ConfigError(f"{path} exists and is not a socket; refusing to replace it")
     for attempt in range(LIVE_SOCKET_CHECKS):  # a dying tree's last process may still hold it: give it a moment
         try:
-            _reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(os.fspath(path)), 1.0)
+            _reader, writer = await within(asyncio.open_unix_connection(os.fspath(path)), 1.0)
         except (OSError, TimeoutError):
             log.info("removing stale socket %s", path)
             path.unlink(missing_ok=True)  # noqa: ASYNC240 (one unlink in the runtime dir, at start)
             return
         writer.close()
+        with contextlib.suppress(OSError, TimeoutError):  # closed before the next probe: the server sees EOF now
+            await within(writer.wait_closed(), 1.0)
         if attempt + 1 < LIVE_SOCKET_CHECKS:
             await asyncio.sleep(LIVE_SOCKET_PAUSE)
     raise ConfigError(f"another server is already listening on {path}")
@@ -298,7 +301,7 @@ async def connect(
     loop = asyncio.get_running_loop()
     conn = Connection(role=role, handler=handler, max_frame=max_frame, max_output=max_output, max_inflight=max_inflight)
     try:
-        await asyncio.wait_for(loop.create_unix_connection(lambda: conn, os.fspath(path)), timeout)
+        await within(loop.create_unix_connection(lambda: conn, os.fspath(path)), timeout)
     except (OSError, TimeoutError) as exc:
         raise ChannelBroken(f"cannot connect to {path.name}: {exc}") from exc
     return await _hello(conn, timeout)

@@ -44,6 +44,7 @@ from clankie.errors import ConfigError, RemoteError
 from clankie.handover import inherited_listener
 from clankie.protocol import Artifact, Code, Empty, Heartbeat, Record
 from clankie.router import Route, Router
+from clankie.waits import within
 from hosts.probe import probe_png
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class HostRuntime:
 
     async def prepare(self) -> None:
         """Start the host (Chromium, Node); a warm spare does this before it parks."""
-        await asyncio.wait_for(self.host.start(), HOST_START_SECONDS)
+        await within(self.host.start(), HOST_START_SECONDS)
 
     async def run(self, ready: Ready) -> None:
         """Serve the socket, say ready, serve until cancelled (:func:`clankie.entry.run_child`)."""

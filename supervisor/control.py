@@ -36,6 +36,7 @@ from clankie.protocol import (
 )
 from clankie.router import Router
 from clankie.settings import Settings
+from clankie.waits import within
 from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
@@ -255,7 +256,7 @@ class Control:
         if child.pid is None or child.exited_event.is_set():
             return
         try:
-            await asyncio.wait_for(child.exited_event.wait(), child.spec.stop_timeout + 2.0)
+            await within(child.exited_event.wait(), child.spec.stop_timeout + 2.0)
         except TimeoutError:
             log.warning("%s did not exit during restart", child.name)
 

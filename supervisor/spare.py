@@ -30,6 +30,7 @@ from collections.abc import Callable
 from clankie import ipc
 from clankie.protocol import Empty, Heartbeat
 from clankie.router import Router, ignore
+from clankie.waits import within
 from supervisor.lifecycle import Exit, State, describe
 from supervisor.owner import SpareOwner
 from supervisor.sparelife import SpareLife, SpareState
@@ -190,7 +191,7 @@ class Spare:
     async def wait_gone(self, timeout: float) -> None:
         """Until every dropped spare has been reaped (bounded)."""
         try:
-            await asyncio.wait_for(self._none_dying.wait(), timeout)
+            await within(self._none_dying.wait(), timeout)
         except TimeoutError:
             log.warning("%s: %d dropped spares did not exit in %.1fs", self.child.name, len(self.dying), timeout)
 

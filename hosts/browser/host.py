@@ -45,6 +45,7 @@ from clankie.paths import make_private_dirs
 from clankie.protocol import Artifact, ScreenshotRequest, Viewport
 from clankie.router import Route
 from clankie.settings import Settings
+from clankie.waits import within
 from hosts.runtime import write_artifact
 
 from . import policy
@@ -200,7 +201,7 @@ class BrowserHost:
                 await self._watch
         if self._browser is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._browser.close(), CLOSE_DEADLINE)
+                await within(self._browser.close(), CLOSE_DEADLINE)
         await self._stop_playwright()
         if self._default is not None:
             await self.proxy.close_session(self._default)
@@ -250,7 +251,7 @@ class BrowserHost:
                 self.life.apply("missing", self.clock.monotonic(), "chromium_missing")
                 raise RemoteError("browser_unavailable", "no Chromium executable is installed")
             try:
-                self._browser = await asyncio.wait_for(self._launch(executable), START_DEADLINE)
+                self._browser = await within(self._launch(executable), START_DEADLINE)
             except (PlaywrightError, TimeoutError, OSError) as exc:
                 log.warning("browser launch failed: %s: %s", type(exc).__name__, launch_excerpt(exc))
                 self.life.apply("failed", self.clock.monotonic(), "launch_failed")
@@ -293,7 +294,7 @@ class BrowserHost:
             try:
                 if self._browser is not None:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(self._browser.close(), CLOSE_DEADLINE)
+                        await within(self._browser.close(), CLOSE_DEADLINE)
                 await self._stop_playwright()
             finally:
                 self._retiring = False
@@ -315,7 +316,7 @@ class BrowserHost:
         pw, self._pw, self._browser = self._pw, None, None
         if pw is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(pw.stop(), CLOSE_DEADLINE)
+                await within(pw.stop(), CLOSE_DEADLINE)
 
     # ------------------------------------------------------------ one screenshot
 
@@ -380,12 +381,12 @@ class BrowserHost:
 
     async def _close_context(self, browser: Browser, ctx: BrowserContext) -> None:
         try:
-            await asyncio.wait_for(ctx.close(), CLOSE_DEADLINE)
+            await within(ctx.close(), CLOSE_DEADLINE)
         except (PlaywrightError, TimeoutError):
             if browser.is_connected():
                 log.warning("a browser context would not close; restarting the browser")
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(browser.close(), CLOSE_DEADLINE)
+                    await within(browser.close(), CLOSE_DEADLINE)
 
 
 def _net_error(exc: BaseException) -> str:

@@ -38,6 +38,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from clankie.waits import within
+
 from . import policy
 
 log = logging.getLogger(__name__)
@@ -168,7 +170,7 @@ class PolicyProxy:
                 raise policy.UrlRefused(f"the address is a {reason}")
             return literal
         try:
-            addrs = await asyncio.wait_for(self.resolver(host, port), CONNECT_TIMEOUT)
+            addrs = await within(self.resolver(host, port), CONNECT_TIMEOUT)
         except (OSError, TimeoutError):
             raise policy.Unresolvable("the host name does not resolve") from None
         if not addrs:
@@ -184,7 +186,7 @@ class PolicyProxy:
     async def _handle(self, session: Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session.connections += 1
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
+            head = await within(reader.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
             writer.close()
             return
@@ -227,7 +229,7 @@ class PolicyProxy:
 
     async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         addr = await self.vet(host, port)
-        return await asyncio.wait_for(asyncio.open_connection(str(addr), port, limit=CHUNK), CONNECT_TIMEOUT)
+        return await within(asyncio.open_connection(str(addr), port, limit=CHUNK), CONNECT_TIMEOUT)
 
     async def _connect(
         self, session: Session, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -296,7 +298,7 @@ def _reply(
 async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
     try:
         while True:
-            data = await asyncio.wait_for(src.read(CHUNK), IDLE_TIMEOUT)
+            data = await within(src.read(CHUNK), IDLE_TIMEOUT)
             if not data:
                 break
             dst.write(data)

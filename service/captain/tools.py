@@ -21,6 +21,7 @@ from clankie import ipc
 from clankie.artifacts import ArtifactError, resolve_artifact
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import Artifact, DiagramRequest, Room, ScreenshotRequest, TextUpdate, TextUpdateReply
+from clankie.waits import within
 from service.agent.tools import Tool, ToolContext, ToolResult
 from service.captain.hosts import HostClient, HostUnavailable
 
@@ -302,7 +303,7 @@ def shell_tool(cwd: Path) -> Tool:
             command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True
         )
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), 60)
+            out, _ = await within(proc.communicate(), 60)
         except (TimeoutError, asyncio.CancelledError):
             proc.kill()
             await proc.wait()
