@@ -145,3 +145,15 @@ def test_the_environment_rule_sees_a_read(tmp_path: Path) -> None:
     assert environ_reads(probe) == []
     probe.write_text("import os\nfrom os import environ\nx = os.environ.get('X')\ny = os.getenv('Y')\n", encoding="utf-8")
     assert environ_reads(probe) == [2, 3, 4]
+
+
+def test_no_bounded_wait_can_lose_a_cancellation() -> None:
+    """``asyncio.wait_for`` is not used in the product: on 3.11 it can swallow a cancellation (clankie.waits)."""
+    found = []
+    for package in PACKAGES:
+        for path in sources(package):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute) and node.attr == "wait_for" and isinstance(node.value, ast.Name) \
+                        and node.value.id == "asyncio":
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], f"use clankie.waits.within: {found}"
