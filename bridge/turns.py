@@ -106,6 +106,7 @@ class Bridge:
         self.counters = Counters()
         self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
         self.waiting = WaitQueue()  # ids only: a waiting message's payload is the journal's
+        self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
 
@@ -246,7 +247,7 @@ class Bridge:
 
     def drain_waiting(self) -> None:
         """While a slot is free, start the room at the front of the queue: all it has waiting, as one turn."""
-        while self.turns_in_flight < self.ingress.policy.max_turns:
+        while not self._closing and self.turns_in_flight < self.ingress.policy.max_turns:
             taken = self.waiting.take()
             if taken is None:
                 return
@@ -389,6 +390,7 @@ class Bridge:
     # ------------------------------------------------------------ shutdown
 
     async def aclose(self) -> None:
+        self._closing = True
         for task in [*self._tasks, *self._reactions]:
             task.cancel()
         for task in [*self._tasks, *self._reactions]:
