@@ -77,11 +77,10 @@ def joined_run(entries: Sequence[WaitingEntry]) -> tuple[Run, list[tuple[str, Ro
     """One turn for a room's waiting messages (their journal entries, oldest first; closed ones left out): the
     newest triggers it, the rest are its context. Returns the run and each message's (id, room, trigger), which the
     shell keeps until the turn is built. Prompted if any of them was addressed."""
-    waiting = [e for e in entries if e.open and e.buffered is not None and e.submit is None]
+    waiting = [(e, e.buffered) for e in entries if e.open and e.buffered is not None and e.submit is None]
     if not waiting:
         return None
-    inbounds = [Inbound.from_wire(e.buffered["inbound"]) for e in waiting if e.buffered is not None]
-    triggers = [Trigger.model_validate(e.buffered["trigger"]) for e in waiting if e.buffered is not None]
-    unprompted = all(t.unprompted for t in triggers)
-    run = Run(inbounds[-1], unprompted=unprompted, context=tuple(inbounds[:-1]))
-    return run, [(e.delivery_id, e.room, t) for e, t in zip(waiting, triggers, strict=True)]
+    inbounds = [Inbound.from_wire(payload["inbound"]) for _, payload in waiting]
+    triggers = [Trigger.model_validate(payload["trigger"]) for _, payload in waiting]
+    run = Run(inbounds[-1], unprompted=all(t.unprompted for t in triggers), context=tuple(inbounds[:-1]))
+    return run, [(e.delivery_id, e.room, t) for (e, _), t in zip(waiting, triggers, strict=True)]

@@ -10,7 +10,7 @@ from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
 from clankie.testing.clock import FakeClock
 from tests.bridge.harness import CHAN, CHAN2, OWNER, PERSON, running
-from tests.replies import CLOSING
+from tests.bridge.test_e2e_bounds import closing
 
 OTHER = "500000000000000009"
 HOURGLASS = "\u23f3"
@@ -92,27 +92,24 @@ def test_a_spammer_is_slowed_with_one_hourglass_while_another_person_is_answered
     async def main() -> None:
         overrides = {"CLANKIE_USER_TURNS_PER_MINUTE": "6", "CLANKIE_ROOM_TURNS_PER_MINUTE": "100"}
         async with running(env, overrides=overrides, script=script, clock=clock) as h:
-            def closed(mid: str) -> list[str]:
-                return [o for o in h.outcomes(mid) if o in CLOSING]
-
             held = str((await h.fake.message(CHAN, "hold", author_id=PERSON))["id"])
             await h.service.wait_submits(1)
             steered = [str((await h.fake.message(CHAN, f"and {i}", author_id=PERSON))["id"]) for i in range(8)]
             await h.until(lambda: len(h.service.submits) == 9)
             release.set()
-            await h.until(lambda: all(closed(m) for m in [held, *steered]))
+            await h.until(lambda: all(closing(h, m) for m in [held, *steered]))
             mine = []
             for i in range(7):
                 m = str((await h.fake.message(CHAN2, f"spam {i}", author_id=PERSON))["id"])
-                await h.until(lambda m=m: bool(closed(m)))  # type: ignore[misc]  # bound per loop pass
+                await h.until(lambda m=m: bool(closing(h, m)))  # type: ignore[misc]  # bound per loop pass
                 mine.append(m)
-            assert [closed(m) for m in mine] == [["settled"]] * 5 + [["dropped"]] * 2  # "hold" was the first of six
+            assert [closing(h, m) for m in mine] == [["settled"]] * 5 + [["dropped"]] * 2  # "hold" was the first of six
             assert {r["reason"] for r in h.receipts() if r["delivery_id"] in mine[5:]} == {"rate_limited"}
             other = str((await h.fake.message(CHAN2, "hello", author_id=OTHER))["id"])
-            await h.until(lambda: closed(other) == ["settled"])
+            await h.until(lambda: closing(h, other) == ["settled"])
             await h.until(lambda: bool(h.fake.reactions.get(mine[5])))
             assert h.fake.reactions[mine[5]] == [HOURGLASS] and mine[6] not in h.fake.reactions
             owner = str((await h.fake.message(CHAN2, "the owner", author_id=OWNER))["id"])
-            await h.until(lambda: closed(owner) == ["settled"])
+            await h.until(lambda: closing(h, owner) == ["settled"])
 
     asyncio.run(main())
