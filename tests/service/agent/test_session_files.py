@@ -21,6 +21,7 @@ from service.agent.outcome import OutcomeKind
 from service.agent.retention import DAY, Retention, choose, prune
 from service.agent.session import SessionTree
 from service.agent.transcript import SUMMARY_PREFIX
+from tests.fds import open_under
 from tests.service.agent.helpers import arun, harness, user_texts
 
 TURN_TEXT = "y" * 400  # about 100 tokens a message
@@ -79,10 +80,7 @@ def test_compaction_starts_a_new_file_naming_the_previous(tmp_path: Path) -> Non
         clock = FakeClock()
         tree = SessionTree.create(tmp_path / "lane", clock)
         first = tree.path
-        ids = [
-            tree.append_message({"role": "user", "content": [{"type": "text", "text": f"u{i} " + "x" * 1600}]})["id"]
-            for i in range(4)
-        ]
+        ids = [tree.append_message({"role": "user", "content": [{"type": "text", "text": f"u{i} " + "x" * 1600}]})["id"] for i in range(4)]
         tree.append_message(
             {"role": "assistant", "content": [{"type": "text", "text": "a short"}]},
             usage={"input": 2500, "output": 10, "cache_read": 0, "cache_write": 0},
@@ -177,9 +175,7 @@ def test_retention_prunes_a_lane_directory_on_a_fake_clock(tmp_path: Path) -> No
 def test_retention_settings_reach_the_agent_config(tmp_path: Path) -> None:
     """CLANKIE_SESSION_RETENTION_DAYS and CLANKIE_SESSION_MAX_FILES become the lane's retention; zero files is refused."""
     env = {"CLANKIE_STATE_DIR": str(tmp_path / "s"), "CLANKIE_RUNTIME_DIR": str(tmp_path / "r")}
-    config = AgentConfig.from_settings(
-        settings_mod.load({**env, "CLANKIE_SESSION_RETENTION_DAYS": "2", "CLANKIE_SESSION_MAX_FILES": "7"})
-    )
+    config = AgentConfig.from_settings(settings_mod.load({**env, "CLANKIE_SESSION_RETENTION_DAYS": "2", "CLANKIE_SESSION_MAX_FILES": "7"}))
     assert config.retention == Retention(max_age_seconds=2 * DAY, max_files=7)
     assert AgentConfig.from_settings(settings_mod.load(env)).retention == Retention()
     with pytest.raises(Exception, match="SESSION_MAX_FILES"):
@@ -197,9 +193,8 @@ def test_prune_leaves_other_files_alone(tmp_path: Path) -> None:
 
 
 def test_trees_hold_no_file_open(tmp_path: Path) -> None:
-    """Two hundred lanes with appended, synced trees leave the process's open descriptors where they were."""
+    """Two hundred lanes with appended, synced trees hold no session file open once their syncs are done."""
     clock = FakeClock()
-    before = len(os.listdir("/proc/self/fd"))
     trees = [SessionTree.create(tmp_path / f"lane{i}", clock) for i in range(200)]
     for tree in trees:
         tree.append_message({"role": "user", "content": [{"type": "text", "text": "hi"}]})
@@ -207,7 +202,7 @@ def test_trees_hold_no_file_open(tmp_path: Path) -> None:
     barrier = threading.Barrier(SYNC_THREADS)  # both sync threads meet here: every sync queued before is done
     for done in [sync_pool().submit(barrier.wait) for _ in range(SYNC_THREADS)]:
         done.result()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert open_under(tmp_path) == []
     for tree in trees:
         tree.close()
 
