@@ -167,6 +167,8 @@ class Settings(BaseSettings):
     # captain and model
     model: str = "claude-sonnet-4-5"
     model_context_window: int = Field(default=200_000, ge=1000)
+    model_max_concurrent: int = Field(default=32, ge=1, le=1024)  # service: model calls in flight at once, every lane together
+    model_rate_limit_retries: int = Field(default=10, ge=0, le=1000)  # 429s one model call waits out before its turn fails
     compaction_reserve_tokens: int = Field(default=16_384, ge=0)
     compaction_keep_tokens: int = Field(default=20_000, ge=0)
     session_retention_days: float = Field(default=30.0, gt=0, le=36_500)  # old session files of a lane (docs/operations.md)

@@ -29,6 +29,7 @@ from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply
 from clankie.router import Router
 from clankie.settings import Settings
 from service import fdlimit
+from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
@@ -88,6 +89,7 @@ class ServiceApp:
         paths = CaptainPaths.under(settings.state_dir)
         configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
+        self.governor = Governor(self.clock, max_concurrent=settings.model_max_concurrent)
         self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
                                    max_retained=settings.delivery_max_retained)
         self.captain = Captain(
@@ -98,6 +100,7 @@ class ServiceApp:
                 browser=self.browser,
                 tldraw=self.tldraw,
                 joins=self.store.join,
+                governor=self.governor,
             )
         )
         evidence = Evidence(paths.evidence, self.clock)
@@ -172,10 +175,17 @@ class ServiceApp:
             detail += f", {zombies} aborted runs not stopping"
         if self.provider is None:
             detail += ", provider unconfigured"
+        paced = self.governor.status()
+        if paced.waiting or paced.paused_s:
+            detail += f", model calls: {paced.waiting} waiting for the rate limit"
+            if paced.paused_s:
+                detail += f" (paused {paced.paused_s:.0f}s by a 429)"
         fds, fd_limit = fdlimit.usage()
         detail += f", fds {fds}/{fd_limit}"
         report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies, **counts,
-                  "fds": fds, "fd_limit": fd_limit}
+                  "fds": fds, "fd_limit": fd_limit, "model_calls_in_flight": paced.in_flight,
+                  "model_calls_waiting": paced.waiting, "model_paused_s": round(paced.paused_s, 1),
+                  "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining}
         return Heartbeat(detail=detail, runs=runs, report=report)
 
 

@@ -17,6 +17,7 @@ class RunReport(Record):
     last_event_age_s: float = Field(ge=0)
     started_age_s: float = Field(default=0.0, ge=0)
     turns: int = 0
+    paced: bool = False  # its model call is waiting in the provider governor (its age is then 0)
 
 
 class Heartbeat(Record):

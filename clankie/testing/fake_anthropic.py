@@ -15,6 +15,12 @@ Usage numbers respond to ``cache_control``: a prefix (tools → system →
 messages) that ends at a breakpoint is written to an in-memory cache, and a
 later request that repeats it is billed as a cache read.
 
+With ``limits`` (:class:`~clankie.testing.fake_anthropic_limits.RateLimits`)
+the fake enforces an organisation's rate limits as the API does: every
+answer carries ``anthropic-ratelimit-*`` headers, and a request the buckets
+cannot take gets a 429 ``rate_limit_error`` with ``retry-after``
+(:attr:`FakeAnthropic.rate_limited` counts them).
+
 Run ``python -m clankie.testing.fake_anthropic --port 8765`` for a local
 demo server that echoes the last user text.
 """
@@ -30,7 +36,9 @@ from typing import Any
 
 from aiohttp import web
 
+from clankie.clock import Clock, SystemClock
 from clankie.testing.fake_anthropic_cache import PromptCache, estimate_tokens
+from clankie.testing.fake_anthropic_limits import Limiter, RateLimits
 from clankie.testing.fake_anthropic_scenarios import (
     Failure,
     Reply,
@@ -51,6 +59,7 @@ from clankie.testing.fake_anthropic_stream import events, frame, message, req_id
 __all__ = [  # the scenario helpers are re-exported: tests write fa.text(...), fa.Failure(...)
     "Failure",
     "FakeAnthropic",
+    "RateLimits",
     "Reply",
     "Responder",
     "Scenario",
@@ -71,8 +80,17 @@ log = logging.getLogger(__name__)
 class FakeAnthropic:
     """The loopback server. Use ``async with FakeAnthropic() as fake:`` and ``fake.base_url``."""
 
-    def __init__(self, *, cache_min_tokens: int = 0, echo_by_default: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        cache_min_tokens: int = 0,
+        echo_by_default: bool = True,
+        limits: RateLimits | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.requests: list[dict[str, Any]] = []
+        self._clock = clock or SystemClock()
+        self.limiter = Limiter(limits, self._clock.monotonic()) if limits is not None else None
         self.cache = PromptCache(cache_min_tokens)
         self._script: collections.deque[Scenario] = collections.deque()
         self._echo = echo_by_default
@@ -94,6 +112,11 @@ class FakeAnthropic:
     @property
     def pending(self) -> int:
         return len(self._script)
+
+    @property
+    def rate_limited(self) -> int:
+        """How many requests the rate limits refused (429)."""
+        return self.limiter.refused if self.limiter is not None else 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = web.Application()
@@ -136,15 +159,26 @@ class FakeAnthropic:
             scenario = self._script.popleft() if self._script else self._default(body)
         if self.gate is not None:
             await self._pause(None, self.gate)
+        limits: dict[str, str] = {}
+        if self.limiter is not None:
+            now, wall = self._clock.monotonic(), self._clock.wall()
+            refused = self.limiter.admit(self.cache.usage(body, record=False)["input_tokens"], now)
+            if refused is not None:
+                headers, text = self.limiter.refusal(refused, now, wall)
+                headers["x-should-retry"] = "true"
+                return self._failure(Failure(status=429, error_type="rate_limit_error", message=text, headers=headers))
+            limits = self.limiter.headers(now, wall)
         if isinstance(scenario, Failure):
             return self._failure(scenario)
         usage = self.cache.usage(body)
         output = scenario.output_tokens or sum(estimate_tokens(b) for b in scenario.blocks)
+        if self.limiter is not None:
+            self.limiter.answered(output, self._clock.monotonic())
         if not body.get("stream"):
-            return web.json_response(message(body, scenario.blocks, scenario.stop_reason, usage, output))
+            return web.json_response(message(body, scenario.blocks, scenario.stop_reason, usage, output), headers=limits)
         response = web.StreamResponse(
             status=200,
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "request-id": req_id()},
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "request-id": req_id(), **limits},
         )
         await response.prepare(request)
         for index, (name, data) in enumerate(events(body, scenario, usage, output)):

@@ -52,7 +52,8 @@ class PromptCache:
         self.min_tokens = min_tokens
         self._written: set[str] = set()
 
-    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+    def usage(self, body: dict[str, Any], *, record: bool = True) -> dict[str, int]:
+        """What ``body`` is billed; ``record=False`` asks without writing its breakpoints to the cache."""
         segments = _segments(body)
         digest = hashlib.sha256(str(body.get("model")).encode())
         cum_tokens: list[int] = []
@@ -71,7 +72,8 @@ class PromptCache:
                     read = max(read, cum_tokens[j])
                     break
         write = max(0, cum_tokens[breakpoints[-1]] - read) if breakpoints else 0
-        self._written.update(cum_hash[i] for i in breakpoints)
+        if record:
+            self._written.update(cum_hash[i] for i in breakpoints)
         return {
             "input_tokens": max(0, total - read - write),
             "cache_read_input_tokens": read,

@@ -40,6 +40,7 @@ from service.agent.events import (
     TurnEnd,
     TurnStart,
 )
+from service.agent.governor import Governor
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
 from service.agent.retention import DAY, Retention
@@ -66,6 +67,7 @@ class AgentConfig:
     keep_recent_tokens: int = 20_000
     summary_max_tokens: int = 2048
     retry: RetryPolicy = AGENT_RETRY
+    rate_limit_retries: int = 10
     retention: Retention = field(default_factory=Retention)
 
     @classmethod
@@ -75,6 +77,7 @@ class AgentConfig:
             context_window=settings.model_context_window,
             reserve_tokens=settings.compaction_reserve_tokens,
             keep_recent_tokens=settings.compaction_keep_tokens,
+            rate_limit_retries=settings.model_rate_limit_retries,
             retention=Retention(
                 max_age_seconds=settings.session_retention_days * DAY, max_files=settings.session_max_files
             ),
@@ -106,6 +109,7 @@ class Agent:
         clock: Clock,
         system_prompt: str,
         config: AgentConfig | None = None,
+        governor: Governor | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -115,7 +119,8 @@ class Agent:
         self._system = system_prompt
         self._config = config or AgentConfig()
         self._attempts = Attempts(
-            provider=provider, session=session, clock=clock, policy=self._config.retry, emit=self._emit
+            provider=provider, session=session, clock=clock, policy=self._config.retry, emit=self._emit,
+            governor=governor, rate_limit_retries=self._config.rate_limit_retries,
         )
         self._compactor = Compactor(
             session=session,

@@ -6,6 +6,15 @@ as a ``provider_error`` entry; a transient one is retried after the
 :class:`~service.agent.retry.RetryPolicy` delay (``RetryStart``/``RetryEnd``
 events); a context overflow calls ``on_overflow`` once (compaction) and
 tries again; anything else ends the run with :class:`RunFailed`.
+
+Every attempt passes the service's one :class:`~service.agent.governor.Governor`,
+which paces it to the account's rate limits and hears what its answer said of
+them. A 429 ``rate_limit_error`` is not a fault of the call: it pauses every
+call in the governor, and the call goes back through the governor without
+spending the retry schedule, up to ``rate_limit_retries`` times in a row (a
+``retry-after`` beyond the schedule's 60 s bound fails the call, as before).
+While a call waits in the governor the run is told (``ProviderWait``): it is
+paced, not stalled.
 """
 
 from __future__ import annotations
@@ -13,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from clankie.clock import Clock
-from service.agent.events import AgentEvent, RetryEnd, RetryStart
+from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
+from service.agent.governor import Governor, Ticket
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind
+from service.agent.pacing import reports
 from service.agent.retry import RetryPolicy
 from service.agent.session import SessionTree
 
@@ -48,12 +59,16 @@ class Attempts:
         clock: Clock,
         policy: RetryPolicy,
         emit: Callable[[AgentEvent], None],
+        governor: Governor | None = None,
+        rate_limit_retries: int = 10,
     ) -> None:
         self._provider = provider
         self._session = session
         self._clock = clock
         self._policy = policy
         self._emit = emit
+        self._governor = governor or Governor(clock, max_concurrent=1 << 16)
+        self._rate_limit_retries = rate_limit_retries
 
     async def complete(
         self,
@@ -65,12 +80,16 @@ class Attempts:
     ) -> ModelResponse:
         """The response to ``request()`` (rebuilt for each attempt); raises :class:`RunFailed`."""
         attempt = 0
+        limited = 0
         overflowed = False
         while True:
             try:
-                response = await self._provider.complete(request(), on_signal)
+                response = await self._call(run_id, request, on_signal)
             except ProviderError as err:
                 self._record(run_id, err, attempt)
+                if self._waits_out(err) and limited < self._rate_limit_retries:
+                    limited += 1  # the governor is paused now; this call waits there with every other
+                    continue
                 if err.kind is FailureKind.CONTEXT_OVERFLOW and on_overflow is not None and not overflowed:
                     overflowed = True
                     if await on_overflow():
@@ -93,6 +112,24 @@ class Attempts:
                 self._emit(RetryEnd(run_id=run_id, attempt=attempt, success=True))
             return response
 
+    def _waits_out(self, err: ProviderError) -> bool:
+        """A 429 the governor waits out: a rate limit whose wait (if it names one) is within the schedule's bound."""
+        return err.rate_limited and (err.retry_after is None or err.retry_after <= self._policy.max_retry_after)
+
+    async def _call(self, run_id: str, request: Callable[[], ModelRequest], on_signal: Callable[[Signal], None]) -> ModelResponse:
+        """One attempt through the governor; what the answer says of the rate limits goes back to it."""
+        async with self._governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
+            try:
+                response = await self._provider.complete(request(), on_signal)
+            except ProviderError as err:
+                _learn(ticket, err.rate_limits)
+                if self._waits_out(err):
+                    ticket.throttled(err.retry_after)
+                raise
+            usage = response.usage
+            ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
+            return response
+
     def _record(self, run_id: str, err: ProviderError, attempt: int) -> None:
         self._session.append_custom(
             "provider_error",
@@ -107,3 +144,8 @@ class Attempts:
             },
         )
         self._session.sync()
+
+
+def _learn(ticket: Ticket, headers: dict[str, str]) -> None:
+    if headers:
+        ticket.answered(reports(headers))

@@ -116,6 +116,14 @@ class RetryEnd:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProviderWait:
+    """A model call began (``waiting``) or ended waiting in the provider governor: paced, not stalled."""
+
+    run_id: str
+    waiting: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class CompactionStart:
     run_id: str
     reason: str  # "threshold" | "overflow"
@@ -143,6 +151,7 @@ AgentEvent = (
     | ToolEnd
     | RetryStart
     | RetryEnd
+    | ProviderWait
     | CompactionStart
     | CompactionEnd
 )

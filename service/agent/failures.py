@@ -44,7 +44,8 @@ class ProviderError(ClankieError):
 
     ``detail`` is the provider's own text; it is written to the session tree
     and never logged or returned to callers. ``retry_after`` is the server's
-    requested wait in seconds, when it sent one.
+    requested wait in seconds, when it sent one; ``rate_limits`` the
+    response's ``anthropic-ratelimit-*`` headers.
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class ProviderError(ClankieError):
         error_type: str | None = None,
         error_code: str | None = None,
         retry_after: float | None = None,
+        rate_limits: dict[str, str] | None = None,
     ) -> None:
         super().__init__(f"provider failure: {kind}")
         self.kind = kind
@@ -64,6 +66,12 @@ class ProviderError(ClankieError):
         self.error_type = error_type
         self.error_code = error_code
         self.retry_after = retry_after
+        self.rate_limits = rate_limits or {}
+
+    @property
+    def rate_limited(self) -> bool:
+        """A transient 429 ``rate_limit_error`` (a spend limit is not one): the account's pace, not a fault."""
+        return self.kind is FailureKind.TRANSIENT and self.status == 429 and self.error_type == "rate_limit_error"
 
 
 def classify_status(

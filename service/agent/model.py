@@ -42,6 +42,7 @@ class ModelResponse:
     stop_reason: str
     usage: Usage
     model: str
+    rate_limits: dict[str, str] = field(default_factory=dict)  # the answer's anthropic-ratelimit-* headers
 
 
 class Provider(Protocol):

@@ -33,6 +33,7 @@ from service.agent.outcome import Usage
 log = logging.getLogger(__name__)
 
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
+RATE_LIMIT_PREFIX = "anthropic-ratelimit-"
 
 
 class ProviderUnconfigured(ClankieError):
@@ -137,6 +138,7 @@ class AnthropicProvider:
     ) -> ModelResponse:
         stopped = False
         async with self._client.messages.stream(**self.params(request)) as stream:
+            limits = rate_limit_headers(stream.response.headers)
             async for event in stream:
                 if event.type == "text":
                     on_signal(Signal(kind="text", text=event.text))
@@ -161,6 +163,7 @@ class AnthropicProvider:
                 cache_write=usage.cache_creation_input_tokens or 0,
             ),
             model=message.model,
+            rate_limits=limits,
         )
 
 
@@ -196,7 +199,13 @@ def _status_error(err: anthropic.APIStatusError) -> ProviderError:
         error_type=err.type,
         error_code=err.error_code,
         retry_after=_retry_after(err.response.headers),
+        rate_limits=rate_limit_headers(err.response.headers),
     )
+
+
+def rate_limit_headers(headers: httpx2.Headers) -> dict[str, str]:
+    """The ``anthropic-ratelimit-*`` headers of a response (what the governor paces by)."""
+    return {k: v for k, v in headers.items() if k.startswith(RATE_LIMIT_PREFIX)}
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:

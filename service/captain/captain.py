@@ -23,6 +23,7 @@ from pathlib import Path
 from clankie.clock import Clock
 from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
 from clankie.settings import Settings
+from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.agent.tools import Tool
 from service.captain import keys, listing, prompt, reports
@@ -48,6 +49,7 @@ class CaptainDeps:
     browser: HostClient | None = None
     tldraw: HostClient | None = None
     joins: Callable[[str, tuple[str, ...]], None] | None = None  # (run id, delivery ids) before they join that run
+    governor: Governor | None = None  # every lane's model calls pass it
 
 
 class Captain:
@@ -72,6 +74,7 @@ class Captain:
                 tools=lambda capture, privileged: self._tools(capture, privileged),
                 joins=deps.joins,
                 shutting_down=lambda: self.shutting_down,
+                governor=deps.governor,
             )
         )
         self._images = ImageFetcher(

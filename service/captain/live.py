@@ -75,6 +75,7 @@ class LiveLane:
     run_id: str = ""  # the lane's latest run (kept after a drop, for the zombie report)
     run_started_boot: float = 0.0
     last_event_boot: float = 0.0
+    paced: bool = False  # its model call is waiting in the provider governor: silent, not stalled
     typing_sent: bool = False
     text_so_far: str = ""
     last_outcome: RunOutcome | None = None

@@ -31,9 +31,11 @@ def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:
                 RunReport(
                     lane=lane.key,
                     run_id=m.run_id,
-                    last_event_age_s=max(0.0, now - lane.last_event_boot),
+                    # a call waiting in the provider governor is paced, not silent: no age for the watchdog
+                    last_event_age_s=0.0 if lane.paced else max(0.0, now - lane.last_event_boot),
                     started_age_s=max(0.0, now - lane.run_started_boot),
                     turns=len(m.attached),
+                    paced=lane.paced,
                 )
             )
     return tuple(out)

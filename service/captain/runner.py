@@ -21,7 +21,18 @@ from clankie.protocol import HistoryMessage, HistoryReply, HistoryRequest, Room,
 from clankie.settings import Settings
 from service.agent.agent import Agent, AgentConfig
 from service.agent.content import UnsupportedImage
-from service.agent.events import AgentEvent, RetryStart, RunEnd, RunStart, TextDelta, ToolEnd, ToolStart, TurnStart
+from service.agent.events import (
+    AgentEvent,
+    ProviderWait,
+    RetryStart,
+    RunEnd,
+    RunStart,
+    TextDelta,
+    ToolEnd,
+    ToolStart,
+    TurnStart,
+)
+from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
@@ -78,6 +89,7 @@ class RunnerDeps:
     tools: Callable[[TurnCapture, bool], list[Tool]]
     joins: Callable[[str, tuple[str, ...]], None] | None
     shutting_down: Callable[[], bool]
+    governor: Governor | None = None  # the service's one provider governor (None: a private one per agent)
 
 
 class LaneRunner:
@@ -91,6 +103,7 @@ class LaneRunner:
         self._tools = deps.tools
         self._joins = deps.joins
         self._shutting_down = deps.shutting_down
+        self._governor = deps.governor
         self.background: set[asyncio.Task[None]] = set()  # fire-and-forget sends (typing), held until done
         self._config = AgentConfig.from_settings(deps.settings)  # window, compaction budget, session retention
 
@@ -105,6 +118,7 @@ class LaneRunner:
             clock=self._clock,
             system_prompt=prompt.system_prompt(self._s.character_id, plan.privileged),
             config=self._config,
+            governor=self._governor,
         )
         lane = LiveLane(
             key=key,
@@ -256,6 +270,8 @@ class LaneRunner:
                 self.apply(lane, machine.handle(RunStreaming(), lane.last_event_boot))
             elif machine.state is LaneState.DROPPED:
                 lane.agent.abort("stalled")
+        elif isinstance(event, ProviderWait):
+            lane.paced = event.waiting
         elif isinstance(event, TurnStart | RetryStart):
             lane.text_so_far = ""
         elif isinstance(event, TextDelta):

@@ -11,7 +11,7 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from service.agent.agent import Agent
-from service.agent.events import AgentEvent, RetryEnd, RetryStart, RunEnd
+from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart, RunEnd
 from service.agent.model import ModelRequest, ModelResponse, Signal
 from service.agent.outcome import OutcomeKind
 from service.agent.provider import AnthropicProvider
@@ -27,7 +27,9 @@ CASES = [
     ("legacy_usage_text", [fa.legacy_usage_limit()], OutcomeKind.USAGE_LIMIT, 1),
     ("overloaded_529_x4", [fa.overloaded()] * 4, OutcomeKind.MODEL_FAILED, 4),
     ("server_500_x4", [fa.server_error()] * 4, OutcomeKind.MODEL_FAILED, 4),
-    ("transient_429_x4", [fa.rate_limited()] * 4, OutcomeKind.MODEL_FAILED, 4),
+    # a rate limit is waited out in the governor 10 times, then the retry schedule's 3 retries
+    ("rate_limited_429_x14", [fa.rate_limited()] * 14, OutcomeKind.MODEL_FAILED, 14),
+    ("rate_limited_429_x4_then_ok", [*[fa.rate_limited()] * 4, fa.text("fine")], OutcomeKind.OK, 5),
     ("midstream_error_x4", [MIDSTREAM] * 4, OutcomeKind.MODEL_FAILED, 4),
     ("disconnect_x4", [DISCONNECT] * 4, OutcomeKind.MODEL_FAILED, 4),
     ("bad_request", [fa.Failure(status=400, error_type="invalid_request_error", message="bad")], OutcomeKind.MODEL_FAILED, 1),
@@ -93,8 +95,8 @@ def test_retry_waits_2_4_8_seconds_then_gives_up(tmp_path: Path) -> None:
     arun(body())
 
 
-def test_retry_honours_server_retry_after(tmp_path: Path) -> None:
-    """A 429 with retry-after 30 s waits 30 s (not 2 s) and then succeeds."""
+def test_a_rate_limit_is_waited_out_in_the_governor_for_its_retry_after(tmp_path: Path) -> None:
+    """A 429 with retry-after 30 s waits 30 s (not the schedule's 2 s), told to the run as a paced wait, then succeeds."""
 
     async def body() -> None:
         clock = FakeClock(autojump=True)
@@ -103,7 +105,8 @@ def test_retry_honours_server_retry_after(tmp_path: Path) -> None:
             outcome = await h.agent.run("hi")
             assert outcome.text == "after the wait"
             assert clock.slept == [30.0]
-            assert [(e.attempt, e.success) for e in h.of(RetryEnd)] == [(1, True)]
+            assert h.of(RetryStart) == []  # the schedule was not spent
+            assert [e.waiting for e in h.of(ProviderWait)] == [True, False]
 
     arun(body())
 

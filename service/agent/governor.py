@@ -1,0 +1,126 @@
+"""The provider governor: every model call of the service passes through one.
+
+It bounds the calls in flight (``CLANKIE_MODEL_MAX_CONCURRENT``) and starts
+each only when :class:`~service.agent.pacing.Pacing` says the account's
+buckets have room for it, so a crowd of lanes is paced to the account's rate
+limits instead of discovering them one 429 at a time. Callers wait in order
+of arrival: a call holds its slot while it waits for the pace, so at most the
+ceiling minus one calls run while the queue is held.
+
+A 429 any call gets pauses every call that has not started; the call that got
+it goes back through the governor (:class:`~service.agent.attempts.Attempts`).
+
+A call that waits tells its run (``on_wait(True)`` then ``on_wait(False)``):
+the run is paced, not stalled, and the stall watchdog does not count that
+silence (:mod:`service.captain.reports`). :meth:`Governor.status` is what the
+service's heartbeat shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+
+from clankie.clock import Clock
+from service.agent.pacing import Pacing, Report
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GovernorStatus:
+    in_flight: int
+    waiting: int
+    paused_s: float
+    throttled: int  # 429s seen since start
+    paced_s: float  # seconds calls have spent waiting for the pace, in total
+    remaining: dict[str, int]
+
+
+class Ticket:
+    """One call through the governor: report what its answer said."""
+
+    def __init__(self, governor: Governor, seq: int) -> None:
+        self._governor = governor
+        self.seq = seq
+
+    def answered(self, reported: Mapping[str, Report] | None, input_tokens: int | None = None,
+                 output_tokens: int | None = None) -> None:
+        """The answer's rate-limit headers (parsed) and, for a complete answer, what it cost."""
+        self._governor.learn(self.seq, reported, input_tokens, output_tokens)
+
+    def throttled(self, retry_after: float | None) -> float:
+        """The answer was a 429: pause every call; returns the pause in seconds."""
+        return self._governor.throttle(retry_after)
+
+
+class Governor:
+    """One per service process; see the module docstring."""
+
+    def __init__(self, clock: Clock, *, max_concurrent: int) -> None:
+        self._clock = clock
+        self.max_concurrent = max_concurrent
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._gate = asyncio.Lock()
+        self.pacing = Pacing()
+        self.in_flight = 0
+        self.waiting = 0
+        self.paced_s = 0.0
+
+    @contextlib.asynccontextmanager
+    async def call(self, on_wait: Callable[[bool], None]) -> AsyncIterator[Ticket]:
+        """Wait for a slot and for the pace, then hold the slot for the call made inside."""
+        told = False
+        self.waiting += 1
+        try:
+            if self._slots.locked():
+                told = True
+                on_wait(True)
+            await self._slots.acquire()
+            try:
+                if self._gate.locked() and not told:  # another call is waiting for the pace: so is this one
+                    told = True
+                    on_wait(True)
+                async with self._gate:
+                    while (delay := self.pacing.delay(self._clock.monotonic())) > 0:
+                        if not told:
+                            told = True
+                            on_wait(True)
+                        self.paced_s += delay
+                        await self._clock.sleep(delay)
+                    seq = self.pacing.start()
+            except BaseException:  # cancelled while waiting for the pace (an abort)
+                self._slots.release()
+                raise
+        finally:
+            self.waiting -= 1
+            if told:
+                on_wait(False)
+        self.in_flight += 1
+        try:
+            yield Ticket(self, seq)
+        finally:
+            self.in_flight -= 1
+            self._slots.release()
+
+    def learn(self, seq: int, reported: Mapping[str, Report] | None, input_tokens: int | None,
+              output_tokens: int | None) -> None:
+        if reported:
+            self.pacing.learn(seq, reported, self._clock.monotonic(), self._clock.wall())
+        if input_tokens is not None and output_tokens is not None:
+            self.pacing.spent(input_tokens, output_tokens)
+
+    def throttle(self, retry_after: float | None) -> float:
+        pause = self.pacing.throttle(retry_after, self._clock.monotonic())
+        log.warning("model calls paused %.1fs: the provider's rate limit (429)", pause)
+        return pause
+
+    def status(self) -> GovernorStatus:
+        now = self._clock.monotonic()
+        return GovernorStatus(
+            in_flight=self.in_flight, waiting=self.waiting, paused_s=max(0.0, self.pacing.paused_until - now),
+            throttled=self.pacing.throttled, paced_s=self.paced_s, remaining=self.pacing.remaining(now),
+        )
