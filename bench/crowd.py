@@ -21,6 +21,16 @@ Ratios are ours over its.
 Run: ``.venv/bin/python bench/crowd.py`` (about a minute); the issue's other
 count: ``--rooms 10000``. Goal: all answered, 0 dropped, ≤ 2 kB per waiting message.
 
+``--provider-limit 50/10`` puts both trees behind a fake account limit (50
+requests per 10 s, enforced by the fake model as the API does: 429
+``rate_limit_error`` with ``retry-after`` and the ``anthropic-ratelimit-*``
+headers). The side-by-side tree is then this project at ``--alt-rev``
+(default: the last commit before the provider governor), run from a
+checkout of that revision. Reported per tree: failed turns (goal 0), 429s
+as a share of model requests (goal ≤ 5 %), and drain time over the limit's
+floor: the first ``R`` requests find the bucket full, the rest go at ``R/W``
+a second, so the floor is ``(rooms - R) / (R / W)`` (goal ≤ 1.2×).
+
 Last line: ``bench crowd: rooms=… answered=… dropped=… waiting_peak=… drain_s=… kb_per_waiting=… alt_cap=…
 drain_vs_alt=… answered_vs_alt=…``
 """
@@ -31,6 +41,7 @@ import argparse
 import asyncio
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,10 +54,24 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.scale import Bench  # noqa: E402
-from bench.scale_kit import times  # noqa: E402
+from bench.scale_kit import Anthropic, times  # noqa: E402
+from clankie.testing.fake_anthropic import RateLimits  # noqa: E402
 
 WAITING = re.compile(r"waiting: (\d+) in")
 ISSUE = {"answered": 575, "dropped": 1425}  # issue 25, 2,000 rooms, before: dropped at the cap
+BEFORE_GOVERNOR = "6baf208"  # the last commit whose runs each retried 429s on their own
+
+
+def outcomes(state: Path) -> dict[str, int]:
+    """Closing receipts by outcome (the bot's own echoes left out)."""
+    path = state / "receipts" / "bridge.jsonl"
+    out: dict[str, int] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.strip():
+            r = json.loads(line)
+            if r.get("reason") != "self_or_bot_message":
+                out[r["outcome"]] = out.get(r["outcome"], 0) + 1
+    return out
 
 
 def dropped(state: Path) -> int:
@@ -55,11 +80,19 @@ def dropped(state: Path) -> int:
     return sum(1 for r in lines if r["outcome"] == "dropped" and r.get("reason") != "self_or_bot_message")
 
 
-async def burst(args: argparse.Namespace, cap: int) -> dict[str, Any]:
+async def burst(args: argparse.Namespace, cap: int, checkout: Path | None = None) -> dict[str, Any]:
+    """One tree (this checkout's, or ``checkout``'s), one burst of ``args.rooms`` messages, measured."""
     with tempfile.TemporaryDirectory(prefix="ck-crowd-", dir="/tmp") as d:
         tmp = Path(d)
         ns = argparse.Namespace(rooms=[args.rooms], window=200_000, nofile=args.nofile)
-        bench = Bench(ns, tmp, {"CLANKIE_DISCORD_MAX_TURNS": str(cap), "CLANKIE_BROWSER_IDLE_SECONDS": "300"})
+        extra = {"CLANKIE_DISCORD_MAX_TURNS": str(cap), "CLANKIE_BROWSER_IDLE_SECONDS": "300"}
+        if checkout is not None:
+            extra["PYTHONPATH"] = str(checkout)
+        bench = Bench(ns, tmp, extra)
+        if checkout is not None:
+            bench.cwd = checkout
+        if args.limit is not None:
+            bench.anthropic = Anthropic(limits=args.limit)
         try:
             await bench.boot()
             bridge = psutil.Process((await bench.status())["bridge"].pid)
@@ -82,14 +115,52 @@ async def burst(args: argparse.Namespace, cap: int) -> dict[str, Any]:
             answered = sum(1 for m in ids if bench.replies.answered(m))
             if answered:
                 last = max(bench.replies.at[m] for m in ids if m in bench.replies.at)
+            ends = outcomes(tmp / "state")
+            served = bench.anthropic.served
             out = {"cap": cap, "answered": answered, "dropped": dropped(tmp / "state"), "waiting_peak": peak,
-                   "drain_s": last - t0, "kb_per_waiting": (rss_peak - rss0) / 1024 / peak if peak else float("nan")}
+                   "drain_s": last - t0, "kb_per_waiting": (rss_peak - rss0) / 1024 / peak if peak else float("nan"),
+                   "failed": ends.get("failed", 0), "requests": served, "limited": bench.anthropic.rate_limited,
+                   "limited_share": bench.anthropic.rate_limited / served if served else float("nan")}
         finally:
             await bench.stop()
-    print(f"  cap {cap:>5}: answered {out['answered']}/{args.rooms}, dropped {out['dropped']}, "
+    name = f"{checkout.name} (at {args.alt_rev})" if checkout is not None else f"cap {cap:>5}"
+    print(f"  {name}: answered {out['answered']}/{args.rooms}, dropped {out['dropped']}, failed {out['failed']}, "
           f"waiting at peak {out['waiting_peak']}, drained in {out['drain_s']:.1f} s, bridge "
-          f"{out['kb_per_waiting']:.2f} kB per waiting message", flush=True)
+          f"{out['kb_per_waiting']:.2f} kB per waiting message; model requests {out['requests']}, "
+          f"429s {out['limited']} ({out['limited_share']:.1%})", flush=True)
     return out
+
+
+def limit(text: str) -> RateLimits:
+    """``R/W``: R requests per W seconds."""
+    requests, window = text.split("/")
+    return RateLimits(requests=int(requests), window=float(window))
+
+
+async def paced(args: argparse.Namespace) -> int:
+    """Ours against the tree before the governor, both behind the same fake account limit."""
+    assert args.limit is not None and args.limit.requests is not None
+    rate = args.limit.requests / args.limit.window
+    floor = max(0, args.rooms - args.limit.requests) / rate
+    print(f"crowd bench: {args.rooms} rooms at once behind {args.limit.requests} requests per "
+          f"{args.limit.window:g} s (floor {floor:.0f} s)", flush=True)
+    ours = await burst(args, args.cap)
+    with tempfile.TemporaryDirectory(prefix="ck-crowd-alt-", dir="/tmp") as d:
+        checkout = Path(d) / "before-governor"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(checkout), args.alt_rev], check=True)
+        try:
+            alt = await burst(args, args.cap, checkout)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=True)
+    for label, r in (("ours", ours), ("before", alt)):
+        print(f"  {label}: drain {r['drain_s']:.1f} s = {times(r['drain_s'], floor):.2f}x the floor, "
+              f"failed {r['failed']}, 429 share {r['limited_share']:.1%}")
+    print(f"bench crowd: rooms={args.rooms} limit={args.limit.requests}/{args.limit.window:g}s answered={ours['answered']} "
+          f"failed={ours['failed']} dropped={ours['dropped']} limited_share={ours['limited_share']:.3f} "
+          f"drain_s={ours['drain_s']:.1f} drain_vs_floor={times(ours['drain_s'], floor):.2f} "
+          f"alt_rev={args.alt_rev} alt_answered={alt['answered']} alt_failed={alt['failed']} "
+          f"alt_limited_share={alt['limited_share']:.3f} alt_drain_vs_floor={times(alt['drain_s'], floor):.2f}")
+    return 0
 
 
 async def main() -> int:
@@ -99,7 +170,12 @@ async def main() -> int:
     parser.add_argument("--alt-cap", type=int, default=1024, help="the side-by-side tree's cap (0: none)")
     parser.add_argument("--nofile", type=int, default=1024)
     parser.add_argument("--timeout", type=float, default=600.0, help="how long the burst may take to drain")
+    parser.add_argument("--provider-limit", dest="limit", type=limit, default=None, metavar="R/W",
+                        help="a fake account limit of R requests per W seconds (compares with --alt-rev)")
+    parser.add_argument("--alt-rev", default=BEFORE_GOVERNOR, help="the revision compared with under a provider limit")
     args = parser.parse_args()
+    if args.limit is not None:
+        return await paced(args)
     print(f"crowd bench: {args.rooms} rooms at once, the real tree under RLIMIT_NOFILE {args.nofile}", flush=True)
     ours = await burst(args, args.cap)
     alt = await burst(args, args.alt_cap) if args.alt_cap else None

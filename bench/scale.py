@@ -97,6 +97,7 @@ class Bench:
         self.proc: asyncio.subprocess.Process | None = None
         self.runtime = tmp / "run"
         self.seq = 0
+        self.cwd = REPO  # where the tree runs from (a checkout of another revision, to compare against it)
 
     async def call(self, method: str, params: Record | None = None, timeout: float = 60.0) -> Record:
         conn = await ipc.connect(self.runtime / "control.sock", "test", timeout=timeout)
@@ -142,7 +143,7 @@ class Bench:
         nofile = self.args.nofile
         err = (self.tmp / "supervisor.stderr").open("wb")
         self.proc = await asyncio.create_subprocess_exec(
-            CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO,
+            CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err, cwd=self.cwd,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)),
         )
         await self.wait_status(

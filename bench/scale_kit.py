@@ -24,8 +24,9 @@ ISSUE = {"rooms_answered": "stops at ~1,015", "kb_per_turn": 13.0, "idle_tree_mb
 class Anthropic(fa.FakeAnthropic):
     """The fake model, stamping each request's arrival by its newest ``scale-N`` token; keeps no bodies."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, limits: fa.RateLimits | None = None) -> None:
+        super().__init__(limits=limits)
+        self.served = 0  # requests answered or refused, all told
         self.arrived: dict[int, float] = {}
         self.last_size = 0
         self.summaries = 0
@@ -50,6 +51,7 @@ class Anthropic(fa.FakeAnthropic):
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         now = time.monotonic()
+        self.served += 1
         raw = await request.read()  # cached: the base handler's request.json() reads it again
         self.last_size = len(raw)
         found = TOKEN.findall(raw.decode(errors="replace"))

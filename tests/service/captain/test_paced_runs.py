@@ -7,7 +7,8 @@ import asyncio
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
-from tests.service.captain.harness import FakeBridge, msg, run, service, until
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service
 
 
 def test_a_run_waiting_for_a_model_slot_reports_no_silence_to_the_watchdog(env: dict[str, str]) -> None:
