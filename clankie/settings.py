@@ -194,7 +194,9 @@ class Settings(BaseSettings):
 
     # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
     discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
-    discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT)  # bridge: turns held at once; more wait
+    # at most half a connection's in-flight bound: each held turn's call back (history, typing) must fit beside it
+    # (at the full bound, 85 of a 2,000 burst were never answered)
+    discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT // 2)  # bridge: turns held at once; more wait
     user_turns_per_minute: float = Field(default=6.0, ge=0, le=10_000)  # bridge: new turns a person may start a minute (0: no limit)
     room_turns_per_minute: float = Field(default=30.0, ge=0, le=10_000)  # bridge: new turns a room may start a minute (0: no limit)
     discord_journal_max_bytes: int = Field(default=256 * 1024 * 1024, ge=65536, le=1 << 50)  # bridge: journal; past it waiting is refused

@@ -21,7 +21,8 @@ def test_the_memory_bounds_have_their_documented_defaults_and_reach_the_bridge()
     [
         ({"CLANKIE_DISCORD_MAX_RETAINED": "99"}, "CLANKIE_DISCORD_MAX_RETAINED"),
         ({"CLANKIE_DISCORD_MAX_TURNS": "0"}, "CLANKIE_DISCORD_MAX_TURNS"),
-        ({"CLANKIE_DISCORD_MAX_TURNS": "1025"}, "CLANKIE_DISCORD_MAX_TURNS"),  # above the connection's in-flight cap
+        # above half the connection's in-flight cap: every held turn's call back to the bridge must fit beside it
+        ({"CLANKIE_DISCORD_MAX_TURNS": "513"}, "CLANKIE_DISCORD_MAX_TURNS"),
         ({"CLANKIE_STDERR_QUEUE_BYTES": "100"}, "CLANKIE_STDERR_QUEUE_BYTES"),
     ],
 )
