@@ -35,6 +35,8 @@ PARENT_DEATH_SIGNAL = signal.SIGUSR1
 
 SUPERVISOR_PID_ENV = "CLANKIE_SUPERVISOR_PID"
 SUPERVISOR_FD_ENV = "CLANKIE_SUPERVISOR_FD"
+TREE_ID_ENV = "CLANKIE_TREE_ID"
+"""Names one ``clankie run``: drawn at its start and given to every process it spawns, spares included."""
 EXIT_ORPHANED = 70
 
 
@@ -59,6 +61,16 @@ def supervisor_pid(env: Mapping[str, str] | None = None) -> int | None:
     """The pid of the supervisor that spawned this process, or None if started by hand."""
     raw = (process_environment() if env is None else env).get(SUPERVISOR_PID_ENV, "")
     return int(raw) if raw.isdigit() else None
+
+
+def tree_id(env: Mapping[str, str] | None = None) -> str | None:
+    """The id of the supervised tree this process belongs to, or None if started by hand.
+
+    Two processes with the same id had the same supervisor, so one that finds
+    what the other left behind knows the supervisor lived through its end.
+    """
+    raw = (process_environment() if env is None else env).get(TREE_ID_ENV, "").strip()
+    return raw or None
 
 
 def arm_parent_death(env: Mapping[str, str] | None = None) -> bool:

@@ -21,6 +21,7 @@ import socket
 from collections.abc import Mapping
 
 from clankie import ipc, spend
+from clankie.child import tree_id
 from clankie.clock import Clock, SystemClock
 from clankie.entry import ChildSpec, Ready, run_child
 from clankie.handover import inherited_listener
@@ -91,7 +92,7 @@ class ServiceApp:
         ensure_private_dir(paths.root)
         self.governor = Governor(self.clock, max_concurrent=settings.model_max_concurrent)
         self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
-                                   max_retained=settings.delivery_max_retained)
+                                   max_retained=settings.delivery_max_retained, tree=tree_id(self.environ))
         self.captain = Captain(
             CaptainDeps(
                 settings=settings,

@@ -24,12 +24,13 @@ import logging
 import os
 import signal
 import socket
+import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
 from clankie import ipc
-from clankie.child import become_subreaper
+from clankie.child import TREE_ID_ENV, become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
 from clankie.paths import child_log_dir, make_private_dirs, socket_path
@@ -104,6 +105,8 @@ class Tree:
         self.log_backups = settings.child_log_backups if log_backups is None else log_backups
         self.full_env = dict(env)  # read only for a spec's passthrough names
         self.child_env = minimal(env, settings)
+        self.tree_id = uuid.uuid4().hex[:16]  # this run's name in every child's env: a crash seen vs the tree's end
+        self.child_env[TREE_ID_ENV] = self.tree_id
         self.started_at = clock.monotonic()
         self.stopping = False
         self.state = "starting"

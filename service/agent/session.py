@@ -8,7 +8,8 @@ Entry types:
 ``message``       a conversation message (``message``), assistant ones with ``usage``/``stop_reason``
 ``model_change``  the model used from here on (``model``)
 ``compaction``    ``summary``, ``first_kept_id``, ``tokens_before``
-``custom``        runtime records (``custom_type``, ``data``): run ends, provider errors
+``custom``        runtime records (``custom_type``, ``data``): run ends, provider errors, cuts;
+                  a ``context_note`` (``data.text``) is a line the model sees (:mod:`.transcript`)
 
 **Memory.** A tree holds only the branch its next request needs: the entries
 from the last compaction's first kept entry to the leaf, plus its header and
@@ -27,6 +28,10 @@ either the old file current or the new one complete. Old files are pruned by
 (:mod:`clankie.appender`) at turn boundaries. Open descriptors therefore do
 not grow with the number of lanes.
 
+**A run that never ended** (its process died) is cut off the live branch
+when the lane is next opened (:meth:`SessionTree.drop_unfinished`): the
+branch continues from before its messages, in the same file.
+
 **Loading.** A torn last line (a crash mid-append) is cut off with a warning;
 unreadable complete lines and lines that are not entries are skipped with a
 warning. A file with no readable header raises :class:`SessionCorrupt`;
@@ -37,33 +42,30 @@ starts a new, empty tree (the lane starts cold).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import secrets
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from clankie.appender import sync_dir_later, sync_pool
 from clankie.clock import Clock
-from clankie.errors import ClankieError
 from clankie.jsonl import append_all, encode_line, write_all
 from clankie.paths import make_private_dirs
+from service.agent.branch import SessionCorrupt, live_branch, load, unfinished_tail
+from service.agent.branch import last_model as _last_model
 from service.agent.content import Message
 from service.agent.retention import STAMP, Retention, prune, stamp_of
 from service.agent.transcript import Entry, context_messages
+
+__all__ = ["SessionCorrupt", "SessionTree", "latest_session"]
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
 SUFFIX = ".jsonl"
 _WRITE = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-
-
-class SessionCorrupt(ClankieError):
-    """Raised when a session file has no readable header: it is not a session tree."""
 
 
 def _iso(epoch: float) -> str:
@@ -86,7 +88,7 @@ class SessionTree:
         self._clock = clock
         self._retention = retention or Retention()
         self._model: str | None = _last_model(entries) or header.get("model")
-        self._entries = _live_branch(entries)
+        self._entries = live_branch(entries)
         self._by_id = {e["id"]: e for e in self._entries}
         self._leaf: str | None = entries[-1]["id"] if entries else None
         self._closed = False
@@ -114,7 +116,7 @@ class SessionTree:
     @classmethod
     def open(cls, path: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
         """Load an existing session file, cutting off a torn last line (raises :class:`SessionCorrupt`)."""
-        header, entries = _load(path)
+        header, entries = load(path)
         return cls(path, header, entries, clock, retention)
 
     @classmethod
@@ -245,6 +247,33 @@ class SessionTree:
         self.prune()
         return entry
 
+    def drop_unfinished(self) -> int:
+        """Cut the messages of a run that never ended off the live branch; returns how many were cut.
+
+        Called when a lane is opened from disk, so no run of this tree is live:
+        messages after the last ``run_end`` are those of a run whose process
+        died (:func:`~service.agent.branch.unfinished_tail`). The branch goes
+        back to before them; what else that tail held (a model change, a
+        compaction, a note) is appended again after that point, then a
+        ``cut`` record, so the cut is on disk and the dead lines are off the
+        path (``usage`` is not copied: spend is counted once). Their deliveries are run again if they are re-submitted, and a
+        message judged poison never is: the lane no longer carries its words.
+        """
+        start = unfinished_tail(self._entries)
+        if start is None:
+            return 0
+        tail = self._entries[start:]
+        kept = [e for e in tail if e["type"] != "message"]
+        self._entries = self._entries[:start]
+        self._by_id = {e["id"]: e for e in self._entries}
+        self._leaf = self._entries[-1]["id"] if self._entries else tail[0].get("parent_id")
+        for entry in kept:
+            self.append(entry["type"], **{k: v for k, v in entry.items() if k not in ("type", "id", "parent_id", "usage")})
+        cut = len(tail) - len(kept)
+        self.append_custom("cut", {"messages": cut})
+        log.info("session %s: cut %d messages of a run that never ended", self.path.name, cut)
+        return cut
+
     def sync(self) -> None:
         """Make every appended line durable soon, off the event loop (called at turn boundaries)."""
         if not self._dirty:
@@ -272,7 +301,7 @@ class SessionTree:
         if entry["type"] == "model_change":
             self._model = str(entry["model"])
         elif entry["type"] == "compaction":
-            kept = _live_branch(self._entries)
+            kept = live_branch(self._entries)
             if len(kept) < len(self._entries):
                 self._entries = kept
                 self._by_id = {e["id"]: e for e in kept}
@@ -338,61 +367,3 @@ def _write_whole(path: Path, records: list[dict[str, Any]]) -> None:
         partial.unlink(missing_ok=True)
         raise
     sync_dir_later(path.parent)
-
-
-def _last_model(entries: list[Entry]) -> str | None:
-    for entry in reversed(entries):
-        if entry["type"] == "model_change":
-            return str(entry["model"])
-    return None
-
-
-def _live_branch(entries: list[Entry]) -> list[Entry]:
-    """The entries the next request needs: from the last compaction's first kept entry on."""
-    for index in range(len(entries) - 1, -1, -1):
-        if entries[index]["type"] == "compaction":
-            kept = entries[index].get("first_kept_id")
-            start = next((i for i in range(index) if entries[i]["id"] == kept), index)
-            return entries[start:]
-    return entries
-
-
-def _load(path: Path) -> tuple[dict[str, Any], list[Entry]]:
-    """The header and the root→leaf path of ``path`` (a file is one branch; branches elsewhere are ignored)."""
-    data = path.read_bytes()
-    complete_end = data.rfind(b"\n") + 1
-    lines = list(_parse(path, data[:complete_end]))
-    if not lines or lines[0].get("type") != "session":  # checked first: a broken file is kept as it was
-        raise SessionCorrupt(f"{path.name} has no session header")
-    if complete_end < len(data):
-        log.warning("session %s: dropping a torn last line (%d bytes)", path.name, len(data) - complete_end)
-        with path.open("r+b") as f:
-            f.truncate(complete_end)
-            os.fsync(f.fileno())
-    entries = [e for e in lines[1:] if isinstance(e.get("id"), str) and isinstance(e.get("type"), str)]
-    if len(entries) < len(lines) - 1:
-        log.warning("session %s: skipping %d lines without an id or type", path.name, len(lines) - 1 - len(entries))
-    by_id = {e["id"]: e for e in entries}
-    branch: list[Entry] = []
-    current = entries[-1]["id"] if entries else None
-    while current is not None:
-        entry = by_id.pop(current, None)  # popped: a cycle cannot loop
-        if entry is None:  # its line was unreadable, or it is in the previous file: the path starts after it
-            break
-        branch.append(entry)
-        current = entry.get("parent_id")
-    branch.reverse()
-    return lines[0], branch
-
-
-def _parse(path: Path, data: bytes) -> Iterator[dict[str, Any]]:
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("session %s: skipping unreadable line %d", path.name, number)
-            continue
-        if isinstance(obj, dict):
-            yield obj

@@ -1,7 +1,7 @@
 """Pure: turn a path of session entries into a valid Anthropic ``messages`` list.
 
 Applies the latest compaction (summary, then the kept tail, then what came
-after), merges consecutive same-role messages (so steered messages and tool
+after), shows each ``context_note`` entry as a line of its own, merges consecutive same-role messages (so steered messages and tool
 results share one user turn, tool results first), and repairs tool pairing:
 a ``tool_use`` without a result gets a synthetic error result, and a
 ``tool_result`` without its ``tool_use`` is dropped.
@@ -18,6 +18,8 @@ Entry = dict[str, Any]
 """One session-tree line (see :mod:`service.agent.session`)."""
 
 ORPHAN_RESULT = "No result: the tool call was interrupted before it finished."
+CONTEXT_NOTE = "context_note"
+"""A custom entry whose ``data.text`` the model sees as a user line (the service's own words, never a person's)."""
 SUMMARY_PREFIX = "Summary of the earlier conversation (older messages were compacted):\n\n"
 
 
@@ -32,7 +34,7 @@ def _raw_messages(path: list[Entry]) -> list[Message]:
         if entry["type"] == "compaction":
             last_compaction = index
     if last_compaction is None:
-        return [e["message"] for e in path if _in_context(e)]
+        return [m for e in path if (m := _message(e)) is not None]
     compaction = path[last_compaction]
     kept_from = next(
         (i for i, e in enumerate(path) if e["id"] == compaction["first_kept_id"]), last_compaction
@@ -42,11 +44,20 @@ def _raw_messages(path: list[Entry]) -> list[Message]:
         "content": [{"type": "text", "text": SUMMARY_PREFIX + compaction["summary"]}],
     }
     tail = path[kept_from:last_compaction] + path[last_compaction + 1 :]
-    return [summary] + [e["message"] for e in tail if _in_context(e)]
+    return [summary] + [m for e in tail if (m := _message(e)) is not None]
 
 
-def _in_context(entry: Entry) -> bool:
-    return entry["type"] == "message" and bool(entry["message"].get("content"))
+def _message(entry: Entry) -> Message | None:
+    """The message an entry puts in the context: a conversation message, or a note's line; else None."""
+    if entry["type"] == "message":
+        message: Message = entry["message"]
+        return message if message.get("content") else None
+    if entry["type"] == "custom" and entry.get("custom_type") == CONTEXT_NOTE:
+        data = entry.get("data")
+        text = data.get("text") if isinstance(data, dict) else None
+        if isinstance(text, str) and text:
+            return {"role": "user", "content": [{"type": "text", "text": text}]}
+    return None
 
 
 def repair(messages: list[Message]) -> list[Message]:

@@ -14,14 +14,20 @@ run** that was live when the service died: the run's owner, or a message
 already steered into the agent. A turn that was only accepted, queued, held
 for a run that had not started streaming, or waiting for a closing lane was
 never in that run and is never charged. So when a delivery joins a run, its
-record names that run (written before the agent sees it); a
-re-submitted record that still names a run and has no result means that run
-died with the service, and its id is added to the record's ``crashed_runs``.
-A delivery in ``poison_runs`` distinct crashed runs is a poison message: it
-fails instead of taking the service down again. A graceful stop clears the
-run from the record (:meth:`DeliveryStore.release`), so it never charges
-anyone. :func:`reckon` is the pure rule; :class:`DeliveryStore` keeps the
-records, one appended line per change (:mod:`service.captain.deliveries_log`).
+record names that run and the supervised tree the process belongs to
+(``CLANKIE_TREE_ID``, drawn by each ``clankie run``; written before the agent
+sees it). A re-submitted record that still names a run and has no result
+means that run died with the service; it is added to the record's
+``crashed_runs`` only if it ran in **this** tree: the supervisor that spawned
+this process lived through that death, so it was the service's own crash. A
+run that died with its tree (the supervisor killed, the machine rebooted), or
+in a service no supervisor watched, charges nobody. A delivery in
+``poison_runs`` distinct crashed runs is a poison message: it fails instead of
+taking the service down again. A stop clears the runs from the records as it
+begins (:meth:`DeliveryStore.release_all`), so neither a graceful stop nor one
+the supervisor has to finish with SIGKILL charges anyone. :func:`reckon` is
+the pure rule; :class:`DeliveryStore` keeps the records, one appended line per
+change (:mod:`service.captain.deliveries_log`).
 """
 
 from __future__ import annotations
@@ -54,8 +60,10 @@ class Retained:
     """What the disk remembers about one delivery.
 
     ``run`` is the run it joined in the process that accepted it, until that
-    run ends (None: it never joined one, or the run ended). ``crashed_runs``
-    are the runs it was part of that died with the service, oldest first.
+    run ends (None: it never joined one, or the run ended), and ``tree`` the
+    supervised tree that process belonged to (None: no supervisor, or a record
+    from before trees were named). ``crashed_runs`` are the runs it was part of
+    that died in a crash of the service, oldest first.
     """
 
     delivery_id: str
@@ -64,12 +72,18 @@ class Retained:
     result: TurnResult | None
     run: str | None = None
     crashed_runs: tuple[str, ...] = ()
+    tree: str | None = None
 
-    @property
-    def crashed_so_far(self) -> tuple[str, ...]:
-        """``crashed_runs``, plus the run it still names: read by a new process, that run died with the old one."""
-        if self.result is None and self.run is not None and self.run not in self.crashed_runs:
-            return (*self.crashed_runs, self.run)
+    def crashed_so_far(self, tree: str | None) -> tuple[str, ...]:
+        """``crashed_runs``, plus the run it still names if that run was in ``tree`` (the reading process's).
+
+        Read by a new process, a named run without a result died with the old
+        one: a crash the supervisor saw if the tree is the same, else the
+        tree's own end, which is not the delivery's fault.
+        """
+        run = self.run
+        if self.result is None and run is not None and tree is not None and self.tree == tree and run not in self.crashed_runs:
+            return (*self.crashed_runs, run)
         return self.crashed_runs
 
 
@@ -105,15 +119,18 @@ class RunIt:
 Reckoning = Conflict | Answer | Poison | RunIt
 
 
-def reckon(record: Retained | None, fp: str, poison_runs: int) -> Reckoning:
-    """What to do with a submission no turn of this process is running, given what the disk remembers."""
+def reckon(record: Retained | None, fp: str, poison_runs: int, *, tree: str | None) -> Reckoning:
+    """What to do with a submission no turn of this process is running, given what the disk remembers.
+
+    ``tree`` is this process's supervised tree: only a run that died in it counts as crashed.
+    """
     if record is None:
         return RunIt(())
     if record.fingerprint != fp:
         return Conflict()
     if record.result is not None:
         return Answer(record.result)
-    crashed = record.crashed_so_far
+    crashed = record.crashed_so_far(tree)
     if len(crashed) >= poison_runs:
         return Poison(crashed)
     return RunIt(crashed)
@@ -142,11 +159,13 @@ class DeliveryStore:
     """
 
     def __init__(self, directory: Path, clock: Clock, retention: float = RETENTION_SECONDS, *,
-                 max_retained: int = MAX_RETAINED, segment_bytes: int = SEGMENT_BYTES) -> None:
+                 max_retained: int = MAX_RETAINED, segment_bytes: int = SEGMENT_BYTES, tree: str | None = None) -> None:
         self.directory = directory
         self._clock = clock
         self.retention = retention
+        self.tree = tree  # the supervised tree this process belongs to, written with every run it joins
         self._open: dict[str, Retained] = {}
+        self._stopping = False  # a stop began: no run is recorded any more (one cut by it charges nobody)
         make_private_dirs(directory)
         self.log = DeliveryLog(directory, now=clock.wall(), retention=retention, max_retained=max_retained,
                                segment_bytes=segment_bytes)
@@ -173,7 +192,7 @@ class DeliveryStore:
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 log.warning("unreadable delivery record %s (%s); treating it as new", delivery_id, type(exc).__name__)
                 return None
-        return Retained(delivery_id, entry.fingerprint, entry.accepted_at, result, entry.run, entry.crashed_runs)
+        return Retained(delivery_id, entry.fingerprint, entry.accepted_at, result, entry.run, entry.crashed_runs, entry.tree)
 
     def accept(self, delivery_id: str, fp: str, crashed_runs: tuple[str, ...] = ()) -> Retained:
         """Record a delivery this process is about to run (in no run yet); raises DiskError if it cannot be written."""
@@ -190,9 +209,12 @@ class DeliveryStore:
 
         Called before the agent sees them. A failed write is logged, never
         raised: the turn goes on, and a crash during it would just not be
-        counted against the deliveries it could not record.
+        counted against the deliveries it could not record. Once a stop has
+        begun (:meth:`release_all`) nothing is recorded.
         """
-        joined = [replace(rec, run=run_id) for did in delivery_ids
+        if self._stopping:
+            return
+        joined = [replace(rec, run=run_id, tree=self.tree) for did in delivery_ids
                   if (rec := self._open.get(did)) is not None and rec.run != run_id]
         for n, rec in enumerate(joined):
             try:
@@ -205,12 +227,30 @@ class DeliveryStore:
     def release(self, delivery_id: str) -> None:
         """Forget the run an accepted delivery joined (a graceful stop cut it): it stays to be run again, uncharged."""
         rec = self._open.pop(delivery_id, None)
-        if rec is None or rec.run is None:
-            return
+        if rec is not None:
+            self._unrun(rec)
+
+    def release_all(self) -> None:
+        """A stop begins: forget the run of every delivery in one, and record no run from now on.
+
+        Done first, before the runs are aborted, so a stop the supervisor has
+        to finish with SIGKILL charges nobody either; the deliveries stay open
+        (a turn that still settles retains its result as usual).
+        """
+        self._stopping = True
+        for did, rec in list(self._open.items()):
+            self._open[did] = self._unrun(rec)
+
+    def _unrun(self, rec: Retained) -> Retained:
+        if rec.run is None:
+            return rec
+        clear = replace(rec, run=None, tree=None)
         try:
-            self._write(replace(rec, run=None))
-        except DiskError as exc:  # the stop goes on; the restarted service will count this run against it
-            log.error("could not release delivery %s from run %s: %s", delivery_id, rec.run, exc.code)
+            self._write(clear)
+        except DiskError as exc:  # the stop goes on; a restart in this tree will count this run against it
+            log.error("could not release delivery %s from run %s: %s", rec.delivery_id, rec.run, exc.code)
+            return rec
+        return clear
 
     def settle(self, delivery_id: str, result: TurnResult, record: Retained | None = None) -> None:
         """Retain the delivery's result: the record this process accepted, else ``record`` (loaded from disk).
@@ -220,7 +260,7 @@ class DeliveryStore:
         rec = self._open.pop(delivery_id, None) or record
         if rec is None:
             raise KeyError(f"delivery {delivery_id} was not accepted here")
-        self._write(replace(rec, result=result, run=None))
+        self._write(replace(rec, result=result, run=None, tree=None))
         self.log.expire(self._clock.wall())
 
     def prune(self) -> int:
@@ -239,5 +279,5 @@ class DeliveryStore:
 
     def _write(self, rec: Retained) -> None:
         result = rec.result.to_wire() if rec.result is not None else None
-        line = fields(rec.delivery_id, rec.fingerprint, rec.accepted_at, rec.run, rec.crashed_runs, result)
+        line = fields(rec.delivery_id, rec.fingerprint, rec.accepted_at, rec.run, rec.crashed_runs, result, rec.tree)
         self.log.put(rec.delivery_id, line, self._clock.wall())

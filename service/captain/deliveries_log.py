@@ -2,7 +2,7 @@
 
 Every change to a delivery appends one line holding its whole current record
 (``delivery_id``, ``fingerprint``, ``accepted_at``, ``run``, ``crashed_runs``,
-``result``) to the current segment ``<n>.jsonl`` through an
+``result``, and ``tree`` while it names a run) to the current segment ``<n>.jsonl`` through an
 :class:`~clankie.appender.Appender`: the line reaches the kernel before the
 call returns and the disk on the sync threads; nothing is renamed or synced
 on the caller's thread. The latest line for an id wins.
@@ -71,6 +71,7 @@ class Entry:
     file: Path
     offset: int
     length: int
+    tree: str | None = None  # the supervised tree of the process that ran ``run``
 
 
 def legacy_name(delivery_id: str) -> str:
@@ -79,22 +80,26 @@ def legacy_name(delivery_id: str) -> str:
 
 
 def fields(delivery_id: str, fp: str, accepted_at: float, run: str | None, crashed_runs: tuple[str, ...],
-           result: dict[str, Any] | None) -> dict[str, Any]:
-    """One line's record: everything about the delivery as it now stands."""
-    return {"delivery_id": delivery_id, "fingerprint": fp, "accepted_at": accepted_at, "run": run,
+           result: dict[str, Any] | None, tree: str | None = None) -> dict[str, Any]:
+    """One line's record: everything about the delivery as it now stands (``tree`` only while it names a run)."""
+    line = {"delivery_id": delivery_id, "fingerprint": fp, "accepted_at": accepted_at, "run": run,
             "crashed_runs": list(crashed_runs), "result": result}
+    if tree is not None:
+        line["tree"] = tree
+    return line
 
 
 def parse(data: Any, file: Path, offset: int, length: int) -> tuple[str, Entry]:
     """A record's delivery id and index entry; raises ValueError, KeyError, TypeError or AttributeError if malformed.
 
     Records from before runs were counted (``attempts``, no ``run``) read as
-    never having joined a run. A result is only checked to be an object here;
-    it is validated when it is read back.
+    never having joined a run; records from before trees were named (no
+    ``tree``) name no tree, so their run is never charged. A result is only
+    checked to be an object here; it is validated when it is read back.
     """
-    did, fp, run = data["delivery_id"], data["fingerprint"], data.get("run")
+    did, fp, run, tree = data["delivery_id"], data["fingerprint"], data.get("run"), data.get("tree")
     crashed, result = data.get("crashed_runs", []), data.get("result")
-    if not isinstance(did, str) or not isinstance(fp, str) or not (run is None or isinstance(run, str)):
+    if not isinstance(did, str) or not isinstance(fp, str) or not all(v is None or isinstance(v, str) for v in (run, tree)):
         raise TypeError("ids must be strings")
     if not isinstance(crashed, list) or not all(isinstance(r, str) for r in crashed):
         raise TypeError("run ids must be strings")
@@ -103,7 +108,7 @@ def parse(data: Any, file: Path, offset: int, length: int) -> tuple[str, Entry]:
     accepted = float(data["accepted_at"])
     if not math.isfinite(accepted):
         raise ValueError("accepted_at is not a time")
-    return did, Entry(fp, accepted, run, tuple(crashed), bool(result), file, offset, length)
+    return did, Entry(fp, accepted, run, tuple(crashed), bool(result), file, offset, length, tree)
 
 
 class DeliveryLog:
@@ -205,8 +210,8 @@ class DeliveryLog:
         for did, entry in legacy:
             try:
                 result = self.read(entry).get("result") or None
-                self.put(did, fields(did, entry.fingerprint, entry.accepted_at, entry.run, entry.crashed_runs, result),
-                         entry.accepted_at)
+                self.put(did, fields(did, entry.fingerprint, entry.accepted_at, entry.run, entry.crashed_runs, result,
+                                     entry.tree), entry.accepted_at)
                 migrated += 1
             except _UNREADABLE as exc:
                 log.warning("unreadable delivery record %s (%s); treating it as new",
@@ -239,7 +244,7 @@ class DeliveryLog:
         writer.sync_soon()
         assert self._segment is not None
         entry = Entry(fields["fingerprint"], fields["accepted_at"], fields["run"], tuple(fields["crashed_runs"]),
-                      bool(fields["result"]), self._segment, offset, writer.size - offset)
+                      bool(fields["result"]), self._segment, offset, writer.size - offset, fields.get("tree"))
         old = self._index.get(delivery_id)
         if old is not None:
             self._index[delivery_id] = entry

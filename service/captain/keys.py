@@ -4,7 +4,8 @@ A text room's durable lane is keyed ``discord:<character>:discord:<guild|dm>:<ch
 its session tree lives under ``<state>/captain/rooms/<quoted key>/``. A system
 actor in a trusted room gets ``discord-system:<character>:discord:<guild|dm>:<channel>:<actor>``
 under ``system/``; a privileged one-shot writes one tree per turn under
-``turns/<lane>~<quoted target>/``; the lane log is ``lanes/<lane>~<quoted target>.jsonl``.
+``turns/<lane>~<quoted target>/``; the lane log is ``lanes/<lane>~<quoted target>.jsonl``, the
+room's dropped messages ``dropped/<lane>~<quoted target>.json``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ class CaptainPaths:
 
     def lane_log(self, room: Room) -> Path:
         return self.root / "lanes" / f"{lane_file_key(room)}.jsonl"
+
+    def dropped(self, room: Room) -> Path:
+        """The room's dropped (poison) message ids: never read back into a lane (:mod:`.dropped`)."""
+        return self.root / "dropped" / f"{lane_file_key(room)}.json"
 
     @property
     def deliveries(self) -> Path:

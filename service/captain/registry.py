@@ -12,6 +12,11 @@ means cold, so lanes still come back cold after a restart). If every live
 lane is busy, the bound is exceeded until some become idle: a message is
 never refused because of it.
 
+A lane opened from disk first cuts the messages of a run that never ended
+(its process died during it) off its tree
+(:meth:`~service.agent.session.SessionTree.drop_unfinished`): re-submitted,
+they are run again; judged poison, they are gone.
+
 A dropped lane (a stalled abort) is forgotten entirely and comes back cold.
 A dropped lane whose aborted run outlives :data:`TEARDOWN_GRACE` is a
 *zombie*: its tree may still be written, so the room's next lane starts a
@@ -32,6 +37,7 @@ from clankie.protocol import Author, Room
 from clankie.settings import Settings
 from service.agent.agent import AgentConfig
 from service.agent.session import SessionTree
+from service.agent.transcript import CONTEXT_NOTE
 from service.captain import keys
 from service.captain.lane import LaneState
 from service.captain.live import LanePlan, LiveLane, ended_within
@@ -95,12 +101,40 @@ class LaneRegistry:
             log.warning("lane %s: an aborted run may still write its tree; starting a fresh tree", key)
             session = SessionTree.create(plan.directory, self._clock, self._retention)
         else:
-            session = SessionTree.open_latest(plan.directory, self._clock, self._retention)
+            session = self._resume(plan)
         lane = build(plan, key, room, session)
         lane.fresh = not self._take_warm_stamp(plan) if plan.kind != "oneshot" else True
         self.lanes[key] = lane
         log.info("lane %s opened (%s, %s, session %s)", key, plan.kind, "cold" if lane.fresh else "warm", session.session_id[:8])
         return lane
+
+    def _resume(self, plan: LanePlan) -> SessionTree:
+        """The lane's latest tree, less the messages of a run that never ended (its process died)."""
+        session = SessionTree.open_latest(plan.directory, self._clock, self._retention)
+        try:
+            session.drop_unfinished()
+        except OSError as exc:  # the branch is cut in memory; the dead lines stay on disk until the next append
+            log.warning("lane %s: cut of an unfinished run not written (%s)", plan.key, exc.strerror or type(exc).__name__)
+        return session
+
+    def note(self, plan: LanePlan, text: str) -> bool:
+        """Append a note the model will see to ``plan``'s lane: its live tree, else its latest one on disk.
+
+        False (nothing written) while the lane is being torn down or an aborted
+        run may still write its tree. Raises OSError if the disk refuses it.
+        """
+        lane = self.lanes.get(plan.key)
+        if lane is not None:
+            lane.agent.session.append_custom(CONTEXT_NOTE, {"text": text})
+            return True
+        if plan.key in self.closing or any(z.key == plan.key for z in self.zombies.values()):
+            return False
+        session = self._resume(plan)
+        try:
+            session.append_custom(CONTEXT_NOTE, {"text": text})
+        finally:
+            session.close()
+        return True
 
     def _make_room(self) -> None:
         """Evict least recently used idle lanes until one more fits; busy lanes are never evicted."""

@@ -37,7 +37,7 @@ from service.agent.model import Provider
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
-from service.captain import prompt
+from service.captain import dropped, prompt
 from service.captain.inbound import OVER_STEER_LIMIT, TurnImages
 from service.captain.lane import (
     AbortAgent,
@@ -258,7 +258,8 @@ class LaneRunner:
         except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
             log.warning("lane %s: no history for a cold lane (%s)", lane.key, type(exc).__name__)
             return None
-        return reply.messages[-limit:]
+        # a message judged poison never comes back through the room's history (service.captain.dropped)
+        return dropped.without(reply.messages, dropped.dropped_ids(self._registry.paths, lane.room))[-limit:]
 
     # ------------------------------------------------------------------ agent events
 

@@ -8,10 +8,11 @@ restarted service answers a re-submitted delivery the same way. The turn
 itself runs in its own task: a bridge that goes away does not cancel it.
 
 A delivery the service died with is run again, unless it was part of
-``poison_runs`` runs that the service died in: then it is a poison message and
-fails ``captain_session_failed`` (evidence ``cause: poison``). Which crashes
-count is decided in :mod:`service.captain.deliveries`; a graceful stop counts
-for nobody.
+``poison_runs`` runs that the service crashed in: then it is a poison message
+and fails ``captain_session_failed`` (evidence ``cause: poison``), and it
+leaves its room for good (:mod:`service.captain.dropped`). Which deaths count
+is decided in :mod:`service.captain.deliveries`: only a crash the supervisor
+lived through; a stop, and a death with the whole tree, count for nobody.
 
 A delivery whose record the disk refuses is not run: the submission fails
 ``service_disk_full`` (no space, quota or file size limit) or
@@ -34,7 +35,7 @@ from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.protocol import Author, Code, SayRequest, Trigger, TurnResult, TurnSubmit
 from clankie.router import Router
-from service.captain import keys
+from service.captain import dropped, keys
 from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
 from service.captain.records import Evidence
@@ -70,8 +71,13 @@ class TurnService:
         self.closing = False
 
     def begin_shutdown(self) -> None:
-        """Refuse new submissions with ``shutting_down`` (the bridge re-submits to the restarted service)."""
+        """Refuse new submissions with ``shutting_down`` (the bridge re-submits to the restarted service).
+
+        Every run a delivery joined is forgotten first, so a stop charges
+        nobody even if it does not finish and the supervisor kills us.
+        """
         self.closing = True
+        self.store.release_all()
 
     async def drain(self) -> None:
         """Wait for every turn in flight to end (after the captain aborted them)."""
@@ -102,7 +108,7 @@ class TurnService:
             live.attached += 1
             return _answer(await asyncio.shield(live.task))
         retained = self.store.load(did)
-        decision = reckon(retained, fp, self.poison_runs)
+        decision = reckon(retained, fp, self.poison_runs, tree=self.store.tree)
         if isinstance(decision, Conflict):
             raise RemoteError(Code.DELIVERY_CONFLICT, "this delivery id was submitted with a different body")
         if isinstance(decision, Answer):
@@ -112,7 +118,7 @@ class TurnService:
         crashed = len(decision.crashed_runs)
         if isinstance(decision, Poison):
             assert retained is not None
-            return self._poison(did, replace(retained, crashed_runs=decision.crashed_runs), lane)
+            return self._poison(submit, replace(retained, crashed_runs=decision.crashed_runs), lane)
         if crashed:
             log.info("delivery %s was part of %d runs the service died in; running it again", did, crashed)
         try:
@@ -127,9 +133,13 @@ class TurnService:
         self._inflight[did] = InFlight(fp, delivery, task)
         return _answer(await asyncio.shield(task))
 
-    def _poison(self, did: str, record: Retained, lane: str) -> TurnResult:
+    def _poison(self, submit: TurnSubmit, record: Retained, lane: str) -> TurnResult:
+        did = submit.delivery_id
         result = TurnResult(outcome="failed", code=SESSION_FAILED)
-        log.warning("delivery %s is a poison message: part of %d runs the service died in; failing it", did, len(record.crashed_runs))
+        log.warning("delivery %s is a poison message: part of %d runs the service crashed in; failing it and "
+                    "dropping it from its room", did, len(record.crashed_runs))
+        messages = (submit.trigger.message_id, *(m.id for m in submit.backlog))
+        dropped.drop(self.captain.registry, submit.room, submit.trigger.author, messages, did)  # before the verdict is kept
         self._retain(did, result, record)
         self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED, cause="poison", crashed_runs=len(record.crashed_runs))
         return result

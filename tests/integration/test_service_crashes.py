@@ -5,7 +5,8 @@ message is failed instead of taking the service down forever.
 model answers (per room, chosen from the request body) and Discord history
 calls (so a cold lane's run is accepted but not streaming and later messages
 are held) to decide exactly which turns are part of a live run at each kill.
-Only those are charged a crashed run (docs/captain.md, "Crashes").
+Only those are charged a crashed run, and only for a death of the service its supervisor lived through
+(docs/captain.md, "Crashes").
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def room_of(body: dict[str, Any]) -> str:
 
 def requests_from(t: Tree, room: str) -> int:
     return sum(1 for body in t.anthropic.requests if room_of(body) == room)
+
+
+def asked_more_than(t: Tree, room: str, count: int) -> bool:
+    return requests_from(t, room) > count
 
 
 def crashed_runs(t: Tree, delivery_id: str) -> int:
@@ -140,15 +145,20 @@ def test_three_kills_lose_nothing_and_charge_only_the_runs_a_message_was_part_of
 POISON = "zx-poison-7f3a"
 
 
-def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_the_rest_is_served(
+def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_its_room_is_answered_next(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
-    """A message whose every run kills the service fails captain_session_failed after CLANKIE_POISON_RUNS crashed runs.
+    """A message whose every run kills the service fails captain_session_failed after CLANKIE_POISON_RUNS crashed runs,
+    and the next message in the same room is answered without a crash.
 
     Each time the fake model receives a request carrying the poison marker,
     the test SIGKILLs the service (after another room, asked meanwhile, has
     had its answer). After three crashed runs the re-submitted poison
-    delivery fails without reaching the model, and the service keeps serving.
+    delivery fails without reaching the model, and the service keeps serving:
+    the room's next message is answered by the same service process, and no
+    request after the verdict carries the poison's words (not from the lane's
+    tree, not from the room's history the cold lane reads), only a note that
+    a message was dropped.
     """
 
     async def main() -> None:
@@ -161,7 +171,7 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_the_res
             def respond(body: dict[str, Any]) -> fa.Scenario:
                 if POISON in said(body):
                     poison_seen.append(len(t.anthropic.requests))
-                    return fa.text("never finished", stall_after=2)  # the service dies in this run
+                    return fa.text("never finished", stall_after=2)  # the service dies in this run (or would)
                 return fa.text(f"Sure, room {room_of(body)}: noon on Saturday.")
 
             t.anthropic.respond_with(respond)
@@ -197,5 +207,56 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_the_res
                 assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(ROOMS[room])].count(other) == 1  # type: ignore[index]  # a reply always carries its reference
             now = await t.child("service")
             assert (now.pid, now.restarts) == (before.pid, 3)
+
+            # the poison message's own room: answered at once, by the same service, with nothing of the poison replayed
+            verdict_at = len(t.anthropic.requests)
+            same_room = await speak(t, "A", 2)
+            reply = await t.reply_to(same_room)
+            assert reply.content == "Sure, room A: noon on Saturday."
+            asked = [said(b) for b in t.anthropic.requests[verdict_at:] if room_of(b) == "A"]
+            assert len(asked) == 1 and POISON not in asked[0] and "was dropped without an answer" in asked[0]
+            assert "room A message 2:" in asked[0] and len(poison_seen) == 3
+            now = await t.child("service")
+            assert (now.pid, now.restarts) == (before.pid, 3)
+
+    asyncio.run(main())
+
+
+def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: Path, runtime_dir: Path) -> None:
+    """Three whole-tree kills with a message's run live each time charge it nothing; a crash of the service alone does.
+
+    Each time room A's run reaches the model (its answer held), the test
+    SIGKILLs `clankie run` itself, so the service dies with its tree, and
+    starts a new `clankie run` on the same state, as systemd would. Counting
+    those deaths would have failed the message as poison at the third.
+    Then one SIGKILL of the service alone, which the supervisor sees: one
+    crashed run. The message is then answered, once.
+    """
+
+    async def main() -> None:
+        async with real_tree(tmp_path, runtime_dir, channels=(ROOMS["A"],)) as t:
+            answering = asyncio.Event()
+
+            def respond(body: dict[str, Any]) -> fa.Scenario:
+                if answering.is_set():
+                    return fa.text("Yes: eight o'clock, same lobby.")
+                return fa.text("let me check", stall_after=2)  # held until the tree (or the service) dies
+
+            t.anthropic.respond_with(respond)
+            message = await speak(t, "A", 1)
+            for kill in range(3):
+                reached = functools.partial(asked_more_than, t, "A", kill)
+                await until(reached, 60, f"the run reaching the model in tree {kill + 1}")
+                await t.kill_supervisor()
+                await t.respawn()
+                await t.ready()
+            await until(functools.partial(asked_more_than, t, "A", 3), 60, "the run reaching the model in the fourth tree")
+            assert crashed_runs(t, message) == 0
+            answering.set()
+            await t.kill("service")
+            got = await until(lambda: t.outcome_of(message), 60, "the message's outcome")
+            assert got["outcome"] == "settled"
+            assert crashed_runs(t, message) == 1  # the service's own crash, and only that
+            assert len(t.discord.posts_in(ROOMS["A"])) == 1
 
     asyncio.run(main())

@@ -50,7 +50,7 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
     async def body() -> None:
         async with FakeAnthropic() as fake:
             fake.script(fa.text("never arrives", stall_after=2), fa.text("answer after restart"), fa.text("warm now"))
-            senv = service_env(env, fake)
+            senv = {**service_env(env, fake), "CLANKIE_TREE_ID": "tree-1"}  # both lives in one supervised tree
             path = service_socket(runtime_dir)
             proc = _spawn(senv, state_dir / "service.log")
             try:
@@ -83,7 +83,7 @@ def test_kill_9_mid_run_then_restart_gives_exactly_one_outcome(env: dict[str, st
         evidence = jsonl.read_lines(state_dir / "captain" / "evidence.jsonl")
         m1 = [e["event"] for e in evidence if e["delivery_id"] == "m1"]
         assert m1 == ["accepted", "accepted", "settled"]  # one outcome, after one interrupted attempt
-        # the owner was part of the run the kill hit: its re-acceptance says so; m2 never crashed
+        # the owner was part of the run the kill hit, a crash in its tree: its re-acceptance says so; m2 never crashed
         assert [e.get("crashed_runs") for e in evidence if e["delivery_id"] in ("m1", "m2") and e["event"] == "accepted"] == [None, 1, None]
         said = [e for e in jsonl.read_lines(next((state_dir / "captain" / "lanes").glob("*.jsonl"))) if e["kind"] == "said"]
         assert [e["text"] for e in said] == ["answer after restart", "warm now"]

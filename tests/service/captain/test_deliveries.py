@@ -24,17 +24,19 @@ from service.captain.deliveries_log import legacy_name
 from tests.disk import writes_refused_past
 
 FP = "f" * 64
+TREE = "tree-1"  # the supervised tree every process of these tests belongs to, unless one says otherwise
 SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="hi")
 FAILED = TurnResult(outcome="failed", code="captain_session_failed")
 
 
-def record(*, run: str | None = None, crashed: tuple[str, ...] = (), result: TurnResult | None = None) -> Retained:
-    return Retained("d1", FP, 1_800_000_000.0, result, run, crashed)
+def record(*, run: str | None = None, crashed: tuple[str, ...] = (), result: TurnResult | None = None,
+           tree: str | None = TREE) -> Retained:
+    return Retained("d1", FP, 1_800_000_000.0, result, run, crashed, tree if run is not None else None)
 
 
-def restart(store: DeliveryStore, clock: FakeClock) -> DeliveryStore:
-    """What a new service process sees: the same directory, nothing in memory."""
-    return DeliveryStore(store.directory, clock)
+def restart(store: DeliveryStore, clock: FakeClock, tree: str | None = TREE) -> DeliveryStore:
+    """What a new service process sees: the same directory, nothing in memory (in the same tree unless told)."""
+    return DeliveryStore(store.directory, clock, tree=tree)
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: FakeClock) -> DeliveryStore:
-    return DeliveryStore(tmp_path / "deliveries", clock)
+    return DeliveryStore(tmp_path / "deliveries", clock, tree=TREE)
 
 
 # ------------------------------------------------------------------- the pure rule
@@ -52,43 +54,84 @@ def store(tmp_path: Path, clock: FakeClock) -> DeliveryStore:
 
 def test_a_new_delivery_runs_uncharged() -> None:
     """A delivery the disk has never seen runs with no crashed runs."""
-    assert reckon(None, FP, 3) == RunIt(())
+    assert reckon(None, FP, 3, tree=TREE) == RunIt(())
 
 
 def test_a_different_body_under_the_same_id_is_a_conflict() -> None:
     """The same delivery id with another fingerprint is a conflict, whatever the record holds."""
-    assert reckon(record(run="r1"), "0" * 64, 3) == Conflict()
+    assert reckon(record(run="r1"), "0" * 64, 3, tree=TREE) == Conflict()
 
 
 def test_a_retained_result_is_the_answer_even_if_it_crashed_before() -> None:
     """A delivery with a result is answered with it; crashed runs no longer matter."""
-    assert reckon(record(crashed=("r1", "r2", "r3"), result=SETTLED), FP, 3) == Answer(SETTLED)
+    assert reckon(record(crashed=("r1", "r2", "r3"), result=SETTLED), FP, 3, tree=TREE) == Answer(SETTLED)
 
 
 def test_a_delivery_that_never_joined_a_run_is_not_charged_for_the_crash() -> None:
     """Accepted, queued or held when the service died: no run named, so it runs again with nothing counted."""
-    assert reckon(record(), FP, 1) == RunIt(())
-    assert reckon(record(crashed=("r1",)), FP, 3) == RunIt(("r1",))
+    assert reckon(record(), FP, 1, tree=TREE) == RunIt(())
+    assert reckon(record(crashed=("r1",)), FP, 3, tree=TREE) == RunIt(("r1",))
 
 
 def test_the_run_a_record_still_names_counts_as_one_crashed_run() -> None:
     """A record that still names the run it joined and has no result: that run died with the service."""
-    assert reckon(record(run="r2", crashed=("r1",)), FP, 3) == RunIt(("r1", "r2"))
+    assert reckon(record(run="r2", crashed=("r1",)), FP, 3, tree=TREE) == RunIt(("r1", "r2"))
 
 
 def test_poison_runs_distinct_crashed_runs_make_a_poison_message() -> None:
     """The Nth distinct crashed run fails the delivery; one fewer runs it again."""
-    assert reckon(record(run="r3", crashed=("r1", "r2")), FP, 3) == Poison(("r1", "r2", "r3"))
-    assert reckon(record(run="r3", crashed=("r1", "r2")), FP, 4) == RunIt(("r1", "r2", "r3"))
-    assert reckon(record(run="r1"), FP, 1) == Poison(("r1",))
+    assert reckon(record(run="r3", crashed=("r1", "r2")), FP, 3, tree=TREE) == Poison(("r1", "r2", "r3"))
+    assert reckon(record(run="r3", crashed=("r1", "r2")), FP, 4, tree=TREE) == RunIt(("r1", "r2", "r3"))
+    assert reckon(record(run="r1"), FP, 1, tree=TREE) == Poison(("r1",))
 
 
 def test_a_run_already_counted_is_not_counted_twice() -> None:
     """Run ids are a set: a record naming a run it already counted does not count it again."""
-    assert reckon(record(run="r1", crashed=("r1",)), FP, 2) == RunIt(("r1",))
+    assert reckon(record(run="r1", crashed=("r1",)), FP, 2, tree=TREE) == RunIt(("r1",))
+
+
+def test_a_run_that_died_with_its_tree_is_not_the_message_s_fault() -> None:
+    """A run named by a record from another tree (the supervisor died, or was restarted) charges nothing."""
+    assert reckon(record(run="r1", tree="tree-0"), FP, 1, tree=TREE) == RunIt(())
+    assert reckon(record(run="r3", crashed=("r1", "r2"), tree="tree-0"), FP, 3, tree=TREE) == RunIt(("r1", "r2"))
+
+
+def test_a_run_no_supervisor_watched_is_never_charged() -> None:
+    """No tree on the record (no supervisor then, or written before trees were named) or none now: nothing counts."""
+    assert reckon(record(run="r1", tree=None), FP, 1, tree=TREE) == RunIt(())
+    assert reckon(record(run="r1", tree=None), FP, 1, tree=None) == RunIt(())
+    assert reckon(record(run="r1"), FP, 1, tree=None) == RunIt(())
 
 
 # ------------------------------------------------------------------- the disk
+
+
+def test_a_supervisor_kill_adds_to_no_poison_count(store: DeliveryStore, clock: FakeClock) -> None:
+    """Runs that died with their tree, however many, leave the count where it was; a crash in the same tree adds one."""
+    store.accept("d1", FP)
+    store.join("r1", ["d1"])
+    current = store
+    for n in range(2, 6):  # four whole-tree restarts, each with the delivery in a live run
+        current = restart(current, clock, tree=f"tree-{n}")
+        decision = reckon(current.load("d1"), FP, 1, tree=current.tree)
+        assert decision == RunIt(())
+        current.accept("d1", FP, decision.crashed_runs)
+        current.join(f"r{n}", ["d1"])
+    crashed = restart(current, clock, tree=current.tree)  # the service alone died: its supervisor saw it
+    assert reckon(crashed.load("d1"), FP, 1, tree=crashed.tree) == Poison(("r5",))
+
+
+def test_a_stop_charges_nobody_even_if_it_is_finished_by_sigkill(store: DeliveryStore, clock: FakeClock) -> None:
+    """From the moment a stop begins no run is named: a kill mid-stop in the same tree counts for no one."""
+    store.accept("d1", FP, ("r0",))
+    store.accept("d2", FP)
+    store.join("r1", ["d1", "d2"])
+    store.release_all()
+    store.join("r2", ["d2"])  # a steer flushed while the stop aborts the run: not recorded
+    again = restart(store, clock)  # SIGKILL after stop_timeout, the same supervisor
+    assert [reckon(again.load(d), FP, 2, tree=TREE) for d in ("d1", "d2")] == [RunIt(("r0",)), RunIt(())]
+    store.settle("d2", SETTLED)  # a turn that still finished during the stop keeps its result as usual
+    assert reckon(restart(store, clock).load("d2"), FP, 2, tree=TREE) == Answer(SETTLED)
 
 
 def test_accept_then_join_names_the_run_on_disk(store: DeliveryStore, clock: FakeClock) -> None:
@@ -97,30 +140,30 @@ def test_accept_then_join_names_the_run_on_disk(store: DeliveryStore, clock: Fak
     assert restart(store, clock).load("d1") == Retained("d1", FP, clock.wall(), None, None, ())
     store.join("r1", ["d1"])
     loaded = restart(store, clock).load("d1")
-    assert loaded is not None and loaded.run == "r1" and loaded.crashed_so_far == ("r1",)
+    assert loaded is not None and (loaded.run, loaded.tree) == ("r1", TREE) and loaded.crashed_so_far(TREE) == ("r1",)
 
 
 def test_each_new_run_that_crashes_counts_again(store: DeliveryStore, clock: FakeClock) -> None:
     """Joined r1, crash; re-accepted, joined r2, crash; re-accepted, joined r3, crash: three crashed runs, poison at 3."""
     current = store
     for run in ("r1", "r2", "r3"):
-        decision = reckon(current.load("d1"), FP, 3)
+        decision = reckon(current.load("d1"), FP, 3, tree=TREE)
         assert isinstance(decision, RunIt)
         current.accept("d1", FP, decision.crashed_runs)
         current.join(run, ["d1"])
         current = restart(current, clock)  # SIGKILL: nothing but the disk survives
-    assert reckon(current.load("d1"), FP, 3) == Poison(("r1", "r2", "r3"))
+    assert reckon(current.load("d1"), FP, 3, tree=TREE) == Poison(("r1", "r2", "r3"))
 
 
 def test_restarts_while_only_accepted_never_add_up(store: DeliveryStore, clock: FakeClock) -> None:
     """A delivery re-accepted after every crash but never part of a run stays uncharged, however many crashes."""
     current = store
     for _ in range(5):
-        decision = reckon(current.load("d1"), FP, 1)
+        decision = reckon(current.load("d1"), FP, 1, tree=TREE)
         assert decision == RunIt(())
         current.accept("d1", FP, decision.crashed_runs)
         current = restart(current, clock)
-    assert reckon(current.load("d1"), FP, 1) == RunIt(())
+    assert reckon(current.load("d1"), FP, 1, tree=TREE) == RunIt(())
 
 
 def test_join_writes_only_deliveries_accepted_here_and_batches_them(store: DeliveryStore, clock: FakeClock) -> None:
@@ -140,7 +183,7 @@ def test_release_forgets_the_run_so_a_graceful_stop_charges_nobody(store: Delive
     store.release("d1")
     loaded = restart(store, clock).load("d1")
     assert loaded is not None and loaded.run is None and loaded.result is None
-    assert reckon(loaded, FP, 3) == RunIt(("r0",))
+    assert reckon(loaded, FP, 3, tree=TREE) == RunIt(("r0",))
 
 
 def test_settle_keeps_the_crashed_runs_and_clears_the_run(store: DeliveryStore, clock: FakeClock) -> None:
@@ -158,10 +201,10 @@ def test_a_poison_delivery_is_settled_from_its_loaded_record(store: DeliveryStor
     store.join("r1", ["d1"])
     fresh = restart(store, clock)
     loaded = fresh.load("d1")
-    decision = reckon(loaded, FP, 1)
+    decision = reckon(loaded, FP, 1, tree=TREE)
     assert isinstance(decision, Poison) and loaded is not None
     fresh.settle("d1", FAILED, Retained("d1", FP, loaded.accepted_at, None, loaded.run, decision.crashed_runs))
-    assert reckon(restart(fresh, clock).load("d1"), FP, 1) == Answer(FAILED)
+    assert reckon(restart(fresh, clock).load("d1"), FP, 1, tree=TREE) == Answer(FAILED)
     with pytest.raises(KeyError):
         fresh.settle("unknown", FAILED)
 
@@ -170,10 +213,10 @@ def test_a_record_from_before_run_counting_reads_as_never_joined(store: Delivery
     """An old record (``attempts``, no ``run``) keeps its fingerprint and result and counts no crashed run."""
     path = store.directory / legacy_name("d1")
     path.write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "attempts": 2, "result": None}))
-    assert reckon(restart(store, clock).load("d1"), FP, 1) == RunIt(())
+    assert reckon(restart(store, clock).load("d1"), FP, 1, tree=TREE) == RunIt(())
     path.write_text(json.dumps({"delivery_id": "d1", "fingerprint": FP, "accepted_at": clock.wall(), "attempts": 1,
                                 "result": SETTLED.to_wire()}))
-    assert reckon(restart(store, clock).load("d1"), FP, 1) == Answer(SETTLED)
+    assert reckon(restart(store, clock).load("d1"), FP, 1, tree=TREE) == Answer(SETTLED)
 
 
 def test_a_malformed_run_field_is_an_unreadable_record(store: DeliveryStore, clock: FakeClock) -> None:
@@ -197,11 +240,11 @@ def test_settled_records_expire_after_the_retention_and_an_unfinished_one_is_kep
     clock.advance(RETENTION_SECONDS + 1)
     assert store.load("d2") is None
     assert store.prune() == 1 and store.log.get("d2") is None
-    assert store.load("d1") == Retained("d1", FP, clock.wall() - RETENTION_SECONDS - 1, None, "r1", ())
+    assert store.load("d1") == Retained("d1", FP, clock.wall() - RETENTION_SECONDS - 1, None, "r1", (), TREE)
     again = restart(store, clock)  # what a restart sees: the unfinished one, its crashed run counted
     assert again.load("d2") is None and again.prune() == 1  # it read the settled one, and counts it gone
     loaded = again.load("d1")
-    assert loaded is not None and loaded.crashed_so_far == ("r1",)
+    assert loaded is not None and loaded.crashed_so_far(TREE) == ("r1",)
 
 
 def test_a_join_that_cannot_be_written_is_logged_not_raised(

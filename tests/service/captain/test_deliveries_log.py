@@ -14,10 +14,11 @@ import pytest
 from clankie.protocol import TurnResult
 from clankie.testing.clock import FakeClock
 from service.captain.deliveries import RETENTION_SECONDS, DeliveryStore, Retained, RunIt, reckon
-from service.captain.deliveries_log import Entry, legacy_name
+from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, Entry, legacy_name
 from tests.disk import writes_refused_past
 
 FP = "f" * 64
+TREE = "tree-1"  # every store here is a process of one supervised tree
 SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="eight o'clock, same lobby")
 
 
@@ -31,9 +32,9 @@ def directory(tmp_path: Path) -> Path:
     return tmp_path / "deliveries"
 
 
-def store_on(directory: Path, clock: FakeClock, **kwargs: int) -> DeliveryStore:
-    """A store as a new service process opens it: the directory, nothing in memory."""
-    return DeliveryStore(directory, clock, **kwargs)
+def store_on(directory: Path, clock: FakeClock, *, max_retained: int = MAX_RETAINED, segment_bytes: int = SEGMENT_BYTES) -> DeliveryStore:
+    """A store as a new service process of the same supervised tree opens it: the directory, nothing in memory."""
+    return DeliveryStore(directory, clock, max_retained=max_retained, segment_bytes=segment_bytes, tree=TREE)
 
 
 def lines(path: Path) -> list[dict[str, object]]:
@@ -75,7 +76,7 @@ def test_a_new_store_on_the_same_directory_sees_every_record(directory: Path, cl
     third = store_on(directory, clock)
     at = clock.wall()
     assert third.load("d1") == Retained("d1", FP, at, SETTLED, None, ())
-    assert third.load("d2") == Retained("d2", FP, at, None, "r1", ())
+    assert third.load("d2") == Retained("d2", FP, at, None, "r1", (), TREE)
     assert third.load("d3") == Retained("d3", FP, at, None, None, ("r1",))
 
 
@@ -84,7 +85,7 @@ def test_the_latest_line_for_a_delivery_wins_within_and_across_segments(director
     first = store_on(directory, clock)
     turn(first, "d1", "r1", result=None)
     second = store_on(directory, clock)
-    decision = reckon(second.load("d1"), FP, 3)
+    decision = reckon(second.load("d1"), FP, 3, tree=TREE)
     assert decision == RunIt(("r1",))
     second.accept("d1", FP, decision.crashed_runs)
     second.join("r2", ["d1"])
@@ -104,7 +105,7 @@ def test_a_torn_last_line_is_skipped_and_the_record_before_it_stands(
         fh.write(settled[: len(settled) // 2])  # the settle line the crash cut
     with caplog.at_level("INFO"):
         again = store_on(directory, clock)
-    assert again.load("d1") == Retained("d1", FP, clock.wall(), None, "r1", ())
+    assert again.load("d1") == Retained("d1", FP, clock.wall(), None, "r1", (), TREE)
     assert f"torn last line of delivery segment {segment.name}" in caplog.text and "garbled" not in caplog.text
     again.accept("d2", FP)
     assert [store_on(directory, clock).load(d) is not None for d in ("d1", "d2")] == [True, True]
@@ -135,7 +136,7 @@ def test_a_result_is_read_back_from_the_disk_not_kept_in_memory(directory: Path,
     entry = store.log.get("d1")
     assert entry is not None and entry.settled
     assert {f.name for f in fields(Entry)} == {"fingerprint", "accepted_at", "run", "crashed_runs", "settled",
-                                               "file", "offset", "length"}
+                                               "file", "offset", "length", "tree"}
     assert SETTLED.text not in repr(entry)
     [segment] = store.log.segments()
     segment.write_bytes(segment.read_bytes().replace(b"same lobby", b"same place"))  # same length, same offsets
@@ -257,7 +258,7 @@ def test_at_the_cap_the_oldest_settled_records_are_forgotten_first(
     store.accept("d6", FP)  # nothing settled left and every one is running here: none can go
     assert len(store.log) == 4
     restarted = store_on(directory, clock, max_retained=3)  # the same cap: the same records are forgotten
-    assert reckon(restarted.load("d1"), FP, 3) == RunIt(())  # re-submitted, d1 runs again as new
+    assert reckon(restarted.load("d1"), FP, 3, tree=TREE) == RunIt(())  # re-submitted, d1 runs again as new
 
 
 def test_at_the_cap_records_a_dead_process_left_open_go_after_the_settled_ones(directory: Path, clock: FakeClock) -> None:
@@ -305,7 +306,7 @@ def test_old_format_records_are_read_once_then_moved_into_the_log(directory: Pat
     (directory / (legacy_name("d6")[:-5] + ".tmp")).write_text("{}")  # a half-done replacement
     expected = {
         "d1": Retained("d1", FP, clock.wall(), SETTLED, None, ("r0",)),
-        "d2": Retained("d2", FP, clock.wall(), None, "r1", ()),
+        "d2": Retained("d2", FP, clock.wall(), None, "r1", ()),  # no tree: from before trees were named
         "d3": Retained("d3", FP, clock.wall(), None, None, ()),
         "d4": None,
         "d5": None,
