@@ -11,6 +11,10 @@ their first waiting message arrived, so the oldest wait is served first and
 one busy room never starves the rest: a room gets one turn per pass, however
 many of its messages wait.
 
+A turn carries at most :data:`MAX_JOIN` of them (the trigger and the 50 a
+``TurnSubmit`` backlog holds): a room with more waiting takes its oldest
+``MAX_JOIN`` as one turn and goes to the back of the queue with the rest.
+
 Bounded by the journal's size on disk (admission refuses ``journal_full`` at
 ``CLANKIE_DISCORD_JOURNAL_MAX_BYTES``), not by a count of its own; what it
 holds per message is the message id.
@@ -24,6 +28,9 @@ from typing import Any, Protocol
 
 from bridge.admission import Inbound, Run
 from clankie.protocol import Room, Trigger
+
+MAX_JOIN = 1 + 50
+"""Waiting messages one turn takes: its trigger and a full ``TurnSubmit.backlog`` (at most 50)."""
 
 
 class WaitingEntry(Protocol):
@@ -53,13 +60,17 @@ class WaitQueue:
         self._rooms.setdefault(channel_id, []).append(message_id)
         self._count += 1
 
-    def take(self) -> tuple[str, list[str]] | None:
-        """The room at the front and all its waiting message ids, oldest first (None if nothing waits)."""
+    def take(self, limit: int = MAX_JOIN) -> tuple[str, list[str]] | None:
+        """The room at the front and its waiting message ids, oldest first, at most ``limit`` of them; a room with
+        more goes to the back with the rest (None if nothing waits)."""
         if not self._rooms:
             return None
         channel_id, ids = self._rooms.popitem(last=False)
-        self._count -= len(ids)
-        return channel_id, ids
+        taken, rest = ids[:limit], ids[limit:]
+        if rest:
+            self._rooms[channel_id] = rest
+        self._count -= len(taken)
+        return channel_id, taken
 
     def waits(self, channel_id: str) -> bool:
         """Whether the room has messages waiting (a new one must wait behind them)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.journal import JournalState
-from bridge.waiting import WaitQueue, joined_run
-from clankie.protocol import Author, Room, Trigger
+from bridge.waiting import MAX_JOIN, WaitQueue, joined_run
+from clankie.protocol import Author, HistoryMessage, Room, Trigger, TurnSubmit
 from tests.bridge.test_journal import admit, close
 
 ROOM = Room(guild_id="100", channel_id="101")
@@ -30,6 +30,27 @@ def test_rooms_are_served_in_the_order_their_oldest_message_came_each_whole() ->
     q.add("A", "6")
     assert [q.take(), q.take(), q.take(), q.take()] == [("B", ["2"]), ("C", ["4"]), ("A", ["6"]), None]
     assert (len(q), q.rooms) == (0, 0)
+
+
+def test_a_room_with_more_waiting_than_one_turn_carries_takes_its_oldest_and_goes_to_the_back() -> None:
+    """One turn takes at most MAX_JOIN (the trigger and a full backlog of 50); the rest of the room waits behind
+    the other rooms, so a room with hundreds waiting neither overflows a turn nor starves the rest."""
+    q = WaitQueue()
+    for n in range(MAX_JOIN + 10):
+        q.add("A", str(n))
+    q.add("B", "b")
+    assert q.take() == ("A", [str(n) for n in range(MAX_JOIN)])
+    assert (len(q), q.rooms, q.waits("A")) == (11, 2, True)
+    assert q.take() == ("B", ["b"])
+    assert q.take() == ("A", [str(n) for n in range(MAX_JOIN, MAX_JOIN + 10)])
+    s = JournalState()
+    for n in range(MAX_JOIN):
+        s.apply(wait(str(n), float(n)))
+    joined = joined_run([s.entries[str(n)] for n in range(MAX_JOIN)])
+    assert joined is not None
+    run, payloads = joined
+    backlog = [HistoryMessage(id=t.message_id, author_id="5", text=t.text) for _, _, t in payloads[:-1]]
+    TurnSubmit(delivery_id=run.delivery_id, room=ROOM, trigger=payloads[-1][2], backlog=tuple(backlog))  # it fits
 
 
 def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
