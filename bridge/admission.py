@@ -14,14 +14,14 @@ Order (each drop names its reason code):
 5. ``addressed`` policy, never engaged  ``not_addressed``
 6. nothing to read                      ``empty_message``
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
-8. too many retained deliveries         ``delivery_backpressure``
-9. room drifted, not addressed, no live run   buffered for the catch-up turn
+   (:class:`bridge.dedupe.Dedupe`: never full; past its bound the oldest ids beyond the catch-up horizon go)
+8. room drifted, not addressed, no live run   buffered for the catch-up turn
    a new turn (not steered into a live run, not buffered) past its author's or its room's
    turns per minute (:mod:`bridge.fairness`; the owner is exempt)   ``rate_limited`` (not retained)
-10. ``max_turns`` turns held, or the room already has messages waiting: it *waits*
-    (:class:`Waiting`, retained) for a turn slot, in the bridge's durable journal; only a
-    journal at its size bound refuses it, ``journal_full`` (not retained: a re-send may try again)
-11. otherwise                           run a turn
+9. ``max_turns`` turns held, or the room already has messages waiting: it *waits*
+   (:class:`Waiting`, retained) for a turn slot, in the bridge's durable journal; only a
+   journal at its size bound refuses it, ``journal_full`` (not retained: a re-send may try again)
+10. otherwise                           run a turn
 
 Engagement (only under ``addressed``): a room is *tracked* once he has
 answered in it. Every message admitted while the room has no live run
@@ -46,23 +46,23 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 
+from bridge.dedupe import Dedupe, Seen
 from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
 from bridge.fairness import Fairness
 
 __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission is where they are used
 
 DEFAULT_RETENTION_S = 7 * 3600.0
-DEFAULT_MAX_RETAINED = 50_000
+DEFAULT_HORIZON_S = 900.0  # CLANKIE_RECOVERY_HORIZON_SECONDS: older than this, nothing hands a message back
+DEFAULT_MAX_RETAINED = 1_000_000
 DEFAULT_MAX_TURNS = 512
 BACKLOG_CAP = 20
 BACKLOG_FULL = "backlog_full"  # a buffered message fell out of its room's full backlog
-DELIVERY_BACKPRESSURE = "delivery_backpressure"
 RATE_LIMITED = "rate_limited"  # a person's or a room's turns per minute are spent (bridge.fairness)
 JOURNAL_FULL = "journal_full"  # a message that would wait found the journal at CLANKIE_DISCORD_JOURNAL_MAX_BYTES
-BACKPRESSURE = frozenset({DELIVERY_BACKPRESSURE, JOURNAL_FULL})
+BACKPRESSURE = frozenset({JOURNAL_FULL})
 """Refusals that say "not now" rather than "not for me": a re-send may run (the bridge shows them)."""
 ANSWERED = "answered"  # an answer in the room cleared the backlog it sat in
 
@@ -80,7 +80,8 @@ class Policy:
     window: int = 3
     names: tuple[str, ...] = ("clankie",)
     retention_s: float = DEFAULT_RETENTION_S
-    max_retained: int = DEFAULT_MAX_RETAINED
+    horizon_s: float = DEFAULT_HORIZON_S
+    max_retained: int = DEFAULT_MAX_RETAINED  # the de-duplication memory's bound (never a refusal)
     max_turns: int = DEFAULT_MAX_TURNS
     engagement_idle_s: float = DEFAULT_IDLE_S
     engagement_max_rooms: int = DEFAULT_MAX_ROOMS
@@ -168,12 +169,6 @@ Decision = Drop | Duplicate | Buffered | Waiting | Run
 # ------------------------------------------------------------------ engagement
 
 
-@dataclass(slots=True)
-class _Retained:
-    fingerprint: str
-    expires: float
-
-
 def name_pattern(names: tuple[str, ...]) -> re.Pattern[str] | None:
     words = [re.escape(n.lower()) for n in names if n.strip()]
     if not words:
@@ -188,7 +183,7 @@ class Ingress:
         self.policy = policy
         self._names = name_pattern(policy.names)
         self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
-        self._retained: OrderedDict[str, _Retained] = OrderedDict()
+        self.dedupe = Dedupe(retention=policy.retention_s, horizon=policy.horizon_s, bound=policy.max_retained)
         self._discarded: list[tuple[str, str]] = []  # (id, why) of buffered messages no catch-up will carry, until taken
         self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute)
 
@@ -219,7 +214,8 @@ class Ingress:
 
     @property
     def retained(self) -> int:
-        return len(self._retained)
+        """Message ids held for de-duplication."""
+        return len(self.dedupe)
 
     def room_admitted(self, guild_id: str | None, channel_id: str) -> bool:
         """Steps 3-4 alone: may the bridge act in this guild room at all?"""
@@ -259,14 +255,12 @@ class Ingress:
             return Drop("not_addressed")
         if not msg.text.strip() and msg.readable_attachments == 0:
             return Drop("empty_message")
-        self._prune(now)
-        seen = self._retained.get(msg.message_id)
-        if seen is not None:
-            if seen.fingerprint != msg.fingerprint:
-                return Drop("delivery_id_conflict")
+        fingerprint = msg.fingerprint
+        seen = self.dedupe.check(msg.message_id, fingerprint, now)
+        if seen is Seen.CONFLICT:
+            return Drop("delivery_id_conflict")
+        if seen is Seen.SAME:
             return Duplicate(msg.message_id)
-        if len(self._retained) >= p.max_retained:
-            return Drop(DELIVERY_BACKPRESSURE)
         room = self._rooms.peek(msg.channel_id)
         buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
         exempt = buffer or live_run or msg.author_id == p.owner_id  # no new turn, or the operator
@@ -275,7 +269,7 @@ class Ingress:
         wait = not buffer and (turns >= p.max_turns or room_waiting)
         if wait and journal_full:
             return Drop(JOURNAL_FULL)
-        self._retained[msg.message_id] = _Retained(msg.fingerprint, now + p.retention_s)
+        self.dedupe.add(msg.message_id, fingerprint, now + p.retention_s)
         room = self._rooms.touch(msg.channel_id, now)
         if wait:
             if room is not None and not live_run:
@@ -311,13 +305,6 @@ class Ingress:
         if room.tracked:
             room.since_reply += 1
 
-    def _prune(self, now: float) -> None:
-        while self._retained:
-            key, first = next(iter(self._retained.items()))
-            if first.expires > now:
-                return
-            del self._retained[key]
-
     # -------------------------------------------------------------- results
 
     def settle(self, channel_id: str, outcome: str, now: float) -> Engagement:
@@ -338,11 +325,11 @@ class Ingress:
         return after
 
     def seen(self, delivery_id: str) -> bool:
-        return delivery_id in self._retained
+        return delivery_id in self.dedupe
 
     def remember(self, delivery_id: str, fingerprint: str, expires: float) -> None:
-        """Restore one retained delivery after a restart (call in order of admission)."""
-        self._retained[delivery_id] = _Retained(fingerprint, expires)
+        """Restore one retained delivery after a restart, or note one found in history (until ``expires``)."""
+        self.dedupe.add(delivery_id, fingerprint, expires)
 
     def restore_buffered(self, msg: Inbound, now: float) -> None:
         """Put a journaled, still-unanswered buffered message back into its drifted room's backlog."""
@@ -372,7 +359,7 @@ class Ingress:
 
     def forget(self, delivery_id: str) -> None:
         """Evict a delivery whose turn could not be run, so a re-delivery may try again."""
-        self._retained.pop(delivery_id, None)
+        self.dedupe.discard(delivery_id)
 
     def owner(self, owner_id: str) -> None:
         """Fill in the owner id (the application's owner) when none was configured."""

@@ -22,6 +22,7 @@ from bridge.journal import Journal
 from bridge.receipts import Receipts, audit_rotation
 from bridge.turns import Bridge
 from clankie import paths
+from clankie.appender import DiskError
 from clankie.backoff import Backoff
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ConfigError
@@ -54,6 +55,7 @@ def policy(settings: Settings) -> Policy:
         window=settings.discord_engagement_declines,
         names=(settings.character_id,),
         retention_s=settings.bridge_retention_seconds,
+        horizon_s=settings.recovery_horizon_seconds,
         max_retained=settings.discord_max_retained,
         max_turns=settings.discord_max_turns,
         user_turns_per_minute=settings.user_turns_per_minute,
@@ -93,10 +95,12 @@ class BridgeApp:
         self.ready = asyncio.Event()
         paths.ensure_private_dir(settings.runtime_dir)
         self.receipts = Receipts(settings.state_dir, wall=self.clock.wall, rotation=audit_rotation(settings))
-        self.journal = Journal(settings.state_dir, retention=settings.bridge_retention_seconds,
-                               max_bytes=settings.discord_journal_max_bytes)
-        self.limits = limits(settings)
         self.ingress = Ingress(policy(settings))
+        # closed deliveries stay in the journal for the catch-up horizon; their ids, for the whole retention, in the
+        # de-duplication memory, which the journal saves at each compaction
+        self.journal = Journal(settings.state_dir, retention=settings.recovery_horizon_seconds,
+                               max_bytes=settings.discord_journal_max_bytes, remembered=self.ingress.dedupe)
+        self.limits = limits(settings)
         self.port = dc.DiscordPort(
             settings.discord_upload_limit_bytes,
             system_actors=frozenset(settings.discord_system_actor_ids),
@@ -140,6 +144,8 @@ class BridgeApp:
             "held": len(self.bridge.held),
             "turns": self.bridge.turns_in_flight,
             "retained": self.ingress.retained,
+            "dedupe_evicted": self.ingress.dedupe.evicted,
+            "dedupe_forgot_early": self.ingress.dedupe.forgot_early,
             "pending_triggers": self.bridge.pending_triggers,
             "waiting": len(self.bridge.waiting),
             "waiting_rooms": self.bridge.waiting.rooms,
@@ -183,7 +189,10 @@ class BridgeApp:
                 recovery.resume_journal(self.bridge, self.limits, self.clock.wall())
                 if self._quiet_since is not None:
                     self.journal.gap(self._quiet_since)
-                await self.journal.compact(self.clock.wall())
+                try:
+                    await self.journal.compact(self.clock.wall())
+                except DiskError as exc:  # a full disk is a state: the journal keeps every line, the bridge runs
+                    log.error("journal: compaction at start not written (%s)", exc.code)
                 tg.create_task(self.bridge.link.run(), name="service-link")
                 if self.settings.discord_reply_policy == "addressed":
                     tg.create_task(self.bridge.catch_up_loop(self.settings.discord_catch_up_seconds), name="catch-up")

@@ -20,7 +20,13 @@ per event, appended through :class:`clankie.appender.Appender`:
              before closing is read back by the next one.
 
 Unlike receipts, the journal holds message text: it is what a turn is run
-again from. It is state, like the session trees, never a log.
+again from. It is state, like the session trees, never a log. A closed
+delivery keeps only its id, time, fingerprint, room and reply mark (its text
+is let go at the close, in memory too), and only for ``retention`` seconds:
+the bridge passes the catch-up horizon, and the de-duplication memory
+(:mod:`bridge.dedupe`, which remembers ids for the whole retention window) is
+written whole to ``<state>/bridge/seen.bin`` at each compaction, before the
+journal is rewritten without the closed entries it no longer keeps.
 
 :class:`JournalState` is pure: it folds lines into entries and answers what
 recovery needs (open deliveries, oldest first; rooms active within the
@@ -30,20 +36,23 @@ horizon; the newest message seen per room). :class:`Journal` is the shell.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from clankie.appender import Appender, DiskError
-from clankie.jsonl import read_lines
+from clankie.appender import Appender, DiskError, sync_pool
+from clankie.jsonl import read_lines, write_all
 from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnSubmit
 
 log = logging.getLogger(__name__)
 
 FILENAME = "journal.jsonl"
+SEEN_FILENAME = "seen.bin"
 OUTCOMES = frozenset({"settled", "absorbed", "silent", "failed", "expired"})
 COMPACT_MIN_LINES = 2000
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -80,11 +89,18 @@ def _message_order(delivery_id: str) -> int:
     return int(delivery_id) if delivery_id.isdigit() else 0
 
 
+class Remembered(Protocol):
+    """The de-duplication memory, as the journal saves it (:class:`bridge.dedupe.Dedupe`)."""
+
+    def snapshot(self) -> bytes: ...
+
+
 class JournalState:
     """Entries by delivery id, folded from journal lines (pure: no I/O, time passed in)."""
 
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
+        self._rooms: dict[Room, Room] = {}  # one object per room, shared by its entries
         self.gaps: list[float] = []  # starts of the gaps not yet read back, oldest first
         self.skipped = 0
 
@@ -107,8 +123,10 @@ class JournalState:
         did = str(line["id"])
         if op == "admit":
             submit = line["submit"]
-            room = Room.model_validate(submit["room"])
-            entry = self.entries.get(did) or Entry(did, float(line["at"]), str(line["fp"]), room)
+            room = self._room(submit["room"])
+            entry = self.entries.get(did)
+            if entry is None or not entry.open:  # a closed one admitted again (its turn could not run) is new
+                entry = Entry(did, float(line["at"]), str(line["fp"]), room)
             entry.submit, entry.buffered = submit, None
             entry.catching_up = bool(line.get("catch_up", False))
             entry.folds = tuple(str(f) for f in line.get("folds", ()))
@@ -117,7 +135,7 @@ class JournalState:
                 if fold in self.entries:
                     self.entries[fold].folded_into = did
         elif op in ("buffer", "wait"):
-            room = Room.model_validate(line["room"])
+            room = self._room(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
                                       buffered={"inbound": line["inbound"], "trigger": line["trigger"]},
                                       waiting=op == "wait")
@@ -129,12 +147,17 @@ class JournalState:
             entry.outcome = outcome
             entry.closed_at = float(line.get("at", 0.0))
             entry.replied = max((int(m) for m in line.get("mids", ()) if str(m).isdigit()), default=0)
+            entry.submit = entry.buffered = None  # its text is never read again: let it go now, not at compaction
         elif op == "closed":  # a compacted closed entry: enough for de-duplication and the room's last id
-            room = Room.model_validate(line["room"])
+            room = self._room(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room, outcome=str(line["outcome"]),
                                       replied=int(line.get("replied", 0)), closed_at=float(line.get("closed_at", 0.0)))
         else:
             raise ValueError(op)
+
+    def _room(self, wire: dict[str, Any]) -> Room:
+        room = Room.model_validate(wire)
+        return self._rooms.setdefault(room, room)
 
     # ------------------------------------------------------------ queries
 
@@ -176,6 +199,7 @@ class JournalState:
     def forget_before(self, since: float) -> None:
         for did in [d for d, e in self.entries.items() if not e.open and e.at < since]:
             del self.entries[did]
+        self._rooms = {e.room: e.room for e in self.entries.values()}
 
 
 def entry_lines(e: Entry) -> list[dict[str, Any]]:
@@ -206,11 +230,16 @@ def admit_line(did: str, at: float, fp: str, submit: dict[str, Any], catching_up
 class Journal:
     """The shell: one :class:`Appender`, the state it rebuilds on open, and compaction."""
 
-    def __init__(self, state_dir: Path, *, retention: float, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, state_dir: Path, *, retention: float, max_bytes: int = DEFAULT_MAX_BYTES,
+                 remembered: Remembered | None = None) -> None:
+        """``retention``: how long a closed delivery stays in the journal. With ``remembered`` (the de-duplication
+        memory) it is saved to ``seen.bin`` at each compaction, before closed entries leave the journal."""
         directory = ensure_private_dir(state_dir / "bridge")
         self.path = directory / FILENAME
+        self.seen_path = directory / SEEN_FILENAME
         self.retention = retention
         self.max_bytes = max_bytes
+        self.remembered = remembered
         self.state = JournalState()
         for line in read_lines(self.path):
             self.state.apply(line)
@@ -284,23 +313,53 @@ class Journal:
         return left
 
     def gap(self, since: float) -> None:
-        """Note that messages sent from ``since`` on may not have reached us."""
-        self._append({"v": 1, "op": "gap", "since": since})
-        self._appender.sync_soon()
+        """Note that messages sent from ``since`` on may not have reached us (never raises: see :meth:`_note`)."""
+        self._note({"v": 1, "op": "gap", "since": since})
 
     def caught_up(self, through: float) -> None:
-        """History has been read back for every gap that began by ``through``."""
-        self._append({"v": 1, "op": "caught_up", "through": through})
+        """History has been read back for every gap that began by ``through`` (never raises)."""
+        self._note({"v": 1, "op": "caught_up", "through": through})
+
+    def _note(self, line: dict[str, Any]) -> None:
+        """A gap line the disk refuses costs one log line: this process reads its gap back all the same, and the
+        next start reads every room after the newest message it had admitted, so the gap is read then too."""
+        try:
+            self._append(line)
+        except DiskError as exc:
+            log.error("journal: %s line not written (%s)", line["op"], exc.code)
+            return
         self._appender.sync_soon()
 
     async def compact(self, now: float) -> int:
-        """Drop closed deliveries older than the retention; returns how many entries remain."""
+        """Drop closed deliveries older than the retention; returns how many entries remain.
+
+        The de-duplication memory is saved first: if the disk refuses it, the journal keeps every line.
+        """
         since = now - self.retention
+        if self.remembered is not None:
+            data = self.remembered.snapshot()
+            try:
+                await asyncio.get_running_loop().run_in_executor(sync_pool(), _replace_file, self.seen_path, data)
+            except OSError as exc:
+                raise DiskError(exc) from None
         self.state.forget_before(since)
         lines = self.state.compacted(since)
         await self._appender.rewrite(lines)
         self._lines = self._compacted_lines = len(lines)
         return len(self.state.entries)
+
+    def read_seen(self) -> bytes | None:
+        """The de-duplication memory saved at the last compaction (None: none, or unreadable, which is logged)."""
+        try:
+            fd = os.open(self.seen_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("journal: cannot read %s (%s); de-duplication starts from the journal alone",
+                        SEEN_FILENAME, DiskError(exc).code)
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read()
 
     def aclose(self) -> None:
         if self._compacting is not None:
@@ -316,3 +375,24 @@ def _close_line(did: str, outcome: str, at: float, code: str | None, message_ids
     if mids:
         line["mids"] = mids
     return line
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole (mode 0600, no symlink followed): a new file, synced, renamed over it."""
+    tmp = path.with_name(path.name + ".new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

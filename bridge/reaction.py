@@ -4,8 +4,8 @@ When a turn addressed to him (a mention, a reply to one of his messages, a
 DM) ends ``failed``, the bridge adds ``CLANKIE_DISCORD_FAILURE_REACTION``
 (default ⚠️; empty disables) to the trigger and posts no text. Unaddressed
 and catch-up turns fail as quietly as before. A message the bridge refuses
-for backpressure (``journal_full``, ``delivery_backpressure``: "not now",
-a re-send may run) gets the same reaction, whoever it was addressed to. Discord's add-reaction is a
+for backpressure (``journal_full``: "not now", a re-send may run) gets the
+same reaction, whoever it was addressed to. Discord's add-reaction is a
 PUT: adding the same emoji twice leaves one reaction, which is what makes
 the reaction idempotent across a bridge restart (the journal's close is
 written after the reaction, so a crash in between reacts again, harmlessly).

@@ -2,8 +2,9 @@
 
 Two steps, both bounded:
 
-1. :func:`resume_journal`, once at start, before the gateway connects: every
-   journaled delivery is remembered for de-duplication; each one without an
+1. :func:`resume_journal`, once at start, before the gateway connects: the
+   de-duplication memory saved at the last compaction is read back and every
+   journaled delivery is remembered on top of it; each one without an
    outcome is run again by its id (the service is idempotent), oldest first,
    unless it is older than the recovery horizon, in which case it is closed
    as ``expired`` with a receipt instead of being answered late. Buffered
@@ -68,6 +69,12 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
     """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog."""
     report = Report()
     state = bridge.journal.state
+    saved = bridge.journal.read_seen()
+    if saved is not None:
+        try:
+            log.info("journal: %d message ids remembered from the last compaction", bridge.ingress.dedupe.restore(saved))
+        except ValueError as exc:
+            log.warning("journal: the saved de-duplication memory is unreadable (%s); starting from the journal alone", exc)
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
         bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
     for entry in state.open_entries():

@@ -193,7 +193,7 @@ class Settings(BaseSettings):
     inbound_image_retention_seconds: float = Field(default=86_400.0, gt=0, le=MAX_SECONDS)  # service: fetched images
 
     # memory and connections and their bounds (docs/operations.md, "Memory and connections and their bounds")
-    discord_max_retained: int = Field(default=50_000, ge=100, le=10_000_000)  # bridge: deliveries kept for dedupe
+    discord_max_retained: int = Field(default=1_000_000, ge=1000, le=10_000_000)  # bridge: dedupe ids (24 B each); never refuses
     # at most half a connection's in-flight bound: each held turn's call back (history, typing) must fit beside it
     # (at the full bound, 85 of a 2,000 burst were never answered)
     discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT // 2)  # bridge: turns held at once; more wait

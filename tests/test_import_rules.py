@@ -70,6 +70,7 @@ PURE_CORES = (
     "supervisor/lifecycle.py",  # the child lifecycle
     "supervisor/sparelife.py",  # the warm spare's slot
     "bridge/admission.py",
+    "bridge/dedupe.py",  # the de-duplication memory
     "bridge/engagement.py",  # engagement by age and count
     "bridge/fairness.py",  # turns per person and per room
     "bridge/waiting.py",  # messages waiting for a turn slot

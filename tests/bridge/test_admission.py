@@ -101,14 +101,18 @@ def test_same_delivery_twice_is_one_turn_and_changed_content_is_a_conflict() -> 
     )
 
 
-def test_retention_expires_and_backpressure_refuses() -> None:
-    """Deliveries are remembered for the retention window; past the cap new ones are refused, not queued."""
-    ing = ingress(retention_s=10.0, max_retained=2)
+def test_retention_expires_and_the_bound_never_refuses() -> None:
+    """Deliveries are remembered for the retention window; at the dedupe bound nothing is refused: the oldest id
+    admitted before the catch-up horizon goes, and the ids within it are still recognised."""
+    ing = ingress(retention_s=100.0, horizon_s=10.0, max_retained=2)
     assert isinstance(ing.admit(msg("a"), 0.0), Run)
     assert isinstance(ing.admit(msg("b"), 1.0), Run)
-    assert ing.admit(msg("c"), 2.0) == Drop("delivery_backpressure")
-    assert isinstance(ing.admit(msg("c"), 10.5), Run)  # "a" expired
-    assert ing.admit(msg("a"), 10.6) == Drop("delivery_backpressure")  # forgotten, so not a duplicate
+    assert isinstance(ing.admit(msg("c"), 20.0), Run)  # over the bound: "a" (admitted before the horizon) goes
+    assert ing.retained == 2 and not ing.seen("a") and ing.dedupe.evicted == 1
+    assert ing.admit(msg("b"), 21.0) == Duplicate("b") and ing.admit(msg("c"), 21.0) == Duplicate("c")
+    assert isinstance(ing.admit(msg("d"), 101.5), Run)  # "b" expired
+    assert isinstance(ing.admit(msg("b"), 101.6), Run)  # forgotten, so not a duplicate ("c" goes at the bound)
+    assert ing.retained == 2 and not ing.seen("c") and ing.dedupe.evicted == 2
 
 
 def test_at_the_turn_cap_a_message_waits_and_is_remembered() -> None:

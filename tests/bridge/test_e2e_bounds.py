@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from typing import Any
+
+from annotated_types import Ge
 
 from bridge.admission import BACKLOG_FULL
 from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
+from clankie.settings import Settings
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_discord import FakeDiscord
 from tests.bridge.harness import CHAN, CHAN2, GUILD, PERSON, Harness, Script, running
@@ -145,5 +149,58 @@ def test_buffered_messages_leaving_a_backlog_are_closed_visibly(env: dict[str, s
             assert {h.outcomes(b)[-1] for b in buffered[2:]} == {"absorbed"}
             assert not any(e.open for e in h.app.journal.state.entries.values())
             assert h.app.bridge.pending_triggers == 0
+
+    asyncio.run(main())
+
+
+def dedupe_minimum() -> int:
+    """The smallest ``CLANKIE_DISCORD_MAX_RETAINED`` the settings accept."""
+    ge = next(m.ge for m in Settings.model_fields["discord_max_retained"].metadata if isinstance(m, Ge))
+    assert isinstance(ge, int)
+    return ge
+
+
+def test_at_its_minimum_bound_the_dedupe_refuses_nothing_and_still_knows_a_redelivery(env: dict[str, str]) -> None:
+    """With the dedupe bound at its minimum, more messages than the bound within the retention window are all
+    answered (none dropped); past the bound the oldest ids beyond the catch-up horizon go, and an id Discord sends
+    again within the horizon is still recognised (``deduplicated``, no second turn)."""
+    bound = dedupe_minimum()
+    clock = FakeClock()
+
+    async def send(h: Harness, count: int, tag: str) -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+        for start in range(0, count, 50):
+            batch = range(start, min(count, start + 50))
+            sent += await asyncio.gather(*(h.fake.message((CHAN, CHAN2)[k % 2], f"{tag} {k}", author_id=PERSON)
+                                           for k in batch))
+        return sent
+
+    def closed(h: Harness, sent: list[dict[str, Any]]) -> bool:
+        entries = h.app.journal.state.entries  # cheap to poll; the receipts are read once, at the end
+        return all((e := entries.get(str(m["id"]))) is not None and not e.open for m in sent)
+
+    async def main() -> None:
+        overrides = {"CLANKIE_DISCORD_MAX_RETAINED": str(bound), "CLANKIE_RECOVERY_HORIZON_SECONDS": "900"}
+        async with running(env, overrides=overrides, clock=clock) as h:
+            first = await send(h, bound, "early")
+            await h.until(lambda: closed(h, first), timeout=120)
+            clock.advance(1000.0)  # past the horizon, well within the 7 h retention
+            second = await send(h, bound // 2, "later")
+            await h.until(lambda: closed(h, second), timeout=120)
+            report = h.app.heartbeat().report
+            assert (report["retained"], report["dedupe_evicted"], report["dedupe_forgot_early"]) == (bound, bound // 2, 0)
+            ids = [str(m["id"]) for m in first + second]
+            ends: dict[str, list[str]] = {}
+            for r in h.receipts():
+                if r["outcome"] in CLOSING:
+                    ends.setdefault(r["delivery_id"], []).append(r["outcome"])
+            unanswered = {m: ends.get(m) for m in ids if ends.get(m) not in (["settled"], ["absorbed"])}
+            assert unanswered == {}  # each answered once, alone or joined with its room's other waiting messages
+            assert not h.app.ingress.seen(ids[0]) and h.app.ingress.seen(ids[bound // 2]) and h.app.ingress.seen(ids[-1])
+            again, submits = second[-1], len(h.service.submits)
+            await h.fake.message(again["channel_id"], again["content"], author_id=PERSON, message_id=again["id"])
+            await h.until(lambda: "deduplicated" in h.outcomes(again["id"]))
+            assert len(h.service.submits) == submits  # no second turn
+            assert not [r for r in h.receipts() if r["outcome"] == "dropped" and r["reason"] != "self_or_bot_message"]
 
     asyncio.run(main())

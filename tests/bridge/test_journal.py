@@ -8,9 +8,13 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bridge.journal import COMPACT_MIN_LINES, Journal, JournalState
+from clankie.appender import DiskError
 from clankie.jsonl import read_lines
 from clankie.protocol import Author, Room, Trigger, TurnSubmit
+from tests.disk import writes_refused_past
 
 ROOM = Room(guild_id="100", channel_id="101", name="general")
 OTHER = Room(guild_id="100", channel_id="102")
@@ -155,6 +159,51 @@ def test_a_long_run_compacts_as_it_goes_so_entries_past_the_retention_leave_memo
         assert most <= COMPACT_MIN_LINES  # within the retention: 100 entries, plus what waits for the next compaction
         assert "1" not in j.state.entries and "20000" in j.state.entries
         assert len(read_lines(j.path)) <= 2 * COMPACT_MIN_LINES + 2
+        j.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_closed_delivery_lets_go_of_its_text_at_once_and_rooms_are_held_once() -> None:
+    """At its close a delivery drops its submission and payload from memory (only recovery's marks stay); its
+    room is the same object as every other entry's in that room; one admitted again after its close is open."""
+    s = state_of(admit("1", 1.0), admit("2", 2.0), buffer("3", 3.0), close("1"), close("3", "absorbed"))
+    one, two, three = (s.entries[d] for d in ("1", "2", "3"))
+    assert (one.submit, one.buffered, three.buffered) == (None, None, None) and two.submit is not None
+    assert one.room is two.room is three.room
+    s.apply(admit("1", 4.0))  # its turn could not be run, and Discord sent it again
+    assert s.entries["1"].open and s.entries["1"].at == 4.0 and s.entries["1"].turn() == submit("1")
+
+
+class Saved:
+    """A de-duplication memory as the journal sees it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def snapshot(self) -> bytes:
+        return self.data
+
+
+def test_compaction_saves_the_dedupe_memory_first_and_a_refused_save_keeps_every_line(tmp_path: Path) -> None:
+    """``seen.bin`` is written (0600) before closed entries leave the journal; if the disk refuses it, the
+    compaction fails as a whole and the journal keeps its lines."""
+
+    async def main() -> None:
+        j = Journal(tmp_path, retention=100.0, remembered=Saved(b"ids"))
+        j.admit(submit("1"), "fp1", 10.0, catching_up=False)
+        j.close("1", "settled", 11.0)
+        assert j.read_seen() is None
+        assert await j.compact(now=200.0) == 0
+        assert j.read_seen() == b"ids" and stat.S_IMODE(os.stat(j.seen_path).st_mode) == 0o600
+        j.admit(submit("2"), "fp2", 210.0, catching_up=False)
+        j.close("2", "settled", 211.0)
+        with writes_refused_past(len(b"ids")):
+            j.remembered = Saved(b"more ids")
+            with pytest.raises(DiskError):
+                await j.compact(now=400.0)
+        assert "2" in j.state.entries and [line["id"] for line in read_lines(j.path)] == ["2", "2"]
+        assert j.read_seen() == b"ids"
         j.aclose()
 
     asyncio.run(main())

@@ -188,3 +188,27 @@ def test_a_message_already_answered_is_not_answered_again_when_the_journal_lost_
             assert h2.service.submits == [] and len(discord.posts_in(CHAN)) == 1
 
     asyncio.run(main())
+
+
+def test_ids_the_journal_let_go_are_still_known_after_a_restart(env: dict[str, str]) -> None:
+    """A closed delivery leaves the journal once it is older than the catch-up horizon, but its id is remembered for
+    the whole retention: the compaction saved the de-duplication memory (``seen.bin``), and the next bridge reads
+    it back, so Discord handing the message over again is still ``deduplicated``."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        discord = fake()
+        async with running(env, fake=discord, clock=clock) as h:
+            m = await discord.message(CHAN, "remember me", author_id=PERSON)
+            await h.until(functools.partial(settled, h, str(m["id"])))
+        clock.advance(1000.0)  # past the 900 s horizon, within the 7 h retention
+        async with running(env, fake=discord, clock=clock) as h:  # its start compacts: the entry goes, the id is saved
+            assert str(m["id"]) not in h.app.journal.state.entries and h.app.ingress.seen(str(m["id"]))
+            assert (h.state_dir / "bridge" / "seen.bin").stat().st_mode & 0o777 == 0o600
+        async with running(env, fake=discord, clock=clock) as h:
+            assert str(m["id"]) not in h.app.journal.state.entries and h.app.ingress.seen(str(m["id"]))
+            await discord.message(CHAN, "remember me", author_id=PERSON, message_id=str(m["id"]))
+            await h.until(lambda: "deduplicated" in h.outcomes(str(m["id"])))
+            assert h.service.submits == []
+
+    asyncio.run(main())
