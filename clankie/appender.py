@@ -178,9 +178,11 @@ class Appender:
         self._round.add_done_callback(_log_failure)
 
     def _take_fds(self) -> list[int]:
-        """Descriptors for one sync round (closed by it): the rotated files' and a duplicate of the current one."""
+        """Descriptors for one sync round (closed by it): the rotated files' and a duplicate of the current one
+        (none once the file is closed: :meth:`close` has handed its last lines to the sync threads already)."""
         with self._lock:
-            fds, self._retired = [*self._retired, os.dup(self._fd)], []
+            live = [os.dup(self._fd)] if self._fd >= 0 else []
+            fds, self._retired = [*self._retired, *live], []
         return fds
 
     async def _sync_round(self) -> None:
