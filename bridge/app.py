@@ -175,6 +175,9 @@ class BridgeApp:
             detail += f"; shards: {self.shards}"
         if self.bridge.waiting:
             detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms"
+            if self.bridge.disk.reason is not None:  # a full disk holds them in the journal (bridge.disk)
+                detail += f", held ({self.bridge.disk.reason})"
+                report["waiting_held"] = self.bridge.disk.reason
         if self.journal.full:
             detail += "; journal full"
         if disk is not None:

@@ -99,6 +99,23 @@ async def retry_transient(clock: Clock, policy: RetryPolicy, what: str, call: Ca
     raise AssertionError("unreachable")
 
 
+async def posted_before(port: DiscordPort, clock: Clock, policy: RetryPolicy, channel_id: str, trigger_id: str,
+                        delivery_id: str) -> tuple[tuple[str, str], ...]:
+    """Messages this bridge already posted after the trigger (a reply cut short by a crash), oldest first.
+
+    A resumed delivery can come back settled before the gateway is up, so
+    a transient failure (not connected yet, 429, 5xx) is retried on the
+    same schedule as a post.
+    """
+    try:
+        after = await retry_transient(clock, policy, f"read-back of channel {channel_id}",
+                                      lambda: port.history_after(channel_id, trigger_id, 100))
+    except PostError as exc:
+        log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces", delivery_id, exc.code)
+        return ()
+    return tuple((m.id, m.text) for m in after if m.is_self)
+
+
 async def deliver_reply(
     port: DiscordPort,
     clock: Clock,

@@ -7,7 +7,8 @@ without following symlinks. Each line reaches the kernel in one ``write``
 when it is recorded (a crash of the bridge cannot lose it) and the disk with
 the next group sync (:mod:`clankie.appender`), which runs off the event
 loop: no receipt ever holds up a message. A write the disk refuses is cut
-back, never left torn. The file is rotated by size into numbered segments
+back, never left torn; the first refusal of an outage is one log line, the
+rest are counted until a receipt is written again (:class:`bridge.disk.Quiet`). The file is rotated by size into numbered segments
 ``bridge.jsonl.000001``, … with a total cap (``CLANKIE_AUDIT_ROTATE_BYTES``,
 ``CLANKIE_AUDIT_KEEP_BYTES``; :mod:`clankie.rotation`), only between whole lines.
 """
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bridge.disk import Quiet
 from clankie.appender import Appender, DiskError
 from clankie.paths import ensure_private_dir, receipts_dir
 from clankie.rotation import Rotation
@@ -56,6 +58,7 @@ class Receipts:
         self.path = directory / FILENAME
         self._wall = wall
         self._appender = Appender(self.path, rotation=rotation)
+        self.quiet = Quiet("receipts")  # a full disk: one line, then a count until a receipt is written
 
     @property
     def last_error(self) -> str | None:
@@ -92,9 +95,10 @@ class Receipts:
         try:
             self._appender.append(line)
         except DiskError as exc:
-            log.error("cannot write receipt: %s", exc.code)
-        else:
-            self._appender.sync_soon()
+            self.quiet.refused(exc.code)
+            return line
+        self.quiet.written()
+        self._appender.sync_soon()
         return line
 
     def close(self) -> None:

@@ -34,10 +34,11 @@ from bridge.admission import (
     Waiting,
 )
 from bridge.card import Cards
-from bridge.delivery import Delivered, RetryPolicy, deliver_reply, retry_transient
+from bridge.delivery import Delivered, RetryPolicy, deliver_reply, posted_before
+from bridge.disk import DiskHold, Quiet, is_disk_code
 from bridge.held import Counters, Held, Phase
 from bridge.journal import Entry, Journal
-from bridge.port import DiscordPort, PostError
+from bridge.port import DiscordPort
 from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_calls import ServiceCalls
@@ -87,6 +88,7 @@ class Bridge:
         retry: RetryPolicy | None = None,
         failure_reaction: str = "",
         tool_card: bool = True,
+        disk: DiskHold | None = None,
     ) -> None:
         self.ingress = ingress
         self.port = port
@@ -106,6 +108,8 @@ class Bridge:
         self.counters = Counters()
         self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
         self.waiting = WaitQueue()  # ids only: a waiting message's payload is the journal's
+        self.disk = disk or DiskHold(journal.path.parent, clock)  # a full disk holds what waits (bridge.disk)
+        self._unclosed = Quiet("journal: delivery outcomes", "; those deliveries run again after a restart")
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
@@ -122,9 +126,9 @@ class Bridge:
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)
             if decision.code in BACKPRESSURE:
-                self._react_refused(inbound, self.failure_reaction)
+                self._react_refused(inbound.channel_id, inbound.message_id, self.failure_reaction)
             elif decision.code == RATE_LIMITED and self.ingress.rate_hint(inbound, self.clock.wall()):
-                self._react_refused(inbound, HOURGLASS)
+                self._react_refused(inbound.channel_id, inbound.message_id, HOURGLASS)
             return None
         if isinstance(decision, Duplicate):
             self.counters.duplicates += 1
@@ -205,14 +209,14 @@ class Bridge:
         """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
         return len(self._tasks)
 
-    def _react_refused(self, inbound: Inbound, emoji: str) -> None:
+    def _react_refused(self, channel_id: str, message_id: str, emoji: str) -> None:
         """A message refused for backpressure shows the failure reaction, so its author knows to send it again; one
         refused for its author's pace shows ⏳. At most :data:`MAX_REFUSAL_REACTIONS` are in flight: under a flood
         the rest go without (their ``dropped`` receipts still say why)."""
         if not emoji or len(self._reactions) >= MAX_REFUSAL_REACTIONS:
             return
         task = asyncio.get_running_loop().create_task(
-            react(self.port, inbound.channel_id, inbound.message_id, emoji), name="refusal-reaction"
+            react(self.port, channel_id, message_id, emoji), name="refusal-reaction"
         )
         self._reactions.add(task)
         task.add_done_callback(self._reactions.discard)
@@ -248,6 +252,9 @@ class Bridge:
     def drain_waiting(self) -> None:
         """While a slot is free, start the room at the front of the queue: all it has waiting, as one turn."""
         while not self._closing and self.turns_in_flight < self.ingress.policy.max_turns:
+            if self.waiting and not self.disk.room():  # a full disk: what waits stays in the journal until there is room
+                self.disk.wake_later(self.drain_waiting)
+                return
             taken = self.waiting.take()
             if taken is None:
                 return
@@ -295,6 +302,10 @@ class Bridge:
             raise
         except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
             log.error("delivery %s: journal refused it (%s)", did, exc.code)
+            self.disk.refused(exc.code)
+            if wants_reaction("failed", unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
+                              emoji=self.failure_reaction):  # asked for: the ⚠️ says so, as for any failed turn
+                self._react_refused(held.room.channel_id, held.trigger_id, self.failure_reaction)
             await self.cards.end(did)
             self.ingress.forget(did)
             self.receipts.record("failed", reason=exc.code, **self._ids(held))
@@ -330,7 +341,8 @@ class Bridge:
             case TurnSettled(text=text, media=media):
                 held.move(Phase.DELIVERING)
                 # a recovered delivery may have been answered just before the crash: look before posting
-                already = await self._posted_before(held) if recovered is not None else ()
+                already = await posted_before(self.port, self.clock, self.retry, room.channel_id, held.trigger_id,
+                                              did) if recovered is not None else ()
                 delivered = await deliver_reply(
                     self.port, self.clock, self.retry,
                     delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
@@ -360,6 +372,8 @@ class Bridge:
     def _close(self, held: Held, outcome: str, *, code: str | None = None, turn_id: str | None = None,
                message_ids: tuple[str, ...] = ()) -> None:
         """The delivery's one outcome: its receipt, its folded messages' receipts, and the journal line."""
+        if is_disk_code(code):
+            self.disk.refused(code)
         self.receipts.record(outcome, reason=code, turn_id=turn_id, message_ids=message_ids, **self._ids(held))
         folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
         for fold in held.folds:
@@ -367,30 +381,15 @@ class Bridge:
         try:
             self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
         except DiskError as exc:
-            log.error("delivery %s: outcome not journaled (%s); a restart runs it again", held.submit.delivery_id, exc.code)
-
-    async def _posted_before(self, held: Held) -> tuple[tuple[str, str], ...]:
-        """Messages this bridge already posted after the trigger (a reply cut short by a crash), oldest first.
-
-        A resumed delivery can come back settled before the gateway is up, so
-        a transient failure (not connected yet, 429, 5xx) is retried on the
-        same schedule as a post.
-        """
-        try:
-            after = await retry_transient(
-                self.clock, self.retry, f"read-back of channel {held.room.channel_id}",
-                lambda: self.port.history_after(held.room.channel_id, held.trigger_id, 100),
-            )
-        except PostError as exc:
-            log.warning("delivery %s: cannot read back an earlier reply (%s); relying on nonces",
-                        held.submit.delivery_id, exc.code)
-            return ()
-        return tuple((m.id, m.text) for m in after if m.is_self)
+            self._unclosed.refused(exc.code)
+        else:
+            self._unclosed.written()
 
     # ------------------------------------------------------------ shutdown
 
     async def aclose(self) -> None:
         self._closing = True
+        self.disk.close()
         for task in [*self._tasks, *self._reactions]:
             task.cancel()
         for task in [*self._tasks, *self._reactions]:

@@ -31,7 +31,7 @@ from service.captain.hosts import HostClient
 from service.captain.inbound import FetchPolicy, ImageFetcher
 from service.captain.lane import AbortRequested, TurnArrived
 from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, LiveLane, ended_within
-from service.captain.records import LaneLog
+from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import TEARDOWN_GRACE, LaneRegistry
 from service.captain.runner import LIVE, LaneRunner, RunnerDeps
 from service.captain.tools import Admission, DeliveryContext, TurnCapture, diagram_tool, screenshot_tool, shell_tool, text_update_tool
@@ -101,7 +101,14 @@ class Captain:
         room, trigger = submit.room, submit.trigger
         if self.shutting_down:
             return TurnResult(outcome="failed", code=SHUTDOWN_CODE)
-        LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
+        try:
+            LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
+        except OSError as exc:  # a full disk is a state, not a stack trace: one line, and the turn fails with its code
+            code = disk_failure(exc)
+            if code is None:
+                raise
+            log.error("delivery %s not run: its lane log line was refused (%s: %s)", submit.delivery_id, code, exc.strerror)
+            return TurnResult(outcome="failed", code=code)
         if self._provider is None:
             return TurnResult(outcome="failed", code=UNCONFIGURED)
         # fetched before the lane decision (it awaits), so a steered message carries its pictures too; a

@@ -11,10 +11,16 @@ line: a lane log at ``CLANKIE_LANE_LOG_ROTATE_BYTES`` with one cap for all
 lane logs together (``CLANKIE_LANE_LOG_KEEP_BYTES``), the evidence at
 ``CLANKIE_AUDIT_ROTATE_BYTES`` under ``CLANKIE_AUDIT_KEEP_BYTES``. The
 service sets both from its settings at start (:func:`configure`).
+
+A write the disk refuses raises ``OSError`` from the lane log (the caller
+decides what the turn becomes; :func:`disk_failure` names the code) and is
+one log line from the evidence, which then counts what it loses until a
+write succeeds again, instead of a line for every entry of every turn.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -25,7 +31,7 @@ from clankie.appender import sync_dir_later, sync_path_later
 from clankie.clock import Clock
 from clankie.jsonl import append_all, encode_line
 from clankie.paths import make_private_dirs
-from clankie.protocol import Room
+from clankie.protocol import Code, Room
 from clankie.rotation import Rotation, read_all, read_tail, rotate
 from clankie.settings import Settings
 from service.captain.keys import target_id
@@ -41,6 +47,16 @@ _rotations = {
 }
 read_lines = read_all  # a rotated file read whole: its kept segments, oldest first, then the live file
 _lock = threading.Lock()  # a line and the rotation after it, one at a time
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_BROKEN = frozenset({errno.EIO, errno.EROFS})
+
+
+def disk_failure(exc: OSError) -> str | None:
+    """The turn's failure code for a write the disk refused: ``service_disk_full`` (no space, quota or file size
+    limit) or ``service_disk_error`` (a failing or read-only disk); None for any other error, which stays loud."""
+    if exc.errno in _NO_ROOM:
+        return Code.SERVICE_DISK_FULL
+    return Code.SERVICE_DISK_ERROR if exc.errno in _BROKEN else None
 
 
 def configure(settings: Settings) -> None:
@@ -105,6 +121,7 @@ class Evidence:
         self.path = path
         self._clock = clock
         self._rotation = rotation
+        self.lost = 0  # entries the disk refused since the last one it took
 
     def record(
         self,
@@ -124,7 +141,14 @@ class Evidence:
         try:
             append_line(self.path, entry, self._rotation or _rotations["audit"])
         except OSError as exc:
-            log.error("could not write evidence for delivery %s: %s", delivery_id, exc.strerror)
+            if not self.lost:  # the turn's own line names it; this one is about the file
+                log.error("could not write evidence: %s; entries are counted, not logged, until one is written",
+                          exc.strerror)
+            self.lost += 1
+            return
+        if self.lost:
+            log.warning("evidence written again; %d entries were lost", self.lost)
+            self.lost = 0
 
     def of(self, delivery_id: str) -> list[str]:
         """The events of one delivery, from every segment still kept (a test's and a tool's read, not the service's)."""

@@ -68,7 +68,7 @@ from service.captain.live import (
     send_typing,
     tool_activity,
 )
-from service.captain.records import LaneLog
+from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import LaneRegistry
 from service.captain.tools import DeliveryContext, TurnCapture
 
@@ -201,7 +201,11 @@ class LaneRunner:
                 self._resolve(lane, turn_id, TurnResult(outcome="silent", turn_id=turn_id))
             return
         media = tuple(lane.capture.media[-1:])
-        lane.lane_log.said(text)
+        try:
+            lane.lane_log.said(text)
+        except OSError as exc:  # the answer stands; only its line in the lane log is lost
+            log.error("lane %s: reply to turn %s not in the lane log (%s)", lane.key, action.owner,
+                      disk_failure(exc) or exc.strerror)
         self._resolve(lane, action.owner, TurnResult(outcome="settled", turn_id=action.owner, text=text, media=media))
         for turn_id in action.steerers:
             self._resolve(lane, turn_id, TurnResult(outcome="absorbed", turn_id=turn_id))
@@ -234,6 +238,14 @@ class LaneRunner:
                 await lane.agent.run(lane_message(slot, context), run_id=run_id)
         except asyncio.CancelledError:
             code = SHUTDOWN_CODE if self._shutting_down() else SESSION_FAILED
+        except OSError as exc:  # the disk refused the session: one line with its code, the run's turns fail with it
+            code = disk_failure(exc)
+            if code is None:
+                log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
+                code = SESSION_FAILED
+            else:
+                log.error("lane %s: run %s of delivery %s ended: its session line was refused (%s: %s)",
+                          lane.key, run_id, slot.delivery.delivery_id, code, exc.strerror)
         except Exception:
             log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
             code = SESSION_FAILED

@@ -169,8 +169,9 @@ class TurnService:
         """Settle the delivery's record; a disk that refuses it costs the retained result, not the answer."""
         try:
             self.store.settle(did, result, record)
-        except DiskError as exc:
-            log.error("delivery %s: result not retained (%s); a re-submission would run it again", did, exc.code)
+        except DiskError as exc:  # a turn the disk already failed said so in its one line: this one is detail
+            level = logging.DEBUG if result.code in (DISK_FULL_CODE, DISK_ERROR_CODE) else logging.ERROR
+            log.log(level, "delivery %s: result not retained (%s); a re-submission would run it again", did, exc.code)
 
     def attached(self, delivery_id: str) -> int:
         """How many re-submissions have attached to this delivery's running turn (0 if none is running)."""

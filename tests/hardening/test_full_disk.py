@@ -196,7 +196,8 @@ def test_receipts_and_lane_logs_leave_no_torn_line_on_a_full_disk(tmp_path: Path
                           timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.strip()) > 0  # the disk really was full for the lane log
-    assert "cannot write receipt: disk_full" in done.stderr
+    assert done.stderr.count("receipts not written (disk_full)") == 1  # one line for the stretch, not one per receipt
+    assert "receipts written again" in done.stderr
     for path in (outside / "receipts" / "bridge.jsonl", outside / "captain" / "lanes" / "room.jsonl"):
         data = path.read_bytes()
         assert data.endswith(b"\n")
