@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeGuard
 
 from clankie.clock import Clock
+from clankie.paths import free_bytes
 from clankie.protocol import Code
 
 log = logging.getLogger(__name__)
@@ -43,15 +43,6 @@ SERVICE_CODES = frozenset({Code.SERVICE_DISK_FULL, Code.SERVICE_DISK_ERROR})
 def is_disk_code(code: str | None) -> TypeGuard[str]:
     """Whether a failure code says a disk refused a write (the service's, or the bridge's own ``disk_*``)."""
     return code is not None and (code in SERVICE_CODES or code.startswith("disk_"))
-
-
-def free_bytes(path: Path) -> int | None:
-    """Bytes an unprivileged writer may still use on ``path``'s filesystem (None if it cannot be read)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 class DiskHold:

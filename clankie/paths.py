@@ -101,6 +101,15 @@ def _make_missing(path: Path) -> None:
         raise ConfigError(f"cannot create or reach {exc.filename or path}: {exc.strerror}") from None
 
 
+def free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``path``'s filesystem (None if it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def child_log_dir(state_dir: Path) -> Path:
     return state_dir / "logs"
 

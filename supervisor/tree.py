@@ -26,14 +26,13 @@ import signal
 import socket
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
-from pathlib import Path
 from typing import Any
 
 from clankie import ipc
 from clankie.child import TREE_ID_ENV, become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
-from clankie.paths import child_log_dir, make_private_dirs, socket_path
+from clankie.paths import child_log_dir, free_bytes, make_private_dirs, socket_path
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings
 from supervisor.environment import minimal
@@ -56,15 +55,6 @@ STOP_BUDGET = 25.0
 
 SPARE_DELAY = 0.5
 """Seconds after a child is ready before its next spare is spawned (its imports then miss the first turns)."""
-
-
-def free_bytes(path: Path) -> int | None:
-    """Bytes an unprivileged writer may still use on ``path``'s filesystem (None if it cannot be read)."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 class Tree:
