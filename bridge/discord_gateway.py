@@ -89,6 +89,7 @@ class BridgeClient(discord.Client):
             allowed_mentions=discord.AllowedMentions.none(),
             guild_ready_timeout=guild_ready_timeout,
             enable_debug_events=False,
+            max_messages=None,  # no message cache: nothing here reads it, and a burst filled it with 1,000 Messages
         )
         self.bucket_sweep = amortise_bucket_sweep(self.http)  # bridge/ratelimits.py: no quadratic walk per new room
         self._on_message_cb = on_message_cb
@@ -138,6 +139,7 @@ class ShardedBridgeClient(discord.AutoShardedClient):
             allowed_mentions=discord.AllowedMentions.none(),
             guild_ready_timeout=guild_ready_timeout,
             enable_debug_events=False,
+            max_messages=None,  # no message cache: nothing here reads it, and a burst filled it with 1,000 Messages
             shard_count=shard_count,
             shard_ids=list(ids),
         )

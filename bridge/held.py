@@ -6,7 +6,7 @@ import asyncio
 import enum
 from dataclasses import dataclass, field
 
-from bridge.journal import Entry
+from bridge.journal_state import Entry
 from clankie.protocol import Room, TurnSubmit
 
 

@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass
 
 from bridge.admission import Inbound
-from bridge.journal import Entry
+from bridge.journal_state import Entry
 from bridge.port import PostError
 from bridge.turns import Bridge
 from clankie.protocol import Room, Trigger
@@ -107,9 +107,10 @@ def expire(bridge: Bridge, entry: Entry, now: float) -> None:
 
 def restore_buffered(bridge: Bridge, entry: Entry) -> None:
     """Put a journaled buffered message back where the catch-up timer will find it."""
-    assert entry.buffered is not None
-    bridge.ingress.restore_buffered(Inbound.from_wire(entry.buffered["inbound"]), bridge.clock.wall())
-    bridge.keep_trigger(entry.delivery_id, entry.room, Trigger.model_validate(entry.buffered["trigger"]))
+    payload = entry.payload()
+    assert payload is not None
+    bridge.ingress.restore_buffered(Inbound.from_wire(payload["inbound"]), bridge.clock.wall())
+    bridge.keep_trigger(entry.delivery_id, entry.room, Trigger.model_validate(payload["trigger"]))
 
 
 def too_old(bridge: Bridge, inbound: Inbound, now: float, retention: float) -> None:

@@ -37,7 +37,8 @@ from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, posted_before
 from bridge.disk import DiskHold, Quiet, is_disk_code
 from bridge.held import Counters, Held, Phase
-from bridge.journal import Entry, Journal
+from bridge.journal import Journal
+from bridge.journal_state import Entry
 from bridge.port import DiscordPort
 from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts

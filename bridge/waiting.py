@@ -44,8 +44,7 @@ class WaitingEntry(Protocol):
     def open(self) -> bool: ...
     @property
     def submit(self) -> dict[str, Any] | None: ...
-    @property
-    def buffered(self) -> dict[str, Any] | None: ...
+    def payload(self) -> dict[str, Any] | None: ...
 
 
 class WaitQueue:
@@ -88,7 +87,7 @@ def joined_run(entries: Sequence[WaitingEntry]) -> tuple[Run, list[tuple[str, Ro
     """One turn for a room's waiting messages (their journal entries, oldest first; closed ones left out): the
     newest triggers it, the rest are its context. Returns the run and each message's (id, room, trigger), which the
     shell keeps until the turn is built. Prompted if any of them was addressed."""
-    waiting = [(e, e.buffered) for e in entries if e.open and e.buffered is not None and e.submit is None]
+    waiting = [(e, p) for e in entries if e.open and e.submit is None and (p := e.payload()) is not None]
     if not waiting:
         return None
     inbounds = [Inbound.from_wire(payload["inbound"]) for _, payload in waiting]

@@ -74,6 +74,7 @@ PURE_CORES = (
     "bridge/engagement.py",  # engagement by age and count
     "bridge/fairness.py",  # turns per person and per room
     "bridge/waiting.py",  # messages waiting for a turn slot
+    "bridge/journal_state.py",  # the journal folded into entries
     "bridge/chunks.py",
     "clankie/backoff.py",
     "clankie/framing.py",

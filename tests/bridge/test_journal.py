@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from bridge.journal import COMPACT_MIN_LINES, Journal, JournalState
+from bridge.journal import COMPACT_MIN_LINES, Journal
+from bridge.journal_state import JournalState
 from clankie.appender import DiskError
 from clankie.jsonl import read_lines
 from clankie.protocol import Author, Room, Trigger, TurnSubmit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.journal import JournalState
+from bridge.journal_state import JournalState
 from bridge.waiting import MAX_JOIN, WaitQueue, joined_run
 from clankie.protocol import Author, HistoryMessage, Room, Trigger, TurnSubmit
 from tests.bridge.test_journal import admit, close
