@@ -49,6 +49,9 @@ def in_small_fs(state: Path, size: str = "8m", then: str = "") -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
 def fill(path: Path) -> None:
     """Write zeros to ``path`` until the filesystem is full."""
     block = b"\0" * 65536
@@ -126,7 +129,11 @@ def test_a_full_disk_costs_log_lines_never_the_supervisor_and_logging_resumes(fu
     count = len(whole_lines(log_file))
     wait_for(lambda: "bytes not written" in sup.child("chatty").log_error and
              int(sup.child("chatty").log_error.split("; ")[1].split()[0]) > 2000, 20, "output to be lost")
-    assert log_file.stat().st_size == size and len(whole_lines(log_file)) == count  # nothing half-written
+    # Nothing half-written. A "full" tmpfs still takes a whole line that fits in the slack of the log's last page, so
+    # the log may grow, but never past that page, and what it holds is whole lines in order.
+    grown = log_file.stat().st_size
+    assert size <= grown <= -(-size // PAGE) * PAGE, (size, grown)
+    assert len(whole_lines(log_file)) >= count
     assert sup.proc.poll() is None and sup.child("chatty").restarts == 0
     text = subprocess.run(
         [str(Path(sys.executable).with_name("clankiectl")), "--socket", str(sup.sock), "status"],
