@@ -174,7 +174,8 @@ class BridgeApp:
             report["shards"] = self.shards
             detail += f"; shards: {self.shards}"
         if self.bridge.waiting:
-            detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms"
+            held, cap = self.bridge.turns_in_flight, self.ingress.policy.max_turns
+            detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms, turns {held}/{cap}"
             if self.bridge.disk.reason is not None:  # a full disk holds them in the journal (bridge.disk)
                 detail += f", held ({self.bridge.disk.reason})"
                 report["waiting_held"] = self.bridge.disk.reason

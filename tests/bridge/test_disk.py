@@ -92,7 +92,7 @@ def test_a_turn_the_disk_refused_leaves_the_waiting_messages_in_the_journal_unti
             await h.until(lambda: bool(h.fake.reactions.get(first)))  # asked for: the ⚠️ says it failed
             assert h.app.bridge.turns_in_flight == 0 and len(h.app.bridge.waiting) == 2  # a free slot, and they wait
             assert all(h.app.journal.state.entries[w].open and h.app.journal.state.entries[w].waiting for w in waiting)
-            assert "; waiting: 2 in 1 rooms, held (service_disk_full)" in h.app.heartbeat().detail
+            assert "; waiting: 2 in 1 rooms, turns 0/1, held (service_disk_full)" in h.app.heartbeat().detail
             assert len(h.service.submits) == 1
             clock.advance(RECHECK_S)  # looked again: still full
             await h.until(lambda: clock.sleepers > 0)

@@ -57,7 +57,7 @@ def test_a_burst_over_the_turn_cap_waits_and_every_message_is_answered(env: dict
             assert bridge.pending_triggers == 0  # a waiting message's payload lives in the journal, not here
             report = h.app.heartbeat().report
             assert (report["waiting"], report["waiting_rooms"], report["dropped"]) == (12, 11, 0)
-            assert "; waiting: 12 in 11 rooms" in h.app.heartbeat().detail  # what clankiectl status shows
+            assert "; waiting: 12 in 11 rooms, turns 2/2" in h.app.heartbeat().detail  # what clankiectl status shows
             assert not h.fake.reactions
             release.set()
             await h.until(lambda: all(closing(h, m) for m in ids + more), timeout=30)
