@@ -14,9 +14,9 @@ failing disk does not show in the free space). The bridge looks again every
 heartbeat says so: ``waiting held (disk_full)``.
 
 Writes that only record what happened (receipts, a delivery's closing line in
-the journal) are :class:`Quiet` about a full disk: the first refusal is one
-log line, the rest are counted until a write succeeds, so an outage is a few
-lines, not several for every turn.
+the journal) are :class:`clankie.quiet.Quiet` about a full disk: the first
+refusal is one log line, the rest are counted until a write succeeds, so an
+outage is a few lines, not several for every turn.
 """
 
 from __future__ import annotations
@@ -95,21 +95,3 @@ class DiskHold:
         if self._timer is not None:
             self._timer.cancel()
 
-
-class Quiet:
-    """One log line for a stretch of refused writes of one kind, then a count until one is written again."""
-
-    def __init__(self, what: str, consequence: str = "") -> None:
-        self.what = what
-        self.consequence = consequence
-        self.lost = 0  # refused since the last write that worked
-
-    def refused(self, code: str) -> None:
-        if not self.lost:
-            log.error("%s not written (%s)%s; counted, not logged, until one is", self.what, code, self.consequence)
-        self.lost += 1
-
-    def written(self) -> None:
-        if self.lost:
-            log.warning("%s written again; %d were not", self.what, self.lost)
-            self.lost = 0

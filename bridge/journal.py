@@ -48,6 +48,7 @@ from clankie.appender import Appender, DiskError, sync_pool
 from clankie.jsonl import read_lines, write_all
 from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnSubmit
+from clankie.quiet import Quiet
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class Journal:
         self._appender = Appender(self.path)
         self._lines = len(self.state.entries)
         self._compacted_lines = self._lines  # lines right after the last compaction (or at open)
+        self._unclosed = Quiet("journal: delivery outcomes", "; those deliveries run again after a restart", logger=log)
         self._compacting: asyncio.Task[int] | None = None
 
     @property
@@ -126,13 +128,19 @@ class Journal:
 
     def close(self, did: str, outcome: str, at: float, *, code: str | None = None,
               message_ids: tuple[str, ...] = ()) -> None:
-        """Record a delivery's one outcome, and the same for every buffered message it folded in."""
+        """Record a delivery's one outcome, and the same for every buffered message it folded in. A line the disk
+        refuses is one log line for the stretch (:class:`clankie.quiet.Quiet`), never an error to the caller."""
         entry = self.state.entries.get(did)
         lines = [_close_line(did, outcome, at, code, message_ids)]
         folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
         for fold in entry.folds if entry is not None else ():
             lines.append(_close_line(fold, folded, at, None, ()))
-        self._append(*lines)
+        try:  # the outcome stands in memory; only a restart, reading the journal back, would run it again
+            self._append(*lines)
+        except DiskError as exc:
+            self._unclosed.refused(exc.code)
+            return
+        self._unclosed.written()
         self._appender.sync_soon()
         if self._lines > max(COMPACT_MIN_LINES, 2 * self._compacted_lines) and self._compacting is None:
             self._compacting = asyncio.get_running_loop().create_task(self._compact_soon(at), name="journal-compaction")

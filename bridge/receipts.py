@@ -8,7 +8,7 @@ when it is recorded (a crash of the bridge cannot lose it) and the disk with
 the next group sync (:mod:`clankie.appender`), which runs off the event
 loop: no receipt ever holds up a message. A write the disk refuses is cut
 back, never left torn; the first refusal of an outage is one log line, the
-rest are counted until a receipt is written again (:class:`bridge.disk.Quiet`). The file is rotated by size into numbered segments
+rest are counted until a receipt is written again (:class:`clankie.quiet.Quiet`). The file is rotated by size into numbered segments
 ``bridge.jsonl.000001``, … with a total cap (``CLANKIE_AUDIT_ROTATE_BYTES``,
 ``CLANKIE_AUDIT_KEEP_BYTES``; :mod:`clankie.rotation`), only between whole lines.
 """
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bridge.disk import Quiet
 from clankie.appender import Appender, DiskError
 from clankie.paths import ensure_private_dir, receipts_dir
+from clankie.quiet import Quiet
 from clankie.rotation import Rotation
 from clankie.settings import Settings
 
@@ -58,7 +58,7 @@ class Receipts:
         self.path = directory / FILENAME
         self._wall = wall
         self._appender = Appender(self.path, rotation=rotation)
-        self.quiet = Quiet("receipts")  # a full disk: one line, then a count until a receipt is written
+        self.quiet = Quiet("receipts", logger=log)  # a full disk: one line, then a count until a receipt is written
 
     @property
     def last_error(self) -> str | None:

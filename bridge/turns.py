@@ -35,7 +35,7 @@ from bridge.admission import (
 )
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, posted_before
-from bridge.disk import DiskHold, Quiet, is_disk_code
+from bridge.disk import DiskHold, is_disk_code
 from bridge.held import Counters, Held, Phase
 from bridge.journal import Journal
 from bridge.journal_state import Entry
@@ -110,7 +110,6 @@ class Bridge:
         self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
         self.waiting = WaitQueue()  # ids only: a waiting message's payload is the journal's
         self.disk = disk or DiskHold(journal.path.parent, clock)  # a full disk holds what waits (bridge.disk)
-        self._unclosed = Quiet("journal: delivery outcomes", "; those deliveries run again after a restart")
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
@@ -195,10 +194,7 @@ class Bridge:
                 self.receipts.record("dropped", reason=why, **ids)
             else:
                 self.receipts.record("absorbed", **ids)
-            try:
-                self.journal.close(message_id, "expired" if why == BACKLOG_FULL else "absorbed", self.clock.wall())
-            except DiskError as exc:  # a restart puts it back in the backlog (or expires it)
-                log.error("buffered message %s: its end not journaled (%s)", message_id, exc.code)
+            self.journal.close(message_id, "expired" if why == BACKLOG_FULL else "absorbed", self.clock.wall())
 
     @property
     def pending_triggers(self) -> int:
@@ -379,12 +375,7 @@ class Bridge:
         folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
         for fold in held.folds:
             self.receipts.record(folded, reason=code, turn_id=turn_id, **self._ids(held, fold))
-        try:
-            self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
-        except DiskError as exc:
-            self._unclosed.refused(exc.code)
-        else:
-            self._unclosed.written()
+        self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
 
     # ------------------------------------------------------------ shutdown
 

@@ -27,11 +27,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import sync_dir_later, sync_path_later
+from clankie.appender import DiskError, sync_dir_later, sync_path_later
 from clankie.clock import Clock
 from clankie.jsonl import append_all, encode_line
 from clankie.paths import make_private_dirs
 from clankie.protocol import Code, Room
+from clankie.quiet import Quiet
 from clankie.rotation import Rotation, read_all, read_tail, rotate
 from clankie.settings import Settings
 from service.captain.keys import target_id
@@ -51,9 +52,10 @@ _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _BROKEN = frozenset({errno.EIO, errno.EROFS})
 
 
-def disk_failure(exc: OSError) -> str | None:
+def disk_failure(exc: OSError | DiskError) -> str | None:
     """The turn's failure code for a write the disk refused: ``service_disk_full`` (no space, quota or file size
-    limit) or ``service_disk_error`` (a failing or read-only disk); None for any other error, which stays loud."""
+    limit) or ``service_disk_error`` (a failing or read-only disk); None for any other error, which stays loud.
+    An appender's :class:`~clankie.appender.DiskError` carries the same errno."""
     if exc.errno in _NO_ROOM:
         return Code.SERVICE_DISK_FULL
     return Code.SERVICE_DISK_ERROR if exc.errno in _BROKEN else None
@@ -121,7 +123,7 @@ class Evidence:
         self.path = path
         self._clock = clock
         self._rotation = rotation
-        self.lost = 0  # entries the disk refused since the last one it took
+        self._quiet = Quiet("evidence", logger=log)  # a full disk: one line, then a count until an entry is written
 
     def record(
         self,
@@ -140,15 +142,10 @@ class Evidence:
         entry.update((key, value) for key, value in optional.items() if value is not None)
         try:
             append_line(self.path, entry, self._rotation or _rotations["audit"])
-        except OSError as exc:
-            if not self.lost:  # the turn's own line names it; this one is about the file
-                log.error("could not write evidence: %s; entries are counted, not logged, until one is written",
-                          exc.strerror)
-            self.lost += 1
+        except OSError as exc:  # the turn's own line names the delivery; this one is about the file
+            self._quiet.refused(exc.strerror or type(exc).__name__)
             return
-        if self.lost:
-            log.warning("evidence written again; %d entries were lost", self.lost)
-            self.lost = 0
+        self._quiet.written()
 
     def of(self, delivery_id: str) -> list[str]:
         """The events of one delivery, from every segment still kept (a test's and a tool's read, not the service's)."""

@@ -23,7 +23,6 @@ not recognise. A result that cannot be retained is still answered.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import logging
 import uuid
@@ -38,14 +37,13 @@ from clankie.router import Router
 from service.captain import dropped, keys
 from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
-from service.captain.records import Evidence
+from service.captain.records import Evidence, disk_failure
 from service.captain.tools import DeliveryContext
 
 log = logging.getLogger(__name__)
 
 # the disk refused a delivery's record: the turn is not run, since what it did could not be remembered
 DISK_FULL_CODE, DISK_ERROR_CODE = Code.SERVICE_DISK_FULL, Code.SERVICE_DISK_ERROR
-_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 EVIDENCE_EVENT = {"settled": "settled", "absorbed": "absorbed", "silent": "declined", "failed": "failed"}
 OPERATOR = Author(id="operator", name="operator")
 
@@ -125,7 +123,7 @@ class TurnService:
             self.store.accept(did, fp, decision.crashed_runs)
         except DiskError as exc:
             log.error("delivery %s refused: its record cannot be written (%s)", did, exc.code)
-            code = DISK_FULL_CODE if exc.errno in _NO_ROOM else DISK_ERROR_CODE
+            code = disk_failure(exc) or DISK_ERROR_CODE  # any other refusal of the record is still the disk's
             raise RemoteError(code, f"the service cannot record this delivery ({exc.code}); nothing was run") from None
         self.evidence.record(did, "accepted", lane=lane, crashed_runs=crashed or None)
         delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn)

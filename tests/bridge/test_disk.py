@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.disk import LOW_SPACE, RECHECK_S, DiskHold, Quiet, is_disk_code
+from bridge.disk import LOW_SPACE, RECHECK_S, DiskHold, is_disk_code
 from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
+from clankie.quiet import Quiet
 from clankie.testing.clock import FakeClock
 from tests.bridge.harness import CHAN, CHAN2, PERSON, Harness, running
 from tests.replies import CLOSING
@@ -49,7 +50,7 @@ def test_waiting_turns_hold_while_the_disk_is_full_or_just_refused_a_turn(tmp_pa
 def test_a_stretch_of_refused_writes_is_one_line_then_a_count(caplog: pytest.LogCaptureFixture) -> None:
     """Receipts and closing lines on a full disk: the first refusal is logged, the rest counted until one works."""
     quiet = Quiet("receipts")
-    with caplog.at_level(logging.INFO, logger="bridge.disk"):
+    with caplog.at_level(logging.INFO, logger="clankie.quiet"):
         for _ in range(5):
             quiet.refused("disk_full")
         quiet.written()
