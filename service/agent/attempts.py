@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from clankie.clock import Clock
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
-from service.agent.governor import Governor, Ticket
+from service.agent.governor import Governor
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind
 from service.agent.pacing import reports
@@ -122,7 +122,7 @@ class Attempts:
             try:
                 response = await self._provider.complete(request(), on_signal)
             except ProviderError as err:
-                _learn(ticket, err.rate_limits)
+                ticket.answered(reports(err.rate_limits))
                 if self._waits_out(err):
                     ticket.throttled(err.retry_after)
                 raise
@@ -144,8 +144,3 @@ class Attempts:
             },
         )
         self._session.sync()
-
-
-def _learn(ticket: Ticket, headers: dict[str, str]) -> None:
-    if headers:
-        ticket.answered(reports(headers))

@@ -36,7 +36,6 @@ class GovernorStatus:
     waiting: int
     paused_s: float
     throttled: int  # 429s seen since start
-    paced_s: float  # seconds calls have spent waiting for the pace, in total
     remaining: dict[str, int]
 
 
@@ -62,34 +61,34 @@ class Governor:
 
     def __init__(self, clock: Clock, *, max_concurrent: int) -> None:
         self._clock = clock
-        self.max_concurrent = max_concurrent
         self._slots = asyncio.Semaphore(max_concurrent)
         self._gate = asyncio.Lock()
         self.pacing = Pacing()
         self.in_flight = 0
         self.waiting = 0
-        self.paced_s = 0.0
 
     @contextlib.asynccontextmanager
     async def call(self, on_wait: Callable[[bool], None]) -> AsyncIterator[Ticket]:
         """Wait for a slot and for the pace, then hold the slot for the call made inside."""
         told = False
+
+        def tell() -> None:  # this call waits: its run hears it once
+            nonlocal told
+            if not told:
+                told = True
+                on_wait(True)
+
         self.waiting += 1
         try:
             if self._slots.locked():
-                told = True
-                on_wait(True)
+                tell()
             await self._slots.acquire()
             try:
-                if self._gate.locked() and not told:  # another call is waiting for the pace: so is this one
-                    told = True
-                    on_wait(True)
+                if self._gate.locked():  # another call is waiting for the pace: so is this one
+                    tell()
                 async with self._gate:
                     while (delay := self.pacing.delay(self._clock.monotonic())) > 0:
-                        if not told:
-                            told = True
-                            on_wait(True)
-                        self.paced_s += delay
+                        tell()
                         await self._clock.sleep(delay)
                     seq = self.pacing.start()
             except BaseException:  # cancelled while waiting for the pace (an abort)
@@ -122,5 +121,5 @@ class Governor:
         now = self._clock.monotonic()
         return GovernorStatus(
             in_flight=self.in_flight, waiting=self.waiting, paused_s=max(0.0, self.pacing.paused_until - now),
-            throttled=self.pacing.throttled, paced_s=self.paced_s, remaining=self.pacing.remaining(now),
+            throttled=self.pacing.throttled, remaining=self.pacing.remaining(now),
         )
