@@ -36,7 +36,6 @@ horizon; the newest message seen per room). :class:`Journal` is the shell.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Iterable
@@ -44,8 +43,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bridge.journal_state import JournalState, admit_line
-from clankie.appender import Appender, DiskError, sync_pool
-from clankie.jsonl import read_lines, write_all
+from clankie.appender import Appender, DiskError, sync_dir, sync_pool
+from clankie.jsonl import read_lines, replace_file
 from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnSubmit
 from clankie.quiet import Quiet
@@ -183,7 +182,7 @@ class Journal:
         if self.remembered is not None:
             data = self.remembered.snapshot()
             try:
-                await asyncio.get_running_loop().run_in_executor(sync_pool(), _replace_file, self.seen_path, data)
+                await asyncio.get_running_loop().run_in_executor(sync_pool(), _save, self.seen_path, data)
             except OSError as exc:
                 raise DiskError(exc) from None
         self.state.forget_before(since)
@@ -221,22 +220,7 @@ def _close_line(did: str, outcome: str, at: float, code: str | None, message_ids
     return line
 
 
-def _replace_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole (mode 0600, no symlink followed): a new file, synced, renamed over it."""
-    tmp = path.with_name(path.name + ".new")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def _save(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole (:func:`clankie.jsonl.replace_file`) and make the rename durable now."""
+    replace_file(path, data)
+    sync_dir(path.parent)

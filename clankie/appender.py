@@ -252,7 +252,7 @@ class Appender:
         self._size = os.fstat(self._fd).st_size
         self._synced = max(self._synced, upto)  # the carried-over tail waits for the next sync
         with contextlib.suppress(OSError):
-            _sync_dir(self.path.parent)
+            sync_dir(self.path.parent)
 
     def close(self) -> None:
         """Close the file; its last lines reach the disk on the sync threads, not on the caller's."""
@@ -277,7 +277,7 @@ def _sync_all(sync: Sync, fds: list[int], directory: Path) -> None:
             os.close(fd)
     if len(fds) > 1:
         try:
-            _sync_dir(directory)
+            sync_dir(directory)
         except OSError as exc:
             error = error or exc
     if error is not None:
@@ -299,7 +299,8 @@ def _read_from(path: Path, offset: int) -> bytes:
         return fh.read()
 
 
-def _sync_dir(directory: Path) -> None:
+def sync_dir(directory: Path) -> None:
+    """Make renames and new names in ``directory`` durable now (on the caller's thread)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

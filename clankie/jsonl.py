@@ -8,6 +8,7 @@ written, never a complete one.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -28,6 +29,26 @@ def write_all(fd: int, data: bytes) -> None:
         if written <= 0:
             raise OSError(errno.EIO, "write made no progress")
         view = view[written:]
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole: a new private file beside it (0600, no symlink followed), synced, then
+    renamed over it; if anything fails the new file is removed and ``path`` is as it was. Raises ``OSError``.
+    Making the rename itself durable (a sync of the directory) is the caller's choice of now or later. One writer
+    per path: the new file's name is fixed, so one left by a crash is overwritten by the next write, not kept."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 # -- issue 14 (full disk): a failed append leaves no torn line --------------------------------------

@@ -28,12 +28,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from clankie.appender import sync_dir_later
-from clankie.jsonl import write_all
+from clankie.jsonl import replace_file
 from clankie.paths import make_private_dirs
 from clankie.protocol import Author, HistoryMessage, Room
 from service.captain.keys import CaptainPaths
@@ -64,19 +63,7 @@ def remember(paths: CaptainPaths, room: Room, message_ids: Sequence[str]) -> Non
     old = [i for i in _read(path) if i not in message_ids]
     kept = [*old, *message_ids][-KEPT:]
     make_private_dirs(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            write_all(fd, json.dumps({"message_ids": kept}).encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    replace_file(path, json.dumps({"message_ids": kept}).encode("utf-8"))
     with contextlib.suppress(OSError):
         sync_dir_later(path.parent)
 
