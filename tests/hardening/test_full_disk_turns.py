@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from clankie.jsonl import read_lines
-from clankie.testing import fake_anthropic as fa
+from clankie.protocol import ChildStatus
 from clankie.testing.fake_discord import FakeDiscord
 from tests.hardening.test_full_disk import fill, in_small_fs, need_root_and_unshare
-from tests.integration.tree import CHAN, CLANKIE, GUILD, PERSON, REPO, Site, Tree, stop_tree, tree_env
+from tests.integration.tree import CHAN, PERSON, Tree, real_tree
 from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -57,6 +57,18 @@ def open_in_journal(state: Path) -> set[str]:
     return opened - closed
 
 
+async def slot_free(t: Tree) -> None:
+    """Until the bridge, in a heartbeat sent after now, holds no turn. A turn's ⚠️ goes out just before its slot is
+    free, and a message that came in between would wait (held by the full disk) instead of failing as a new turn."""
+    since = asyncio.get_running_loop().time() + 0.05  # a heartbeat received after this, on the same clock
+
+    def fresh_and_free(c: ChildStatus) -> bool:
+        beat = c.last_heartbeat_age_s
+        return beat is not None and asyncio.get_running_loop().time() - beat > since and "turns 0/1, held (" in c.detail
+
+    await t.wait_child(fresh_and_free, "bridge", 30)
+
+
 def test_turns_on_a_full_disk_fail_in_one_line_each_and_waiting_messages_wait_for_space(tmp_path: Path,
                                                                                          runtime_dir: Path) -> None:
     """Five turns on a full state directory: five outcomes, five lines with their codes, no traceback; the two
@@ -64,25 +76,10 @@ def test_turns_on_a_full_disk_fail_in_one_line_each_and_waiting_messages_wait_fo
     need_root_and_unshare()
 
     async def main() -> None:
-        discord = FakeDiscord(guilds={GUILD: [CHAN, *ROOMS]})
-        anthropic = fa.FakeAnthropic()
-        site = Site()
-        await discord.start()
-        await anthropic.start()
-        await site.start()
-        state = tmp_path / "state"
-        state.mkdir(mode=0o700)
-        env = tree_env(tmp_path, runtime_dir, discord, anthropic,
-                       {"CLANKIE_DISCORD_MAX_TURNS": "1", "CLANKIE_DISCORD_TOOL_CARD": "false"})
-        err_path = tmp_path / "supervisor.stderr"
-        with err_path.open("wb") as err:
-            proc = await asyncio.create_subprocess_exec(*in_small_fs(state, "64m"), CLANKIE, "run", env=env, cwd=REPO,
-                                                        stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err)
-        # unshare and sh exec: this pid is the supervisor; its view of the state dir is the small tmpfs
-        view = Path(f"/proc/{proc.pid}/root") / state.relative_to("/")
-        t = Tree(proc, view, runtime_dir, discord, anthropic, site, err_path, env)
-        try:
-            await t.ready(90)
+        small = {"CLANKIE_DISCORD_MAX_TURNS": "1", "CLANKIE_DISCORD_TOOL_CARD": "false"}
+        async with real_tree(tmp_path, runtime_dir, small, ready_timeout=90, channels=(CHAN, *ROOMS),
+                             prefix=lambda state: in_small_fs(state, "64m")) as t:
+            discord, anthropic, view = t.discord, t.anthropic, t.state  # view: the supervisor's, the small tmpfs
             gate = anthropic.gate = asyncio.Event()  # the first turn holds the one slot
             first = str((await discord.message(CHAN, "clankie, first", author_id=PERSON, mention_bot=True))["id"])
             await anthropic.wait_for_requests(1)
@@ -94,13 +91,13 @@ def test_turns_on_a_full_disk_fail_in_one_line_each_and_waiting_messages_wait_fo
             fill(view / "filler")
             gate.set()
             await until(lambda: replied(discord, first) or warned(discord, first) or None, 60, "the first turn's end")
-            # the first turn's ⚠️ goes out just before its slot is free: a message sent in between would wait
-            await t.wait_child(lambda c: "turns 0/1, held (" in c.detail, "bridge", 30)
+            await slot_free(t)
             failed = []
             for room in ROOMS[1:]:
                 mid = str((await discord.message(room, "clankie, are you there?", author_id=PERSON,
                                                  mention_bot=True))["id"])
                 await until(lambda mid=mid: warned(discord, mid) or None, 60, f"the ⚠️ on {mid}")  # type: ignore[misc]  # bound per pass
+                await slot_free(t)
                 failed.append(mid)
             assert not any(replied(discord, w) or warned(discord, w) for w in waiting)
             assert set(waiting) <= open_in_journal(view)  # still there for the next bridge, too
@@ -108,13 +105,7 @@ def test_turns_on_a_full_disk_fail_in_one_line_each_and_waiting_messages_wait_fo
             (view / "filler").unlink()
             await until(lambda: replied(discord, waiting[-1]) or None, 60, "the waiting messages answered")
             assert not warned(discord, waiting[0]) and not warned(discord, waiting[-1])
-        finally:
-            anthropic.gate = None
-            await stop_tree(t.proc)
-            await site.close()
-            await anthropic.close()
-            await discord.close()
-        text = err_path.read_text(errors="replace")
+        text = t.stderr_path.read_text(errors="replace")
         assert "Traceback" not in text
         for mid in failed:
             lines = loud_lines(text, mid)

@@ -23,7 +23,7 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -287,8 +287,13 @@ async def real_tree(
     env: dict[str, str] | None = None,
     ready_timeout: float = 60.0,
     channels: tuple[str, ...] = (CHAN,),
+    prefix: Callable[[Path], Sequence[str]] | None = None,
 ) -> AsyncIterator[Tree]:
-    """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns."""
+    """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns.
+
+    ``prefix(state)`` is a command that sets up a private mount namespace and execs the supervisor in it (a small
+    tmpfs on the state directory, say); the tree's ``state`` is then the supervisor's own view of it.
+    """
     discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
     site = Site()
@@ -301,9 +306,11 @@ async def real_tree(
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            CLANKIE, "run", env=full_env, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO
+            *(prefix(state) if prefix else ()), CLANKIE, "run", env=full_env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=err, stderr=err, cwd=REPO,
         )
-    t = Tree(proc, state, runtime, discord, anthropic, site, err_path, full_env)
+    view = Path(f"/proc/{proc.pid}/root") / state.relative_to("/") if prefix else state
+    t = Tree(proc, view, runtime, discord, anthropic, site, err_path, full_env)
     try:
         await t.ready(ready_timeout)
         yield t
