@@ -19,6 +19,7 @@ from service.agent.outcome import OutcomeKind
 from service.agent.pacing import Pacing, Report, reports
 from service.agent.provider import AnthropicProvider
 from service.agent.session import SessionTree
+from tests.polling import until
 from tests.service.agent.helpers import SYSTEM, arun
 
 WALL = 1_800_000_000.0
@@ -142,11 +143,10 @@ def test_a_429_with_retry_after_pauses_every_run_not_only_its_own(tmp_path: Path
             async with agents(tmp_path, fake, clock, governor, 2) as ((a, b), events):
                 first = asyncio.create_task(a.run("one"))
                 await fake.wait_for_requests(1)
-                while governor.pacing.throttled == 0:
-                    await asyncio.sleep(0.01)
+                await until(lambda: governor.pacing.throttled > 0 or None, what="the 429 to pause the governor")
                 second = asyncio.create_task(b.run("two"))
-                while sum(isinstance(e, ProviderWait) and e.waiting for e in events) < 2:
-                    await asyncio.sleep(0.01)
+                await until(lambda: sum(isinstance(e, ProviderWait) and e.waiting for e in events) >= 2 or None,
+                            what="both runs to be told they wait")
                 assert governor.status().waiting == 2 and governor.status().paused_s == 30.0
                 clock.advance(29.0)
                 await asyncio.sleep(0.1)  # sleep: neither call may go out in this window (1 s early)
@@ -171,8 +171,7 @@ def test_an_aborted_run_leaves_the_governors_queue(tmp_path: Path) -> None:
                 first = asyncio.create_task(a.run("one"))
                 await fake.wait_for_requests(1)
                 second = asyncio.create_task(b.run("two"))
-                while governor.status().waiting == 0:
-                    await asyncio.sleep(0.01)
+                await until(lambda: governor.status().waiting > 0 or None, what="the second call to wait for a slot")
                 b.abort("operator")
                 assert (await second).kind is OutcomeKind.ABORTED
                 assert governor.status().waiting == 0
