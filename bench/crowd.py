@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
 import subprocess
 import sys
@@ -55,6 +54,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.scale import Bench  # noqa: E402
 from bench.scale_kit import Anthropic, times  # noqa: E402
+from clankie.rotation import read_all  # noqa: E402
 from clankie.testing.fake_anthropic import RateLimits  # noqa: E402
 
 WAITING = re.compile(r"waiting: (\d+) in")
@@ -63,21 +63,12 @@ BEFORE_GOVERNOR = "6baf208"  # the last commit whose runs each retried 429s on t
 
 
 def outcomes(state: Path) -> dict[str, int]:
-    """Closing receipts by outcome (the bot's own echoes left out)."""
-    path = state / "receipts" / "bridge.jsonl"
+    """Receipts by outcome, every kept segment read (the bot's own echoes left out)."""
     out: dict[str, int] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        if line.strip():
-            r = json.loads(line)
-            if r.get("reason") != "self_or_bot_message":
-                out[r["outcome"]] = out.get(r["outcome"], 0) + 1
+    for r in read_all(state / "receipts" / "bridge.jsonl"):
+        if r.get("reason") != "self_or_bot_message":
+            out[r["outcome"]] = out.get(r["outcome"], 0) + 1
     return out
-
-
-def dropped(state: Path) -> int:
-    path = state / "receipts" / "bridge.jsonl"
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return sum(1 for r in lines if r["outcome"] == "dropped" and r.get("reason") != "self_or_bot_message")
 
 
 async def burst(args: argparse.Namespace, cap: int, checkout: Path | None = None) -> dict[str, Any]:
@@ -117,7 +108,7 @@ async def burst(args: argparse.Namespace, cap: int, checkout: Path | None = None
                 last = max(bench.replies.at[m] for m in ids if m in bench.replies.at)
             ends = outcomes(tmp / "state")
             served = bench.anthropic.served
-            out = {"cap": cap, "answered": answered, "dropped": dropped(tmp / "state"), "waiting_peak": peak,
+            out = {"cap": cap, "answered": answered, "dropped": ends.get("dropped", 0), "waiting_peak": peak,
                    "drain_s": last - t0, "kb_per_waiting": (rss_peak - rss0) / 1024 / peak if peak else float("nan"),
                    "failed": ends.get("failed", 0), "requests": served, "limited": bench.anthropic.rate_limited,
                    "limited_share": bench.anthropic.rate_limited / served if served else float("nan")}
