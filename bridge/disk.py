@@ -6,7 +6,7 @@ refusing the line: ``disk_full`` and kin) ends with its outcome like any
 failed turn, and one log line says why. What waits for a slot is another
 matter: it was journaled before the disk filled, and starting it now would
 only fail it too. :class:`DiskHold` says whether a waiting turn may start:
-not while the state filesystem has less than :data:`LOW_SPACE` free (what the
+not while the state filesystem has less than :data:`clankie.paths.LOW_SPACE` free (what the
 supervisor's status calls "state filesystem full"), and not for
 :data:`RECHECK_S` seconds after a turn failed for the disk (a quota or a
 failing disk does not show in the free space). The bridge looks again every
@@ -28,13 +28,11 @@ from pathlib import Path
 from typing import TypeGuard
 
 from clankie.clock import Clock
-from clankie.paths import free_bytes
+from clankie.paths import LOW_SPACE, free_bytes
 from clankie.protocol import Code
 
 log = logging.getLogger(__name__)
 
-LOW_SPACE = 64 * 1024
-"""Below this many free bytes the state filesystem is full (the supervisor's threshold too)."""
 RECHECK_S = 5.0
 """Seconds between looks at the disk while waiting turns are held."""
 SERVICE_CODES = frozenset({Code.SERVICE_DISK_FULL, Code.SERVICE_DISK_ERROR})

@@ -101,6 +101,11 @@ def _make_missing(path: Path) -> None:
         raise ConfigError(f"cannot create or reach {exc.filename or path}: {exc.strerror}") from None
 
 
+LOW_SPACE = 64 * 1024
+"""Below this many free bytes the state filesystem is full: the supervisor's status says so, and the bridge holds
+what waits for a turn slot (:mod:`bridge.disk`)."""
+
+
 def free_bytes(path: Path) -> int | None:
     """Bytes an unprivileged writer may still use on ``path``'s filesystem (None if it cannot be read)."""
     try:

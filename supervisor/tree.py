@@ -32,7 +32,7 @@ from clankie import ipc
 from clankie.child import TREE_ID_ENV, become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
-from clankie.paths import child_log_dir, free_bytes, make_private_dirs, socket_path
+from clankie.paths import LOW_SPACE, child_log_dir, free_bytes, make_private_dirs, socket_path
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings
 from supervisor.environment import minimal
@@ -47,8 +47,6 @@ from supervisor.watchdog import Abort, KillService
 
 log = logging.getLogger(__name__)
 
-LOW_SPACE = 64 * 1024
-"""Below this many free bytes on the state filesystem, status says the disk is full."""
 
 STOP_BUDGET = 25.0
 """Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""

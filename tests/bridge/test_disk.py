@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.disk import LOW_SPACE, RECHECK_S, DiskHold, is_disk_code
+from bridge.disk import RECHECK_S, DiskHold, is_disk_code
 from clankie import ipc
+from clankie.paths import LOW_SPACE
 from clankie.protocol import TurnResult, TurnSubmit
 from clankie.quiet import Quiet
 from clankie.testing.clock import FakeClock
