@@ -42,6 +42,7 @@ from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import Link, supervisor_link
 from clankie.paths import process_environment
 from clankie.protocol import Heartbeat
+from clankie.redact import Redactor
 from clankie.secrets import SECRET_VARIABLES
 from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings
@@ -105,7 +106,7 @@ def drop_secrets(environ: Mapping[str, str]) -> None:
 def _configure(spec: ChildSpec, env: Mapping[str, str]) -> Settings:
     """Read this life's secrets (if the spec keeps them) and settings once; configure logging."""
     settings = settings_mod.load(receive_secrets(env) if spec.keeps_secrets else env)
-    logs.configure(spec.name, settings.log_level)
+    logs.configure(spec.name, settings.log_level, redact=Redactor.of(settings))  # the secrets this child holds
     return settings
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from clankie.paths import process_environment
+from clankie.redact import NOTHING, Redactor
 
 _context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar("clankie_log_context", default={})  # noqa: B039 (read-only Mapping: never mutated, only replaced)
 
@@ -39,13 +40,14 @@ def bound(**fields: Any) -> Iterator[None]:
 
 
 class _Formatter(logging.Formatter):
-    def __init__(self, role: str, journald: bool) -> None:
+    def __init__(self, role: str, journald: bool, redact: Redactor = NOTHING) -> None:
         fmt = "%(name)s: %(message)s" if journald else "%(asctime)s %(levelname).1s " + role + " %(name)s: %(message)s"
         super().__init__(fmt, datefmt="%H:%M:%S")
         self._journald = journald
+        self._redact = redact
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = self._redact(super().format(record))  # the whole line, a traceback included
         ctx = _context.get()
         if ctx:
             line += " " + " ".join(f"{k}={v}" for k, v in ctx.items())
@@ -68,17 +70,23 @@ def stderr_is_journal(env: Mapping[str, str], fd: int = 2) -> bool:
 
 
 def configure(
-    role: str, level: str = "INFO", *, journald: bool | None = None, env: Mapping[str, str] | None = None
+    role: str,
+    level: str = "INFO",
+    *,
+    journald: bool | None = None,
+    env: Mapping[str, str] | None = None,
+    redact: Redactor = NOTHING,
 ) -> None:
     """Send this process's logs to stderr in the house format.
 
     ``journald`` forces the format; by default it is chosen by
     :func:`stderr_is_journal` on ``env`` (``os.environ`` when None).
+    ``redact`` holds the secrets this process holds: no line carries their values (:mod:`clankie.redact`).
     """
     if journald is None:
         journald = stderr_is_journal(process_environment() if env is None else env)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter(role, journald))
+    handler.setFormatter(_Formatter(role, journald, redact))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

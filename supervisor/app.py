@@ -21,6 +21,7 @@ from clankie import logs
 from clankie.clock import SystemClock
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.paths import child_log_dir, ensure_private_dir, process_environment, socket_path
+from clankie.redact import Redactor
 from clankie.settings import Settings, load
 from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
@@ -84,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stderr: StderrQueue | None = None
     try:
         settings = load()
-        logs.configure("supervisor", settings.log_level)
+        logs.configure("supervisor", settings.log_level, redact=Redactor.of(settings))
         stderr = stderr_queue(settings)  # our log records and the children's lines: never a blocking write
         route_logging(stderr)
         prepare_directories(settings)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
+from clankie.redact import Redactor
 from clankie.settings import Settings
 from service.agent.governor import Governor
 from service.agent.model import Provider
@@ -30,11 +31,20 @@ from service.captain import keys, listing, prompt, reports
 from service.captain.hosts import HostClient
 from service.captain.inbound import FetchPolicy, ImageFetcher
 from service.captain.lane import AbortRequested, TurnArrived
-from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, LiveLane, ended_within
+from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, LanePlan, LiveLane, ended_within
 from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import TEARDOWN_GRACE, LaneRegistry
 from service.captain.runner import LIVE, LaneRunner, RunnerDeps
-from service.captain.tools import Admission, DeliveryContext, TurnCapture, diagram_tool, screenshot_tool, shell_tool, text_update_tool
+from service.captain.tools import (
+    Admission,
+    DeliveryContext,
+    TurnCapture,
+    diagram_tool,
+    redacted,
+    screenshot_tool,
+    shell_tool,
+    text_update_tool,
+)
 
 __all__ = ["SESSION_FAILED", "SHUTDOWN_CODE", "TEARDOWN_GRACE", "Captain", "CaptainDeps"]
 
@@ -71,7 +81,7 @@ class Captain:
                 clock=deps.clock,
                 provider=deps.provider,
                 registry=self.registry,
-                tools=lambda capture, privileged: self._tools(capture, privileged),
+                tools=lambda capture, plan: self._tools(capture, plan),
                 joins=deps.joins,
                 shutting_down=lambda: self.shutting_down,
                 governor=deps.governor,
@@ -82,6 +92,7 @@ class Captain:
             retain_seconds=deps.settings.inbound_image_retention_seconds,
         )
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
+        self.redact = Redactor.of(deps.settings)  # the Anthropic key: never in a tool result or a text that leaves
 
     @property
     def lanes(self) -> OrderedDict[str, LiveLane]:
@@ -129,17 +140,17 @@ class Captain:
     def _stopping(self) -> bool:
         return self.shutting_down
 
-    def _tools(self, capture: TurnCapture, privileged: bool) -> list[Tool]:
+    def _tools(self, capture: TurnCapture, plan: LanePlan) -> list[Tool]:
         root = self._s.attachment_root
-        tools = [text_update_tool(capture, self._admission)]
-        if self._browser is not None:
+        tools = [text_update_tool(capture, self._admission, self.redact)]
+        if self._browser is not None and not plan.contained:  # a page is untrusted text: never beside a shell outside a trusted room
             tools.append(screenshot_tool(self._browser, capture, root))
         if self._tldraw is not None:
             tools.append(diagram_tool("draw_er_diagram", self._tldraw, capture, root))
             tools.append(diagram_tool("draw_sequence_diagram", self._tldraw, capture, root))
-        if privileged:
+        if plan.privileged:
             tools.append(shell_tool(self._s.state_dir))
-        return tools
+        return [redacted(tool, self.redact) for tool in tools]
 
     def _watch_typing(self, lane: LiveLane, delta: str) -> None:
         self.runner.watch_typing(lane, delta)

@@ -87,9 +87,8 @@ class CaptainPaths:
 
 
 def is_trusted(room: Room, trusted: tuple[str, ...]) -> bool:
-    """Whether ``room`` is on the explicit trusted list (``<guild>/<channel>``, ``dm/<channel>`` or a bare channel id)."""
-    if room.trusted:
-        return True
+    """Whether ``room`` is on the explicit trusted list (``<guild>/<channel>``, ``<guild>:<channel>``,
+    ``dm/<channel>`` or a bare channel id). The wire's ``Room.trusted`` is not read: the list is the authority."""
     scope = room.guild_id or "dm"
     names = {f"{scope}/{room.channel_id}", f"{scope}:{room.channel_id}", room.channel_id}
     return any(entry in names for entry in trusted)

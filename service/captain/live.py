@@ -17,6 +17,7 @@ from clankie import ipc
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Code, HistoryMessage, Room, ToolActivity, Trigger, TurnResult, TypingSignal
+from clankie.redact import NOTHING, Redactor
 from service.agent.agent import Agent
 from service.agent.content import UserMessage
 from service.agent.events import ToolEnd, ToolStart
@@ -46,6 +47,12 @@ class LanePlan:
     key: str
     directory: Path
     privileged: bool
+
+    @property
+    def contained(self) -> bool:
+        """A privileged one-shot (a system actor outside a trusted room): the shell, so it reads nothing
+        untrusted: no room history, no catch-up backlog, no browser; only the actor's own trigger."""
+        return self.privileged and self.kind == "oneshot"
 
 
 @dataclass
@@ -111,7 +118,7 @@ def failure_code(outcome: RunOutcome) -> str | None:
     return FAILURE_CODES[outcome.kind]
 
 
-def lane_message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> UserMessage:
+def lane_message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None, boundary: str) -> UserMessage:
     """One turn's user message: the framed prompt, the trigger's fetched pictures, then the backlog's.
 
     A backlog message's pictures are sent only when its line is in ``context`` (so each image has a line
@@ -119,15 +126,16 @@ def lane_message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> 
     """
     backlog = slot.images.shown_for(frozenset(m.id for m in context or ()))
     reports = tuple((mid, imgs.report()) for mid, imgs in backlog)
-    text = prompt.turn_prompt(slot.trigger, context, slot.images.trigger.report(), reports)
+    text = prompt.turn_prompt(slot.trigger, context, slot.images.trigger.report(), reports, boundary=boundary)
     paths = slot.images.trigger.paths + tuple(p for _, imgs in backlog for p in imgs.paths)
     return UserMessage(text=text, images=paths)
 
 
-def tool_activity(delivery_id: str, event: ToolStart | ToolEnd) -> ToolActivity:
-    """The content-free ``tool`` notification for one tool event of the run owner's delivery."""
+def tool_activity(delivery_id: str, event: ToolStart | ToolEnd, redact: Redactor = NOTHING) -> ToolActivity:
+    """The content-free ``tool`` notification for one tool event of the run owner's delivery (a host that
+    holds a secret this process knows is not named)."""
     host = event.subject if isinstance(event, ToolStart) else None
-    if host is not None and not HOST_NAME.fullmatch(host):
+    if host is not None and (not HOST_NAME.fullmatch(host) or redact.found(host)):
         host = None
     return ToolActivity(delivery_id=delivery_id, call_id=event.call_id[:128] or "call", tool=event.name[:64],
                         host=host, active=isinstance(event, ToolStart))

@@ -73,7 +73,9 @@ class LaneRegistry:
         self.evicted = 0
 
     def plan(self, room: Room, author: Author) -> LanePlan:
-        system = author.is_system_actor or author.id in self._s.discord_system_actor_ids
+        """Which lane a turn runs in. Authority comes from this process's settings alone: the wire's
+        ``Author.is_system_actor`` and ``Room.trusted`` are never read (any peer could have set them)."""
+        system = author.id in self._s.discord_system_actor_ids
         room_key = keys.room_lane_key(self._s.character_id, room)
         if system and keys.is_trusted(room, self._s.discord_trusted_rooms):
             key = keys.system_lane_key(self._s.character_id, room, author.id)

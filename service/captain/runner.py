@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import HistoryMessage, HistoryReply, HistoryRequest, Room, Trigger, TurnResult
+from clankie.redact import Redactor
 from clankie.settings import Settings
 from service.agent.agent import Agent, AgentConfig
 from service.agent.content import UnsupportedImage
@@ -75,6 +77,12 @@ from service.captain.tools import DeliveryContext, TurnCapture
 log = logging.getLogger(__name__)
 
 HISTORY_TIMEOUT = 30.0
+
+
+def new_boundary() -> str:
+    """A turn's boundary around its Discord text (:func:`service.captain.prompt.boundary_lines`): 64 random bits."""
+    return secrets.token_hex(8)
+
 LIVE = (LaneState.STARTING, LaneState.RUNNING)
 
 NewTurn = tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult], TurnImages]
@@ -86,7 +94,7 @@ class RunnerDeps:
     clock: Clock
     provider: Provider | None
     registry: LaneRegistry
-    tools: Callable[[TurnCapture, bool], list[Tool]]
+    tools: Callable[[TurnCapture, LanePlan], list[Tool]]
     joins: Callable[[str, tuple[str, ...]], None] | None
     shutting_down: Callable[[], bool]
     governor: Governor | None = None  # the service's one provider governor (None: a private one per agent)
@@ -106,6 +114,7 @@ class LaneRunner:
         self._governor = deps.governor
         self.background: set[asyncio.Task[None]] = set()  # fire-and-forget sends (typing), held until done
         self._config = AgentConfig.from_settings(deps.settings)  # window, compaction budget, session retention
+        self._redact = Redactor.of(deps.settings)  # the Anthropic key never leaves in a reply or a tool card
 
     def build(self, plan: LanePlan, key: str, room: Room, session: SessionTree) -> LiveLane:
         """A lane's live objects over ``session``, subscribed to its agent's events."""
@@ -114,7 +123,7 @@ class LaneRunner:
         agent = Agent(
             session=session,
             provider=self._provider,
-            tools=self._tools(capture, plan.privileged),
+            tools=self._tools(capture, plan),
             clock=self._clock,
             system_prompt=prompt.system_prompt(self._s.character_id, plan.privileged),
             config=self._config,
@@ -180,11 +189,11 @@ class LaneRunner:
                         lane.key, lane.agent.queued_images, slot.turn_id, slot.images.count)
             slot.images = slot.images.without_files(OVER_STEER_LIMIT)
         try:
-            steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
+            steered = lane.agent.steer(lane_message(slot, slot.backlog or None, new_boundary()))
         except (OSError, UnsupportedImage):
             log.warning("lane %s: stored images of steered turn %s unreadable; steering the text", lane.key, slot.turn_id)
             slot.images = slot.images.without_files()
-            steered = lane.agent.steer(lane_message(slot, slot.backlog or None))
+            steered = lane.agent.steer(lane_message(slot, slot.backlog or None, new_boundary()))
         if not steered:
             log.warning("lane %s: run was not live for steered turn %s", lane.key, slot.turn_id)
 
@@ -201,6 +210,7 @@ class LaneRunner:
                 self._resolve(lane, turn_id, TurnResult(outcome="silent", turn_id=turn_id))
             return
         media = tuple(lane.capture.media[-1:])
+        text = self._redact(text)
         try:
             lane.lane_log.said(text)
         except OSError as exc:  # the answer stands; only its line in the lane log is lost
@@ -221,21 +231,22 @@ class LaneRunner:
         code: str | None = None
         try:
             history: tuple[HistoryMessage, ...] | None = None
-            if lane.fresh:
+            if lane.fresh and not lane.plan.contained:
                 history = await self._history(lane, slot)
                 lane.fresh = history is None  # no bridge or a failed call: the next run reads cold again
-            # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along
-            context = history or slot.backlog or None
+            # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along;
+            # a privileged one-shot outside a trusted room reads only its actor's own trigger (LanePlan.contained)
+            context = None if lane.plan.contained else history or slot.backlog or None
             lane.capture.media.clear()
             lane.typing_sent, lane.text_so_far = False, ""
             try:
-                await lane.agent.run(lane_message(slot, context), run_id=run_id)
+                await lane.agent.run(lane_message(slot, context, new_boundary()), run_id=run_id)
             except (OSError, UnsupportedImage):
                 if not slot.images.has_files:
                     raise
                 log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
                 slot.images = slot.images.without_files()
-                await lane.agent.run(lane_message(slot, context), run_id=run_id)
+                await lane.agent.run(lane_message(slot, context, new_boundary()), run_id=run_id)
         except asyncio.CancelledError:
             code = SHUTDOWN_CODE if self._shutting_down() else SESSION_FAILED
         except OSError as exc:  # the disk refused the session: one line with its code, the run's turns fail with it
@@ -316,7 +327,7 @@ class LaneRunner:
         owner = lane.capture.owner
         if owner is None or owner.conn is None or owner.conn.closed:
             return
-        task = asyncio.create_task(send_tool(owner.conn, tool_activity(owner.delivery_id, event)), name="tool")
+        task = asyncio.create_task(send_tool(owner.conn, tool_activity(owner.delivery_id, event, self._redact)), name="tool")
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from clankie import ipc
 from clankie.artifacts import ArtifactError, resolve_artifact
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import Artifact, DiagramRequest, Room, ScreenshotRequest, TextUpdate, TextUpdateReply
+from clankie.redact import Redactor
 from clankie.waits import within
 from service.agent.tools import Tool, ToolContext, ToolResult
 from service.captain.hosts import HostClient, HostUnavailable
@@ -77,9 +79,27 @@ def _error(text: str) -> ToolResult:
     return ToolResult(content=text, is_error=True)
 
 
-def text_update_tool(capture: TurnCapture, admission: Admission) -> Tool:
+def redacted(tool: Tool, redact: Redactor) -> Tool:
+    """``tool`` whose results never carry a secret this process holds: the model (and the tree) never sees one."""
+    if not redact:
+        return tool
+    execute = tool.execute
+
+    async def clean(args: dict[str, Any], ctx: ToolContext) -> ToolResult | str:
+        result = await execute(args, ctx)
+        if isinstance(result, str):
+            return redact(result)
+        if isinstance(result.content, str):
+            return dataclasses.replace(result, content=redact(result.content))
+        blocks = [{**b, "text": redact(b["text"])} if isinstance(b.get("text"), str) else b for b in result.content]
+        return dataclasses.replace(result, content=blocks)
+
+    return dataclasses.replace(tool, execute=clean)
+
+
+def text_update_tool(capture: TurnCapture, admission: Admission, redact: Redactor) -> Tool:
     async def execute(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        text = str(args.get("text", "")).strip()
+        text = redact(str(args.get("text", "")).strip())
         if not 1 <= len(text) <= TEXT_UPDATE_MAX:
             return _error(f"The update must be 1 to {TEXT_UPDATE_MAX} characters.")
         room = capture.room

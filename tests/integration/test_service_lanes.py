@@ -121,8 +121,9 @@ def test_system_actor_turn_is_a_privileged_one_shot(env: dict[str, str], state_d
             assert '"name":"bash"' in trees[0].read_text()
             assert "run echo" not in trees[1].read_text()  # the second one-shot starts empty
             assert "run echo" not in json.dumps(fake.requests[3]["messages"])  # nothing carried forward
-            # one-shots are always cold: each read the backlog (the upstream warm-room bug is fixed)
-            assert len(bridge.history_calls) == 3
+            # a privileged one-shot outside a trusted room reads no room history (only the ordinary turn asked)
+            assert [call.delivery_id for call in bridge.history_calls] == ["m1"]
+            assert "Channel conversation" not in "\n".join(user_texts(fake.requests[0]))
 
     run(body())
 
@@ -162,7 +163,7 @@ def test_one_shot_mode_runs_every_message_alone(env: dict[str, str]) -> None:
             assert (await bridge.submit(msg("m1", "a"))).text == "one"
             assert (await bridge.submit(msg("m2", "b"))).text == "two"
             assert len(bridge.history_calls) == 2
-            assert "one" not in json.dumps(fake.requests[1]["messages"])
+            assert '"text": "one"' not in json.dumps(fake.requests[1]["messages"])  # the first answer is not carried
 
     run(body())
 

@@ -447,8 +447,8 @@ def test_a_catch_up_backlogs_image_reaches_the_model_but_cold_historys_is_not_fe
             assert base64.b64decode(block["source"]["data"]) == png_bytes((10, 200, 10))
             assert server.hits["a.png"] == 0  # history is context, not something said to him now
             text = "\n".join(user_texts(fake.requests[0]))
-            assert "<43> an older picture (1 image attached, not shown)" in text
-            assert "<43>  (image 1 shown with this message)" in text
+            assert '<43> "an older picture" (1 image attached, not shown)' in text
+            assert '<43> "" (image 1 shown with this message)' in text
 
     run(body())
 
@@ -474,10 +474,10 @@ def test_backlog_images_are_capped_per_turn_and_the_prompt_says_which_were_not_l
             assert server.hits["a.png"] == 7 and server.hits["missing.png"] == 1
             text = "\n".join(user_texts(fake.requests[0]))
             assert "(4 images attached, shown with this message as images 1–4)" in text
-            assert "<43> newest (images 6–7 shown with this message)" in text
-            assert "<43> middle (image 5 shown with this message) (1 attached image was not shown to you: " \
+            assert '<43> "newest" (images 6–7 shown with this message)' in text
+            assert '<43> "middle" (image 5 shown with this message) (1 attached image was not shown to you: ' \
                 "could not be loaded — download failed)" in text
-            assert "<43> oldest (2 attached images were not shown to you: could not be loaded — " \
+            assert '<43> "oldest" (2 attached images were not shown to you: could not be loaded — ' \
                 f"more than {inbound.MAX_TURN_IMAGES} images in one turn)" in text
 
     run(body())

@@ -56,9 +56,10 @@ def test_bad_room_specs_are_refused_clearly(spec: str) -> None:
 
 
 def test_trusted_rooms_match_explicit_entries_only() -> None:
-    """A room is trusted when the bridge says so or it is on the operator's list."""
+    """A room is trusted only when it is on the operator's list; the wire's ``trusted`` flag is not authority."""
     room = Room(guild_id="1", channel_id="2")
     assert keys.is_trusted(room, ("1/2",))
+    assert keys.is_trusted(room, ("1:2",)) and keys.is_trusted(room, ("2",))
     assert keys.is_trusted(Room(channel_id="5"), ("dm/5",))
     assert not keys.is_trusted(room, ("1/3", "dm/2"))
-    assert keys.is_trusted(Room(guild_id="1", channel_id="9", trusted=True), ())
+    assert not keys.is_trusted(Room(guild_id="1", channel_id="9", trusted=True), ())

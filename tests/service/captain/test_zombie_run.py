@@ -15,6 +15,7 @@ from service.agent.tools import Tool, ToolContext, ToolResult
 from service.app import ServiceApp
 from service.captain import keys
 from service.captain.captain import TEARDOWN_GRACE, Captain, CaptainDeps
+from service.captain.live import LanePlan
 from service.captain.tools import DeliveryContext, TurnCapture
 from tests.polling import until
 from tests.service.captain.harness import msg, run, service_env
@@ -47,8 +48,8 @@ class StubbornCaptain(Captain):
         super().__init__(deps)
         self._extra = extra
 
-    def _tools(self, capture: TurnCapture, privileged: bool) -> list[Tool]:
-        return [*super()._tools(capture, privileged), self._extra]
+    def _tools(self, capture: TurnCapture, plan: LanePlan) -> list[Tool]:
+        return [*super()._tools(capture, plan), self._extra]
 
 
 def _trees(state_dir: Path) -> list[Path]:
