@@ -31,6 +31,7 @@ def add(total: Tokens, usage: Mapping[str, Any]) -> Tokens:
         cache_read=total.cache_read + _count(usage.get("cache_read")),
         cache_write=total.cache_write + _count(usage.get("cache_write")),
         output=total.output + _count(usage.get("output")),
+        cache_write_1h=total.cache_write_1h + _count(usage.get("cache_write_1h")),
     )
 
 

@@ -50,12 +50,25 @@ class Tokens(Record):
 
     input: int = Field(default=0, ge=0)
     cache_read: int = Field(default=0, ge=0)
-    cache_write: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)  # every kind of cache write
     output: int = Field(default=0, ge=0)
+    cache_write_1h: int = Field(default=0, ge=0)  # the part of cache_write with the 1-hour lifetime
 
     def __add__(self, other: Tokens) -> Tokens:
         return Tokens(input=self.input + other.input, cache_read=self.cache_read + other.cache_read,
-                      cache_write=self.cache_write + other.cache_write, output=self.output + other.output)
+                      cache_write=self.cache_write + other.cache_write, output=self.output + other.output,
+                      cache_write_1h=self.cache_write_1h + other.cache_write_1h)
+
+    @property
+    def billed(self) -> int:
+        """Every token billed, whatever its kind (what a token budget counts)."""
+        return self.input + self.cache_read + self.cache_write + self.output
+
+    @property
+    def read_share(self) -> float | None:
+        """The cache-read share of the input tokens (None when there were none)."""
+        total = self.input + self.cache_read + self.cache_write
+        return self.cache_read / total if total else None
 
 
 class LaneInfo(Record):

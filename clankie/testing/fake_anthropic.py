@@ -11,9 +11,12 @@ A test may instead choose each request's scenario from its body with
 :meth:`FakeAnthropic.respond_with` (e.g. hold one room's runs and answer
 another's, or act when a request carries a marker).
 
-Usage numbers respond to ``cache_control``: a prefix (tools → system →
-messages) that ends at a breakpoint is written to an in-memory cache, and a
-later request that repeats it is billed as a cache read.
+Usage numbers respond to ``cache_control`` as the API bills them: a prefix
+(tools → system → messages) that ends at a breakpoint is written to an
+in-memory cache for its lifetime (``ttl`` ``5m`` or ``1h``, on the fake's
+clock), a later request that repeats it in time is billed as a cache read,
+and the writes are split by lifetime in ``usage.cache_creation``
+(:mod:`clankie.testing.fake_anthropic_cache`).
 
 With ``limits`` (:class:`~clankie.testing.fake_anthropic_limits.RateLimits`)
 the fake enforces an organisation's rate limits as the API does: every
@@ -37,7 +40,7 @@ from typing import Any
 from aiohttp import web
 
 from clankie.clock import Clock, SystemClock
-from clankie.testing.fake_anthropic_cache import PromptCache, estimate_tokens
+from clankie.testing.fake_anthropic_cache import PromptCache, estimate_tokens, ttl_order_error
 from clankie.testing.fake_anthropic_limits import Limiter, RateLimits
 from clankie.testing.fake_anthropic_scenarios import (
     Failure,
@@ -91,7 +94,7 @@ class FakeAnthropic:
         self.requests: list[dict[str, Any]] = []
         self._clock = clock or SystemClock()
         self.limiter = Limiter(limits, self._clock.monotonic()) if limits is not None else None
-        self.cache = PromptCache(cache_min_tokens)
+        self.cache = PromptCache(cache_min_tokens, now=self._clock.monotonic)
         self._script: collections.deque[Scenario] = collections.deque()
         self._echo = echo_by_default
         self.gate: asyncio.Event | None = None  # set to a cleared Event to hold every answer until it is set
@@ -159,6 +162,9 @@ class FakeAnthropic:
             scenario = self._script.popleft() if self._script else self._default(body)
         if self.gate is not None:
             await self._pause(None, self.gate)
+        refusal = ttl_order_error(body)
+        if refusal is not None:  # as the API: a longer cache lifetime after a shorter one is a bad request
+            return self._failure(Failure(status=400, error_type="invalid_request_error", message=refusal))
         limits: dict[str, str] = {}
         if self.limiter is not None:
             now, wall = self._clock.monotonic(), self._clock.wall()

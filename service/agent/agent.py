@@ -18,13 +18,13 @@ import logging
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clankie.clock import Clock
 from clankie.errors import ClankieError
-from clankie.settings import Settings
 from service.agent.attempts import Attempts, RunFailed
 from service.agent.compactor import Compactor
+from service.agent.config import AgentConfig, Meter
 from service.agent.content import Block, UserMessage, as_user_message, text_of, tool_uses
 from service.agent.events import (
     AgentEvent,
@@ -43,45 +43,19 @@ from service.agent.events import (
 from service.agent.governor import Governor
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
-from service.agent.retention import DAY, Retention
-from service.agent.retry import AGENT_RETRY, RetryPolicy
 from service.agent.session import SessionTree
 from service.agent.tools import Tool, ToolCallHooks, run_batch
+
+__all__ = ["ABORTED_RESULT", "Agent", "AgentBusy", "AgentConfig"]
 
 log = logging.getLogger(__name__)
 
 ABORTED_RESULT = "Not run to completion: the run was aborted."
+CAPPED_RESULT = "Not run: this run reached its tool-call cap."
 
 
 class AgentBusy(ClankieError):
     """Raised when ``run()`` is called while a run is live: the caller should ``steer()``."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class AgentConfig:
-    """Tunables of one agent (model window, compaction budget, retry schedule)."""
-
-    max_tokens: int = 4096
-    context_window: int = 200_000
-    reserve_tokens: int = 16_384
-    keep_recent_tokens: int = 20_000
-    summary_max_tokens: int = 2048
-    retry: RetryPolicy = AGENT_RETRY
-    rate_limit_retries: int = 10
-    retention: Retention = field(default_factory=Retention)
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AgentConfig:
-        """The window, compaction budget and session retention from ``CLANKIE_MODEL_CONTEXT_WINDOW`` and friends."""
-        return cls(
-            context_window=settings.model_context_window,
-            reserve_tokens=settings.compaction_reserve_tokens,
-            keep_recent_tokens=settings.compaction_keep_tokens,
-            rate_limit_retries=settings.model_rate_limit_retries,
-            retention=Retention(
-                max_age_seconds=settings.session_retention_days * DAY, max_files=settings.session_max_files
-            ),
-        )
 
 
 @dataclass
@@ -92,6 +66,9 @@ class _Run:
     steered: int = 0
     delivered_first: bool = False
     text: str = ""
+    calls: int = 0  # model requests made (retries and summaries count)
+    tool_calls: int = 0
+    words: list[str] = field(default_factory=list)  # each answer's text, for a run stopped by a cap
 
 
 Subscriber = Callable[[AgentEvent], None]
@@ -110,6 +87,7 @@ class Agent:
         system_prompt: str,
         config: AgentConfig | None = None,
         governor: Governor | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -118,6 +96,7 @@ class Agent:
         self._clock = clock
         self._system = system_prompt
         self._config = config or AgentConfig()
+        self._meter = meter
         self._attempts = Attempts(
             provider=provider, session=session, clock=clock, policy=self._config.retry, emit=self._emit,
             governor=governor, rate_limit_retries=self._config.rate_limit_retries,
@@ -238,7 +217,24 @@ class Agent:
             self._run = None
             self._task = None
 
+    def _gate(self, state: _Run) -> OutcomeKind | None:
+        """Before every model call: the run's caps, then the meter's budgets; a call let through is counted."""
+        if self._config.caps.refuses_call(state.calls, state.usage.context_tokens):
+            log.warning("run %s reached its cap (%d model calls, %d tokens)", state.run_id, state.calls,
+                        state.usage.context_tokens)
+            return OutcomeKind.RUN_BUDGET_EXCEEDED
+        refused = self._meter.refusal() if self._meter is not None else None
+        if refused is None:
+            state.calls += 1
+        return refused
+
+    def _charged(self, usage: Usage, model: str) -> None:
+        if self._meter is not None:
+            self._meter.charged(usage, model)
+
     async def _loop(self, state: _Run) -> RunOutcome:
+        self._attempts.gate = lambda: self._gate(state)
+        self._attempts.charged = self._charged
         self._emit(RunStart(run_id=state.run_id))
         if self.session.last_model() != self._provider.model:
             self.session.append_model_change(self._provider.model)
@@ -259,8 +255,16 @@ class Agent:
             if response.stop_reason == "refusal":
                 self._turn_end(state, response, 0)
                 raise RunFailed(OutcomeKind.MODEL_FAILED)
+            if said := text_of(response.content).strip():
+                state.words.append(said)
             calls = tool_uses(response.content)
+            if calls and self._config.caps.refuses_tools(state.tool_calls, len(calls)):
+                log.warning("run %s reached its cap of %d tool calls", state.run_id, self._config.caps.max_tool_calls)
+                self._close_orphans(CAPPED_RESULT)
+                self._turn_end(state, response, 0)
+                raise RunFailed(OutcomeKind.RUN_BUDGET_EXCEEDED)
             if calls:
+                state.tool_calls += len(calls)
                 results = await run_batch(calls, self._tools, self._clock, self._tool_hooks(state))
                 self.session.append_message({"role": "user", "content": results})
                 self.session.sync()
@@ -291,10 +295,13 @@ class Agent:
     def _settle(self, state: _Run, kind: OutcomeKind) -> RunOutcome:
         if self._queue:  # undelivered steers stay in the transcript for the next run
             self._deliver(state)
+        text = state.text if kind is OutcomeKind.OK else ""
+        if kind is OutcomeKind.RUN_BUDGET_EXCEEDED:
+            text = "\n\n".join(state.words)  # the words written so far go to the room
         outcome = RunOutcome(
             kind=kind,
             run_id=state.run_id,
-            text=state.text if kind is OutcomeKind.OK else "",
+            text=text,
             usage=state.usage,
             turns=state.turn,
             steered=state.steered,
@@ -316,8 +323,8 @@ class Agent:
         self._emit(RunEnd(run_id=state.run_id, outcome=outcome))
         return outcome
 
-    def _close_orphans(self) -> None:
-        """Give every unanswered tool call of the leaf an error result (after abort)."""
+    def _close_orphans(self, why: str = ABORTED_RESULT) -> None:
+        """Give every unanswered tool call of the leaf an error result (after an abort, or past the cap)."""
         path = self.session.path_to_leaf()
         last = next((e for e in reversed(path) if e["type"] == "message"), None)
         if last is None or last["message"]["role"] != "assistant":
@@ -325,7 +332,7 @@ class Agent:
         calls = tool_uses(last["message"]["content"])
         if calls:
             results = [
-                {"type": "tool_result", "tool_use_id": c["id"], "content": ABORTED_RESULT, "is_error": True}
+                {"type": "tool_result", "tool_use_id": c["id"], "content": why, "is_error": True}
                 for c in calls
             ]
             self.session.append_message({"role": "user", "content": results})
@@ -334,12 +341,14 @@ class Agent:
 
     async def _call(self, state: _Run) -> ModelResponse:
         def request() -> ModelRequest:
-            return ModelRequest(
-                system=self._system,
-                messages=self.session.messages(),
-                tools=self._tool_specs,
+            plain = ModelRequest(
+                system=self._system, messages=self.session.messages(), tools=self._tool_specs,
                 max_tokens=self._config.max_tokens,
             )
+            if self._meter is None:
+                return plain
+            prefix_ttl, cache_ttl = self._meter.lifetimes()
+            return replace(plain, prefix_ttl=prefix_ttl, cache_ttl=cache_ttl)
 
         async def overflow() -> bool:  # compact once, then the call is tried again
             done = await self._compactor.compact(state.run_id, "overflow")

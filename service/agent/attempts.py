@@ -5,7 +5,10 @@ with ``max_retries=0``). Every provider error is recorded in the session tree
 as a ``provider_error`` entry; a transient one is retried after the
 :class:`~service.agent.retry.RetryPolicy` delay (``RetryStart``/``RetryEnd``
 events); a context overflow calls ``on_overflow`` once (compaction) and
-tries again; anything else ends the run with :class:`RunFailed`.
+tries again; anything else ends the run with :class:`RunFailed`. Before
+every attempt the run's ``gate`` may refuse the call (a spent budget, a run
+cap: no request is made, the run ends), and every answer's usage goes to
+``charged``.
 
 Every attempt passes the service's one :class:`~service.agent.governor.Governor`,
 which paces it to the account's rate limits and hears what its answer said of
@@ -26,7 +29,7 @@ from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
 from service.agent.governor import Governor
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
-from service.agent.outcome import OutcomeKind
+from service.agent.outcome import OutcomeKind, Usage
 from service.agent.pacing import reports
 from service.agent.retry import RetryPolicy
 from service.agent.session import SessionTree
@@ -69,6 +72,8 @@ class Attempts:
         self._emit = emit
         self._governor = governor or Governor(clock, max_concurrent=1 << 16)
         self._rate_limit_retries = rate_limit_retries
+        self.gate: Callable[[], OutcomeKind | None] = lambda: None  # before every call: a refusal ends the run
+        self.charged: Callable[[Usage, str], None] = lambda usage, model: None  # after every answer
 
     async def complete(
         self,
@@ -117,7 +122,10 @@ class Attempts:
         return err.rate_limited and (err.retry_after is None or err.retry_after <= self._policy.max_retry_after)
 
     async def _call(self, run_id: str, request: Callable[[], ModelRequest], on_signal: Callable[[Signal], None]) -> ModelResponse:
-        """One attempt through the governor; what the answer says of the rate limits goes back to it."""
+        """One attempt through the governor (if the gate lets it); what the answer says of the rate limits goes back to it."""
+        refused = self.gate()
+        if refused is not None:  # a spent budget or a run cap: no request is made
+            raise RunFailed(refused)
         async with self._governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
             try:
                 response = await self._provider.complete(request(), on_signal)
@@ -128,6 +136,7 @@ class Attempts:
                 raise
             usage = response.usage
             ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
+            self.charged(usage, response.model)
             return response
 
     def _record(self, run_id: str, err: ProviderError, attempt: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from service.agent.content import Block, Message
 from service.agent.outcome import Usage
@@ -24,14 +24,25 @@ class Signal:
     text: str = ""
 
 
+CacheTtl = Literal["5m", "1h"]
+"""A prompt-cache lifetime the API takes (``cache_control.ttl``)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelRequest:
-    """One model call. ``system`` and ``tools`` must be byte-stable across turns (caching)."""
+    """One model call. ``system`` and ``tools`` must be byte-stable across turns (caching).
+
+    ``prefix_ttl`` is the cache lifetime of the prefix every lane shares (tools
+    and system prompt), ``cache_ttl`` that of the lane's conversation; the API
+    requires the longer lifetime first, so ``prefix_ttl`` is never the shorter.
+    """
 
     system: str
     messages: list[Message]
     tools: list[dict[str, Any]] = field(default_factory=list)
     max_tokens: int = 4096
+    cache_ttl: CacheTtl = "5m"
+    prefix_ttl: CacheTtl = "5m"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,16 +20,24 @@ class OutcomeKind(enum.StrEnum):
     MODEL_FAILED = "model_failed"
     RESPONSE_MISSING = "response_missing"
     ABORTED = "aborted"
+    BUDGET_EXHAUSTED = "budget_exhausted"  # a day budget was spent: the call was never made
+    RUN_BUDGET_EXCEEDED = "run_budget_exceeded"  # a per-run cap was reached; ``text`` holds the words so far
 
 
 @dataclass(frozen=True, kw_only=True)
 class Usage:
-    """Token counts as the provider bills them (input is the uncached remainder)."""
+    """Token counts as the provider bills them (input is the uncached remainder).
+
+    ``cache_write`` counts every token written to the prompt cache;
+    ``cache_write_1h`` is the part of it written with the 1-hour lifetime
+    (billed 2x input, the rest 1.25x).
+    """
 
     input: int = 0
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    cache_write_1h: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -37,6 +45,7 @@ class Usage:
             output=self.output + other.output,
             cache_read=self.cache_read + other.cache_read,
             cache_write=self.cache_write + other.cache_write,
+            cache_write_1h=self.cache_write_1h + other.cache_write_1h,
         )
 
     @property
@@ -50,6 +59,7 @@ class Usage:
             "output": self.output,
             "cache_read": self.cache_read,
             "cache_write": self.cache_write,
+            "cache_write_1h": self.cache_write_1h,
         }
 
     @classmethod
@@ -59,6 +69,7 @@ class Usage:
             output=int(data.get("output", 0)),
             cache_read=int(data.get("cache_read", 0)),
             cache_write=int(data.get("cache_write", 0)),
+            cache_write_1h=int(data.get("cache_write_1h", 0)),
         )
 
 
@@ -66,7 +77,8 @@ class Usage:
 class RunOutcome:
     """What :meth:`Agent.run` returns once the (possibly steered) run settles.
 
-    ``text`` is the final answer (only meaningful for ``OK``). ``steered``
+    ``text`` is the final answer for ``OK``, and the words the run wrote
+    before it was stopped for ``RUN_BUDGET_EXCEEDED`` (empty for the others). ``steered``
     counts the messages absorbed into this run through :meth:`Agent.steer`.
     ``usage`` sums every model call of the run, compaction included.
     ``abort_reason`` is the reason given to :meth:`Agent.abort` (``stalled``,

@@ -6,8 +6,9 @@ classified :class:`~service.agent.failures.ProviderError`. The SDK's own
 retries are off (``max_retries=0``): the agent owns retrying.
 
 Prompt caching: the system prompt and the last tool carry a
-``cache_control`` breakpoint, and the request sets top-level (automatic)
-``cache_control`` so the growing conversation prefix is cached too.
+``cache_control`` breakpoint with the request's ``prefix_ttl``, and the
+request sets top-level (automatic) ``cache_control`` with its ``cache_ttl``
+so the growing conversation prefix is cached too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from service.agent.outcome import Usage
 
 log = logging.getLogger(__name__)
 
-CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
+def cache_control(ttl: str) -> dict[str, str]:
+    """A breakpoint with its lifetime (``5m`` or ``1h``)."""
+    return {"type": "ephemeral", "ttl": ttl}
+
 RATE_LIMIT_PREFIX = "anthropic-ratelimit-"
 
 
@@ -105,15 +109,15 @@ class AnthropicProvider:
         if request.system:
             system: dict[str, Any] = {"type": "text", "text": request.system}
             if self._cache:
-                system["cache_control"] = CACHE_CONTROL
+                system["cache_control"] = cache_control(request.prefix_ttl)
             params["system"] = [system]
         if request.tools:
             tools = [dict(t) for t in request.tools]
             if self._cache:
-                tools[-1]["cache_control"] = CACHE_CONTROL
+                tools[-1]["cache_control"] = cache_control(request.prefix_ttl)
             params["tools"] = tools
         if self._cache:
-            params["cache_control"] = CACHE_CONTROL
+            params["cache_control"] = cache_control(request.cache_ttl)
         return params
 
     async def complete(
@@ -153,6 +157,7 @@ class AnthropicProvider:
         if message.stop_reason == "model_context_window_exceeded":
             raise ProviderError(FailureKind.CONTEXT_OVERFLOW, "model_context_window_exceeded")
         usage = message.usage
+        written_1h = usage.cache_creation.ephemeral_1h_input_tokens if usage.cache_creation is not None else 0
         return ModelResponse(
             content=[b for b in (_block(x) for x in message.content) if b is not None],
             stop_reason=message.stop_reason,
@@ -161,6 +166,7 @@ class AnthropicProvider:
                 output=usage.output_tokens,
                 cache_read=usage.cache_read_input_tokens or 0,
                 cache_write=usage.cache_creation_input_tokens or 0,
+                cache_write_1h=written_1h,
             ),
             model=message.model,
             rate_limits=limits,

@@ -43,7 +43,8 @@ def test_status_reports_the_days_tokens(env: dict[str, str], runtime_dir: Path, 
     doc = json.loads(as_json)
     assert set(doc) >= {"supervisor", "children", "attachment_root"}  # the old keys stay
     assert doc["tokens_day"] == "2027-01-15"
-    assert doc["tokens_today"] == {"input": 4, "cache_read": 40, "cache_write": 2, "output": 10}
+    assert doc["tokens_today"] == {"input": 4, "cache_read": 40, "cache_write": 2, "output": 10,
+                                   "cache_write_1h": 0}
     assert "spent today (2027-01-15 UTC): tokens in=4 cache_read=40 cache_write=2 out=10" in text
 
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.agent import Agent, AgentConfig
+from service.agent.config import Meter
 from service.agent.events import AgentEvent
 from service.agent.provider import AnthropicProvider
 from service.agent.session import SessionTree
@@ -65,6 +66,7 @@ async def harness(
     config: AgentConfig | None = None,
     session: SessionTree | None = None,
     read_timeout: float = 600.0,
+    meter: Meter | None = None,
 ) -> AsyncIterator[Harness]:
     clock = clock or FakeClock()
     async with FakeAnthropic() as fake:
@@ -73,7 +75,7 @@ async def harness(
         )
         tree = session or SessionTree.create(tmp_path / "lane", clock)
         agent = Agent(
-            session=tree, provider=provider, tools=tools, clock=clock, system_prompt=SYSTEM, config=config
+            session=tree, provider=provider, tools=tools, clock=clock, system_prompt=SYSTEM, config=config, meter=meter
         )
         h = Harness(fake=fake, provider=provider, session=tree, agent=agent, clock=clock)
         agent.subscribe(h.events.append)

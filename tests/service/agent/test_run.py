@@ -142,10 +142,10 @@ def test_prompt_caching_marks_stable_prefix_and_reads_it_back(tmp_path: Path) ->
             second = await h.agent.run("second")
             r0, r1 = h.fake.requests
             assert r0["system"] == r1["system"] == [
-                {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}
+                {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "5m"}}
             ]
-            assert r0["tools"] == r1["tools"] and r0["tools"][-1]["cache_control"] == {"type": "ephemeral"}
-            assert r0["cache_control"] == {"type": "ephemeral"}
+            assert r0["tools"] == r1["tools"] and r0["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
+            assert r0["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
             assert first.usage.cache_write > 0 and first.usage.cache_read == 0
             assert second.usage.cache_read >= first.usage.cache_write
             usages = [e["usage"] for e in h.session.entries if e["type"] == "message" and "usage" in e]
