@@ -27,6 +27,7 @@ from clankie.backoff import Backoff
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ConfigError
 from clankie.protocol import Heartbeat
+from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
 
@@ -105,6 +106,7 @@ class BridgeApp:
             settings.discord_upload_limit_bytes,
             system_actors=frozenset(settings.discord_system_actor_ids),
             trusted_rooms=frozenset(settings.discord_trusted_rooms),
+            redact=Redactor.of(settings),
         )
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
@@ -116,6 +118,7 @@ class BridgeApp:
         self.bridge = Bridge(
             ingress=self.ingress,
             port=self.port,
+            redact=self.port.redact,
             receipts=self.receipts,
             journal=self.journal,
             clock=self.clock,

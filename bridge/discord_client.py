@@ -56,6 +56,7 @@ from bridge.discord_gateway import (
 )
 from bridge.port import File, Rejected, Transient
 from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trigger
+from clankie.redact import NOTHING, Redactor
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +161,12 @@ class DiscordPort:
     """:class:`bridge.port.DiscordPort` over the current client's HTTP session."""
 
     def __init__(self, default_limit: int, *, system_actors: frozenset[str] = frozenset(),
-                 trusted_rooms: frozenset[str] = frozenset()) -> None:
+                 trusted_rooms: frozenset[str] = frozenset(), redact: Redactor = NOTHING) -> None:
         self.client: discord.Client | None = None  # a BridgeClient or a ShardedBridgeClient
         self.default_limit = default_limit
         self.system_actors = system_actors
         self.trusted_rooms = trusted_rooms
+        self.redact = redact  # the edge: no message or edit carries a secret this process holds (clankie.redact)
 
     def _client(self) -> discord.Client:
         # Not before login has told us who we are: the REST session can work a moment earlier, but a
@@ -184,6 +186,7 @@ class DiscordPort:
         nonce: str | None,
     ) -> str:
         client = self._client()
+        content = self.redact(content)
         channel = client.get_partial_messageable(int(channel_id), guild_id=int(guild_id) if guild_id else None)
         reference = None
         if reply_to is not None:
@@ -208,7 +211,7 @@ class DiscordPort:
         await _rest(self._client().http.add_reaction(int(channel_id), int(message_id), emoji))
 
     async def edit(self, channel_id: str, message_id: str, content: str) -> None:
-        params = MultipartParameters(payload={"content": content, "allowed_mentions": {"parse": []}},
+        params = MultipartParameters(payload={"content": self.redact(content), "allowed_mentions": {"parse": []}},
                                      multipart=None, files=None)
         await _rest(self._client().http.edit_message(int(channel_id), int(message_id), params=params))
 

@@ -58,6 +58,7 @@ from clankie.protocol import (
     TurnSilent,
     TurnSubmit,
 )
+from clankie.redact import NOTHING, Redactor
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,10 @@ class Bridge:
         failure_reaction: str = "",
         tool_card: bool = True,
         disk: DiskHold | None = None,
+        redact: Redactor = NOTHING,
     ) -> None:
         self.ingress = ingress
+        self.redact = redact  # redacted whole, before a reply is cut into messages (a cut could split a secret)
         self.port = port
         self.receipts = receipts
         self.journal = journal
@@ -343,7 +346,7 @@ class Bridge:
                 delivered = await deliver_reply(
                     self.port, self.clock, self.retry,
                     delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
-                    reply_to=held.trigger_id, text=text, media=media,
+                    reply_to=held.trigger_id, text=self.redact(text), media=media,
                     attachment_root=self.attachment_root,
                     upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
                     already=already,
