@@ -13,8 +13,9 @@ from collections.abc import Mapping
 
 # Arm the parent-death signal before the heavy imports below: a process (a warm spare above all)
 # still importing when the supervisor dies must die with it, not linger holding a listening socket.
-from clankie.child import arm_parent_death
+from clankie.child import arm_parent_death, make_undumpable
 
+make_undumpable()  # it will hold a secret: its /proc/<pid>/environ and mem are closed to same-uid processes
 arm_parent_death()  # this process's environment
 
 from bridge.app import BridgeApp

@@ -29,6 +29,7 @@ from clankie.paths import process_environment
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PARENT_DEATH_SIGNAL = signal.SIGUSR1
 """The signal the kernel sends a child when its supervisor dies; children must not use it otherwise."""
@@ -114,6 +115,20 @@ def exit_if_orphaned(env: Mapping[str, str] | None = None, wait: float = 1.0) ->
         os.close(fd)
     if readable:
         _die_with_group(PARENT_DEATH_SIGNAL, None)
+
+
+def make_undumpable() -> None:
+    """``PR_SET_DUMPABLE`` 0, first thing in a process that holds a secret (the supervisor, the service, the bridge).
+
+    A non-dumpable process writes no core, and its ``/proc/<pid>/environ``,
+    ``mem``, ``fd`` and the like are closed (``EACCES``) to every other process
+    of the same uid that lacks ``CAP_SYS_PTRACE``: a compromised renderer
+    cannot read the secrets out of it. What the supervisor used to read there
+    (memory, open fds) each child now measures of itself and reports in its
+    heartbeat. The flag is reset by ``execve``, so it is set by each process,
+    not inherited.
+    """
+    prctl(PR_SET_DUMPABLE, 0)
 
 
 def become_subreaper() -> None:

@@ -40,6 +40,7 @@ from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import Link, supervisor_link
+from clankie.metrics import METER
 from clankie.paths import process_environment
 from clankie.protocol import Heartbeat
 from clankie.redact import Redactor
@@ -106,6 +107,7 @@ def drop_secrets(environ: Mapping[str, str]) -> None:
 def _configure(spec: ChildSpec, env: Mapping[str, str]) -> Settings:
     """Read this life's secrets (if the spec keeps them) and settings once; configure logging."""
     settings = settings_mod.load(receive_secrets(env) if spec.keeps_secrets else env)
+    METER.enabled = settings.metrics_listen is not None  # the supervisor serves them; off, counting costs nothing
     logs.configure(spec.name, settings.log_level, redact=Redactor.of(settings))  # the secrets this child holds
     return settings
 

@@ -41,13 +41,16 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 
+import psutil
+
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.handover import is_spare
+from clankie.metrics import METER
 from clankie.paths import process_environment
-from clankie.protocol import Code, Empty, Heartbeat, Record, Stopping
+from clankie.protocol import Code, Empty, Heartbeat, ProcessSample, Record, Stopping
 from clankie.router import Router
 from clankie.settings import discord_attachment_root
 
@@ -84,6 +87,22 @@ def _spare_report() -> Heartbeat:
     return Heartbeat(detail="spare: parked")
 
 
+class SelfMeasure:
+    """This process measured by itself for its heartbeats (a non-dumpable child's ``/proc`` is closed to others)."""
+
+    def __init__(self) -> None:
+        self._ps = psutil.Process()
+        self._ps.cpu_percent(None)  # the first reading starts the interval
+
+    def __call__(self) -> ProcessSample:
+        try:
+            with self._ps.oneshot():
+                return ProcessSample(rss_bytes=self._ps.memory_info().rss, num_fds=self._ps.num_fds(),
+                                     cpu_percent=self._ps.cpu_percent(None), threads=self._ps.num_threads())
+        except (psutil.Error, OSError):  # a /proc that went away (hidepid, a dying process): no figures, still a beat
+            return ProcessSample()
+
+
 class Link:
     """A live (or absent) link to the supervisor."""
 
@@ -109,6 +128,7 @@ class Link:
         self.seq = 0
         self.said_stopping = False
         self._beat_now = asyncio.Event()
+        self._measure = SelfMeasure()
 
     async def _pause(self, clock: Clock) -> None:
         """Sleep one interval on ``clock``; :meth:`attach` cuts it short so the new interval applies now."""
@@ -160,9 +180,10 @@ class Link:
         await self._notify("stopping", Stopping(reason=reason[:200]))
 
     async def beat(self, report: Heartbeat) -> None:
-        """Send one heartbeat now (the loop does this every interval)."""
+        """Send one heartbeat now (the loop does this every interval), with this process's own figures and metrics."""
         self.seq += 1
-        await self._notify("heartbeat", report.model_copy(update={"seq": self.seq}))
+        update = {"seq": self.seq, "process": self._measure(), "metrics": METER.report()}
+        await self._notify("heartbeat", report.model_copy(update=update))
 
     def request_shutdown(self, reason: str) -> None:
         if not self.shutdown.is_set():

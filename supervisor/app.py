@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clankie import logs
+from clankie.child import make_undumpable
 from clankie.clock import SystemClock
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.paths import child_log_dir, ensure_private_dir, process_environment, socket_path
@@ -80,6 +81,7 @@ def stderr_queue(settings: Settings, fd: int = 2) -> StderrQueue:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    make_undumpable()  # its environment holds the secrets outside systemd: closed to same-uid processes
     args = _parser().parse_args(argv)
     os.umask(0o077)  # everything the tree creates (children, Chromium's profile included) is ours alone
     stderr: StderrQueue | None = None

@@ -1,6 +1,7 @@
 """``control.sock``: what ``clankiectl`` talks to (role ``supervisor-control``).
 
-Status comes from the tree and psutil; start/stop/restart drive the
+Status comes from the tree and the children's heartbeats (each measures
+its own memory, fds and cpu); start/stop/restart drive the
 lifecycle; ``lanes``, ``abort`` and ``say`` are proxied to the service over
 its link; ``logs`` reads the child's log file (``wait`` > 0 long-polls for
 ``-f``); ``doctor`` runs the attachment probe (:mod:`supervisor.doctor`). Errors carry stable codes: ``no_such_child``, ``not_running``,
@@ -52,7 +53,7 @@ SAY_TIMEOUT = 600.0
 
 
 def _count(value: float | int | None) -> int | None:
-    """A process statistic that is a count (psutil reports them as ints; the map they travel in is mixed)."""
+    """A process statistic that is a count (reported as ints; the map they travel in is mixed)."""
     return None if value is None else int(value)
 
 def _signal_name(sig: int | None) -> str | None:

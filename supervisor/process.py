@@ -23,8 +23,6 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
 from clankie import ipc
 from clankie.child import SUPERVISOR_PID_ENV
 from clankie.clock import Clock
@@ -34,6 +32,7 @@ from clankie.router import Router, ignore
 from clankie.secrets import hand_over
 from supervisor.environment import for_child
 from supervisor.lifecycle import Action, Event, Exit, Lifecycle, State
+from supervisor.metrics import Lives
 from supervisor.output import RotatingLog
 from supervisor.owner import Owner
 from supervisor.spare import Spare
@@ -66,7 +65,8 @@ class Child:
         self.exited_event.set()
         self._timer: asyncio.Task[None] | None = None
         self._grace: asyncio.Task[None] | None = None
-        self._ps: psutil.Process | None = None
+        self.metrics = Lives()  # what its processes reported for the metrics endpoint, lives added up
+        self.spare_takeovers = 0
         self.spare = Spare(self, rand=rand)
         logs = tree.log_dir
         self.log = RotatingLog(logs / f"{self.name}.log", tree.log_max_bytes, tree.log_backups, on_problem=tree.changed)
@@ -163,10 +163,13 @@ class Child:
         if proc is None:
             proc = self.spawn_proc(self._on_link)
             how = "cold"
+        else:
+            self.spare_takeovers += 1
         self.proc = proc
         self.link = None
         self.exited_event.clear()
-        self._ps = None
+        self.last_heartbeat = None  # the new process's own figures, once it beats
+        self.metrics.end()
         proc.hand_to(self._on_link, self._linked)
         if how != "cold":
             self.tree.spawn(self._activate(proc), name=f"activate-{self.name}")
@@ -207,6 +210,8 @@ class Child:
         self.liveness.beat(self.clock.monotonic())
         self.last_heartbeat = params
         self.detail = params.detail
+        if params.metrics is not None and self.pid is not None:
+            self.metrics.observe(self.pid, params.metrics)
         if self.stall is not None:
             self.stall.observe(params, self.clock.boottime())
 
@@ -221,6 +226,7 @@ class Child:
         proc, self.proc = self.proc, None
         pid = proc.pid if proc is not None else None
         self.link = None
+        self.metrics.end()  # its counters join the finished lives; its gauges go with it
         message = proc.release(self.tree.spawn, self.name) if proc is not None else ""
         self.liveness.disarm()
         if self._grace is not None:
@@ -318,21 +324,18 @@ class Child:
     # ------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, float | int | None]:
-        out: dict[str, float | int | None] = {"cpu_percent": None, "rss_bytes": None, "num_fds": None, "threads": None}
-        if self.pid is None:
-            return out
-        try:
-            if self._ps is None or self._ps.pid != self.pid:
-                self._ps = psutil.Process(self.pid)
-                self._ps.cpu_percent(None)
-            with self._ps.oneshot():
-                out["cpu_percent"] = self._ps.cpu_percent(None)
-                out["rss_bytes"] = self._ps.memory_info().rss
-                out["num_fds"] = self._ps.num_fds()
-                out["threads"] = self._ps.num_threads()
-        except (psutil.Error, OSError):
-            pass
-        return out
+        """cpu, memory, fds and threads of the live process, as it measured itself in its last heartbeat.
+
+        Not read from ``/proc/<pid>``: the service and the bridge are
+        non-dumpable (:func:`clankie.child.make_undumpable`), so theirs is
+        closed to a supervisor without ``CAP_SYS_PTRACE``. None until it beats.
+        """
+        beat = self.last_heartbeat
+        sample = beat.process if beat is not None and self.pid is not None else None
+        if sample is None:
+            return {"cpu_percent": None, "rss_bytes": None, "num_fds": None, "threads": None}
+        return {"cpu_percent": sample.cpu_percent, "rss_bytes": sample.rss_bytes, "num_fds": sample.num_fds,
+                "threads": sample.threads}
 
 
 def exit_from_waitid(result: os.waitid_result) -> Exit:

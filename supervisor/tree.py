@@ -38,6 +38,7 @@ from clankie.settings import Settings
 from supervisor.environment import minimal
 from supervisor.forward import StderrQueue
 from supervisor.lifecycle import Exit, State
+from supervisor.metrics import MetricsServer, registry_for
 from supervisor.owner import SpareSlot
 from supervisor.process import Child, exit_from_waitid
 from supervisor.spawn import Proc
@@ -109,6 +110,8 @@ class Tree:
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[Any]] = set()
         self.adopted_reaped = 0
+        self.watchdog_aborts = 0  # stalled runs sent abort_run (clankie_watchdog_aborts_total)
+        self.metrics: MetricsServer | None = None
 
     # ------------------------------------------------------------ running
 
@@ -116,6 +119,10 @@ class Tree:
         """Start every child, supervise until asked to stop, then stop in reverse order."""
         loop = asyncio.get_running_loop()
         await self.bind_listeners()
+        if self.settings.metrics_listen is not None:
+            server = MetricsServer(self.settings.metrics_listen, registry_for(self))
+            await server.start()  # an address it cannot take is a ConfigError (exit 78) before any child starts
+            self.metrics = server
         if self.subreaper:
             become_subreaper()
             loop.add_signal_handler(signal.SIGCHLD, self.reap)
@@ -211,6 +218,9 @@ class Tree:
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGCHLD)
             self.reap()
         self._close_listeners()
+        if self.metrics is not None:  # scraped to the end: the stop's restarts and exits are counted
+            await self.metrics.close()
+            self.metrics = None
         if self.stderr is not None:
             if self._own_stderr:
                 self.stderr.close(timeout=1.0)
@@ -298,6 +308,7 @@ class Tree:
 
     async def _abort_stalled(self, child: Child, verdict: Abort) -> None:
         log.warning("run %s in lane %s stalled (%.0fs silent); aborting it", verdict.run_id, verdict.lane, verdict.age_s)
+        self.watchdog_aborts += 1
         link = child.link
         if link is None or child.stall is None:
             return

@@ -20,6 +20,40 @@ class RunReport(Record):
     paced: bool = False  # its model call is waiting in the provider governor (its age is then 0)
 
 
+class ProcessSample(Record):
+    """What a child measured of its own process (a non-dumpable child's ``/proc`` is closed to the supervisor)."""
+
+    rss_bytes: int | None = Field(default=None, ge=0)
+    num_fds: int | None = Field(default=None, ge=0)
+    cpu_percent: float | None = Field(default=None, ge=0)  # since its previous heartbeat
+    threads: int | None = Field(default=None, ge=0)
+
+
+class MetricSeries(Record):
+    """One series of a counter or gauge family: its label values, in the family's label order."""
+
+    labels: tuple[str, ...] = Field(default=(), max_length=4)
+    value: float
+
+
+class HistogramReport(Record):
+    """A histogram's observations since the process started: one count per bucket of its family, +Inf last."""
+
+    counts: tuple[int, ...] = Field(max_length=32)
+    sum: float = 0.0
+
+
+class MetricsReport(Record):
+    """A child's metrics since its process started (cumulative; the supervisor adds up its lives).
+
+    Names are families of :data:`clankie.metrics.FAMILIES`; the supervisor ignores any other.
+    """
+
+    counters: dict[str, tuple[MetricSeries, ...]] = Field(default_factory=dict, max_length=32)
+    gauges: dict[str, tuple[MetricSeries, ...]] = Field(default_factory=dict, max_length=32)
+    histograms: dict[str, HistogramReport] = Field(default_factory=dict, max_length=32)
+
+
 class Heartbeat(Record):
     """``heartbeat`` (child -> supervisor), with a role-specific report."""
 
@@ -27,6 +61,8 @@ class Heartbeat(Record):
     detail: str = Field(default="", max_length=200)
     runs: tuple[RunReport, ...] = ()
     report: dict[str, Any] = Field(default_factory=dict)
+    process: ProcessSample | None = None  # filled in by the link on every beat
+    metrics: MetricsReport | None = None  # only while CLANKIE_METRICS_LISTEN is set
 
 
 class Stopping(Record):
