@@ -9,6 +9,13 @@ address), refuses unless every address passes :func:`policy.address_verdict`,
 and connects to the vetted IP without resolving again, so DNS rebinding
 gains nothing.
 
+One vetted request per connection: a plain-HTTP request is forwarded with
+exactly its own body (``Content-Length`` bytes, or its chunks up to the last
+one) and nothing more, its response goes back marked ``Connection: close``,
+and the connection is closed. A second request Chromium (or a page) sends on
+the same connection never reaches the first request's site: it is not read.
+A ``CONNECT`` tunnel carries one vetted host and port for its whole life.
+
 A refusal is ``403`` with the marker header :data:`MARKER` set to
 ``refused`` and a short plain-text page; a site that cannot be reached is
 ``502`` with the marker ``unreachable``. The host recognises both on the
@@ -41,14 +48,13 @@ from dataclasses import dataclass, field
 from clankie.waits import within
 
 from . import policy
+from .http1 import CHUNK, HOP_BY_HOP, IDLE_TIMEOUT, body_length, pipe, relay_response, send_body
 
 log = logging.getLogger(__name__)
 
 MARKER = "X-Clankie-Policy"
 HEAD_LIMIT = 64 * 1024
 CONNECT_TIMEOUT = 10.0
-IDLE_TIMEOUT = 60.0
-CHUNK = 64 * 1024
 MAX_SESSION_CONNECTIONS = 256
 """Connections one session serves at once (Chromium opens far fewer per proxy); past it a new one gets ``503``."""
 MAX_REFUSALS_KEPT = 16
@@ -253,15 +259,19 @@ class PolicyProxy:
         rest = target[len("http://") :]
         authority, slash, path = rest.partition("/")
         host, port = _split_authority(authority, 80)
+        length = body_length(headers)  # before connecting: a request we cannot frame is refused (400)
         up_reader, up_writer = await self._open(host, port)
-        kept = [
-            h
-            for h in headers
-            if h and not h.lower().startswith(("proxy-", "connection:", "keep-alive:"))
-        ]
+        kept = [h for h in headers if h and not h.lower().startswith(HOP_BY_HOP)]
         request = f"{method} /{path if slash else ''} {version}\r\n" + "".join(f"{h}\r\n" for h in kept)
         up_writer.write((request + "Connection: close\r\n\r\n").encode("latin-1"))
-        await _pipe_both(reader, writer, up_reader, up_writer)
+        body = asyncio.ensure_future(send_body(reader, up_writer, length))
+        try:
+            await relay_response(up_reader, writer)
+        finally:
+            body.cancel()
+            with contextlib.suppress(BaseException):
+                await body
+            up_writer.close()
 
 
 def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
@@ -295,22 +305,6 @@ def _reply(
         writer.write(head.encode("latin-1") + body)
 
 
-async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            data = await within(src.read(CHUNK), IDLE_TIMEOUT)
-            if not data:
-                break
-            dst.write(data)
-            await dst.drain()
-    except (OSError, TimeoutError, ConnectionError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            if dst.can_write_eof():
-                dst.write_eof()
-
-
 async def _pipe_both(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -318,9 +312,9 @@ async def _pipe_both(
     up_writer: asyncio.StreamWriter,
 ) -> None:
     """Copy both ways until the site is done with us; then close both ends."""
-    upstream = asyncio.ensure_future(_pipe(reader, up_writer))
+    upstream = asyncio.ensure_future(pipe(reader, up_writer))
     try:
-        await _pipe(up_reader, writer)
+        await pipe(up_reader, writer)
     finally:
         upstream.cancel()
         with contextlib.suppress(BaseException):
