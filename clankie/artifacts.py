@@ -11,6 +11,7 @@ the ref's digest.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -64,18 +65,33 @@ def write_artifact(root: Path, sub: str, data: bytes, ext: str) -> str:
     """
     if sub not in SUBDIRS or ext not in EXTENSIONS:
         raise ValueError(f"unsupported artifact {sub}/{ext}")
-    digest = hashlib.sha256(data).hexdigest()
     ensure_private_dir(root)  # refuses (ConfigError) a root that is not ours and private; never chmods it
-    directory = ensure_private_dir(root / sub)
-    final = directory / f"{digest}.{ext}"
-    tmp = directory / f".{digest}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    directory = os.open(ensure_private_dir(root / sub), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return write_into(directory, sub, data, ext)
+    finally:
+        os.close(directory)
+
+
+def write_into(directory: int, sub: str, data: bytes, ext: str) -> str:
+    """Write ``data`` atomically into the open ``<root>/<sub>`` directory ``directory`` and return its ref.
+
+    The browser host apart (:mod:`hosts.browser.apart`) writes this way: its
+    user owns ``<root>/browser`` but may not be able to walk the path to it.
+    """
+    if sub not in SUBDIRS or ext not in EXTENSIONS:
+        raise ValueError(f"unsupported artifact {sub}/{ext}")
+    digest = hashlib.sha256(data).hexdigest()
+    final = f"{digest}.{ext}"
+    tmp = f".{digest}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600, dir_fd=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, final)
+        os.replace(tmp, final, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=directory)
         raise
     return make_ref(sub, digest, ext)
 

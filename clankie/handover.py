@@ -32,6 +32,11 @@ def listen_fds_value(fds: Mapping[str, int]) -> str:
     return ",".join(f"{name}:{fd}" for name, fd in fds.items())
 
 
+def listen_fds(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The names and fds of the listening sockets handed down in ``CLANKIE_LISTEN_FDS`` (nothing is opened)."""
+    return _parse((process_environment() if env is None else env).get(LISTEN_FDS_ENV, ""))
+
+
 def _parse(raw: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in raw.split(","):

@@ -159,8 +159,9 @@ class HostRuntime:
 
     async def serve(self) -> None:
         path = paths.socket_path(self.settings.runtime_dir, self.host.name)
-        paths.ensure_private_dir(self.settings.runtime_dir)
         listener = inherited_listener(self.host.name, self.environ)
+        if listener is None:  # an inherited socket's directory is the supervisor's (and may not be ours to read)
+            paths.ensure_private_dir(self.settings.runtime_dir)
         self.server = await ipc.serve(
             path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes, sock=listener,
             limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
@@ -188,10 +189,24 @@ class HostRuntime:
         return Heartbeat(detail=self.host.detail()[:200], report=self.health())
 
 
+_DIRECTORIES: dict[str, int] = {}
+"""Artifact subdirectories this process writes through an open fd instead of by path (:func:`write_through`)."""
+
+
+def write_through(sub: str, directory: int) -> None:
+    """From now on this process writes ``sub`` artifacts into the open directory ``directory`` (the browser host
+    apart: its user owns ``<root>/browser`` but may not walk the path there)."""
+    _DIRECTORIES[sub] = directory
+
+
 async def write_artifact(root: Path, sub: str, data: bytes, ext: str, extra_refs: tuple[str, ...] = ()) -> Artifact:
     """Store ``data`` as a governed artifact and describe it; a failed write is ``artifact_write_failed``."""
+    directory = _DIRECTORIES.get(sub)
     try:
-        ref = await asyncio.to_thread(artifacts.write_artifact, root, sub, data, ext)
+        if directory is not None:
+            ref = await asyncio.to_thread(artifacts.write_into, directory, sub, data, ext)
+        else:
+            ref = await asyncio.to_thread(artifacts.write_artifact, root, sub, data, ext)
     except OSError as exc:
         log.error("cannot write a %s artifact under the attachment root: %s", sub, exc.strerror)
         raise RemoteError(Code.ARTIFACT_WRITE_FAILED, "the artifact could not be written") from None

@@ -58,6 +58,7 @@ class Code(StrEnum):
     BROWSER_URL_REFUSED = "browser_url_refused"
     BROWSER_NAVIGATION_FAILED = "browser_navigation_failed"
     BROWSER_IMAGE_TOO_LARGE = "browser_image_too_large"
+    BROWSER_SANDBOX_UNAVAILABLE = "browser_sandbox_unavailable"
     DIAGRAM_ERROR = "diagram_error"
     DIAGRAM_INVALID = "diagram_invalid"
     DIAGRAM_TOO_LARGE = "diagram_too_large"

@@ -14,6 +14,6 @@ from clankie.entry import run_child
 from hosts.runtime import host_spec
 
 if __name__ == "__main__":
-    from hosts.browser.host import BrowserHost
+    from hosts.browser.host import serving_host
 
-    sys.exit(run_child(host_spec("browser", BrowserHost)))
+    sys.exit(run_child(host_spec("browser", serving_host)))

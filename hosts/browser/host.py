@@ -17,7 +17,12 @@ Refusal codes: ``browser_url_refused`` (policy), ``browser_unavailable`` (no
 Chromium, or it will not start), ``browser_navigation_failed`` (the site
 could not be loaded), ``browser_timeout`` (a deadline ran out),
 ``browser_crashed`` (Chromium died mid-request; it is relaunched on the
-next one), ``browser_image_too_large``, ``artifact_write_failed``.
+next one), ``browser_image_too_large``, ``artifact_write_failed``,
+``browser_sandbox_unavailable`` (``CLANKIE_BROWSER_SANDBOX=require`` and
+Chromium's sandbox cannot start here; the message says why).
+
+Chromium runs in its own sandbox (:mod:`hosts.browser.chromium`); a tree run
+as root runs this process as ``CLANKIE_BROWSER_USER`` (:mod:`hosts.browser.apart`).
 """
 
 from __future__ import annotations
@@ -41,24 +46,21 @@ from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.paths import make_private_dirs
-from clankie.protocol import Artifact, ScreenshotRequest, Viewport
+from clankie.paths import make_private_dirs, process_environment
+from clankie.protocol import Artifact, Code, ScreenshotRequest, Viewport
 from clankie.router import Route
 from clankie.settings import Settings
 from clankie.waits import within
-from hosts.runtime import write_artifact
+from hosts.runtime import write_artifact, write_through
 
 from . import policy
+from .apart import Apart, go_apart, no_new_privs
+from .chromium import clear_stale, find_chromium, launch_excerpt, sandbox_failure, sandbox_obstacle, sandbox_reason
 from .lifecycle import Lifecycle, idle_due
 from .proxy import MARKER, PolicyProxy, Resolver, Session, system_resolver
 
 log = logging.getLogger(__name__)
 
-CANDIDATES = (
-    Path("/usr/lib/chromium/chromium-headless-shell"),
-    Path("/usr/bin/chromium-headless-shell"),
-    Path("/usr/bin/chromium"),
-)
 LAUNCH_ARGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
@@ -76,56 +78,6 @@ IDLE_TICK_MAX = 5.0  # the idle watch looks at least this often
 NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
 
 
-def launch_excerpt(exc: BaseException, limit: int = 1500) -> str:
-    """One log line from a failed launch: Playwright's message ends with Chromium's own output (its exit code or
-    signal, what it printed), which says why; no page or request has been seen yet, so it carries no content."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and set(line.strip()) != {"="}]
-    text = " | ".join(lines)
-    return text if len(text) <= limit else "\u2026" + text[-limit:]
-
-
-def clear_stale(root: Path) -> None:
-    """Remove what is under the browser's temp root except the directories of live processes.
-
-    Each host process (the live one, and a warm spare that starts while it
-    serves) keeps its Node driver's and Chromium's profiles under
-    ``<root>/<pid>``. Emptying the whole root at start, as a lone host could,
-    deleted a live host's profile under it: its next launch failed (ENOENT
-    from mkdtemp) or its Chromium died (TargetClosedError). What a killed
-    host left behind goes at the next start.
-    """
-    try:
-        entries = list(root.iterdir())
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.name.isdigit() and entry.name != str(os.getpid()) and _alive(int(entry.name)):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def find_chromium(configured: Path | None) -> Path | None:
-    """The configured executable if it exists, else the first Debian candidate that does."""
-    for path in (configured,) if configured is not None else CANDIDATES:
-        if path is not None and path.is_file() and os.access(path, os.X_OK):
-            return path
-    return None
-
-
 class BrowserHost:
     """Serves ``screenshot`` for the host runtime (see :class:`hosts.runtime.Host`)."""
 
@@ -138,8 +90,9 @@ class BrowserHost:
         self.clock = clock
         pins = policy.Pins.parse(settings.browser_pinned_hosts)
         self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver)
+        self.sandbox = settings.browser_sandbox == "require"
+        self.apart: Apart | None = None
         self.tmp_root = settings.state_dir / "tmp" / "browser"
-        self.tmp = self.tmp_root / str(os.getpid())  # this process's own: a warm spare starts beside a live host
         self.life = Lifecycle()
         self._pw: Playwright | None = None
         self._browser: Browser | None = None
@@ -166,7 +119,12 @@ class BrowserHost:
         make_private_dirs(self.tmp)
         # The Node driver and Chromium put their profiles under TMPDIR; give them ours.
         os.environ["TMPDIR"] = str(self.tmp)
+        if self.apart is not None:  # root's HOME is not this user's to write (Chromium keeps ~/.pki there)
+            os.environ["HOME"] = str(self.tmp)
         tempfile.tempdir = None
+        obstacle = sandbox_obstacle(os.geteuid()) if self.sandbox else None
+        if obstacle is not None:
+            log.warning("Chromium's sandbox cannot start here, so every screenshot is refused: %s", obstacle)
         self._launching = asyncio.Lock()
         self._slots = asyncio.Semaphore(CONCURRENCY)
         self._default = await self.proxy.open_session()
@@ -180,10 +138,27 @@ class BrowserHost:
             "idle_seconds": self.settings.browser_idle_seconds,
             "executable": str(find_chromium(self.settings.chromium_path) or ""),
             "allow_private": self.settings.browser_allow_private,
+            "sandbox": "on" if self.sandbox else "off",
+            "uid": os.geteuid(),
+            "user": self.apart.user if self.apart is not None else None,
+            "no_new_privs": no_new_privs(),
             "policy_refusals": self.proxy.refused_total,
             "proxy_unauthenticated": self.proxy.unauthenticated_total,
             "proxy_over_cap": self.proxy.over_cap_total,
         }
+
+    @property
+    def tmp(self) -> Path:
+        """This process's own temp dir: a warm spare starts beside a live host."""
+        return self.tmp_root / str(os.getpid())
+
+    def go_apart(self, environ: Mapping[str, str]) -> None:
+        """Run as root: become the browser user (:func:`hosts.browser.apart.go_apart`) and write artifacts through
+        the directory handed to it; profiles go under its own temp root."""
+        self.apart = go_apart(self.settings, environ)
+        if self.apart is not None:
+            self.tmp_root = self.apart.tmp_root
+            write_through("browser", self.apart.artifacts)
 
     @property
     def chromium(self) -> str:
@@ -191,7 +166,9 @@ class BrowserHost:
         return "up" if self.life.state in ("up", "stopping") else "down"
 
     def detail(self) -> str:
-        return f"chromium {self.chromium} ({self.life.state}), launches {self.life.launches}, crashes {self.life.crashes}"
+        sandbox = "sandbox on" if self.sandbox else "sandbox OFF"
+        return (f"chromium {self.chromium} ({self.life.state}), {sandbox}, uid {os.geteuid()}, "
+                f"launches {self.life.launches}, crashes {self.life.crashes}")
 
     async def close(self) -> None:
         self._closing = True
@@ -250,12 +227,19 @@ class BrowserHost:
             if executable is None:
                 self.life.apply("missing", self.clock.monotonic(), "chromium_missing")
                 raise RemoteError("browser_unavailable", "no Chromium executable is installed")
+            obstacle = sandbox_obstacle(os.geteuid()) if self.sandbox else None
+            if obstacle is not None:
+                self.life.apply("failed", self.clock.monotonic(), "sandbox_unavailable")
+                raise RemoteError(Code.BROWSER_SANDBOX_UNAVAILABLE, obstacle)
             try:
                 self._browser = await within(self._launch(executable), START_DEADLINE)
             except (PlaywrightError, TimeoutError, OSError) as exc:
                 log.warning("browser launch failed: %s: %s", type(exc).__name__, launch_excerpt(exc))
-                self.life.apply("failed", self.clock.monotonic(), "launch_failed")
                 await self._stop_playwright()  # a dead driver needs a fresh Playwright
+                if self.sandbox and sandbox_failure(str(exc)):
+                    self.life.apply("failed", self.clock.monotonic(), "sandbox_unavailable")
+                    raise RemoteError(Code.BROWSER_SANDBOX_UNAVAILABLE, sandbox_reason(exc)) from None
+                self.life.apply("failed", self.clock.monotonic(), "launch_failed")
                 raise RemoteError("browser_unavailable", "the browser could not be started") from None
             self.life.apply("launched", self.clock.monotonic())
             log.info("browser up (%s, launch %d)", executable.name, self.life.launches)
@@ -270,6 +254,7 @@ class BrowserHost:
             headless=True,
             proxy=self._proxy_settings(self._default.url),
             args=list(LAUNCH_ARGS),
+            chromium_sandbox=self.sandbox,
             timeout=START_DEADLINE * 1000,
         )
         browser.on("disconnected", lambda b: self._on_disconnected(b))
@@ -387,6 +372,13 @@ class BrowserHost:
                 log.warning("a browser context would not close; restarting the browser")
                 with contextlib.suppress(Exception):
                     await within(browser.close(), CLOSE_DEADLINE)
+
+
+def serving_host(settings: Settings, clock: Clock) -> BrowserHost:
+    """The host as its own process builds it: run as root, it goes apart before it serves or starts anything."""
+    host = BrowserHost(settings, clock)  # its settings are checked first: a bad one is exit 78 whoever runs it
+    host.go_apart(process_environment())
+    return host
 
 
 def _net_error(exc: BaseException) -> str:

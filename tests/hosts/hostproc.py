@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie import framing, ipc, paths, protocol
+from clankie.handover import LISTEN_FDS_ENV, listen_fds_value
 from clankie.protocol import Heartbeat, Record, Stopping
 
 READY_TIMEOUT = 45.0
@@ -37,6 +38,7 @@ class HostProcess:
         self.heartbeats: list[Heartbeat] = []
         self.beat = asyncio.Event()
         self.stopping: list[str] = []
+        self.listener: socket.socket | None = None  # bound here and handed down, as the supervisor does
 
     @property
     def socket(self) -> Path:
@@ -57,13 +59,21 @@ class HostProcess:
     async def start(self, *, wait_ready: bool = True) -> None:
         ours, theirs = socket.socketpair()
         env = {**self.env, "CLANKIE_SUPERVISOR_FD": str(theirs.fileno())}
+        if self.name == "browser" and self.listener is None and self.env.get("CLANKIE_HANDOVER", "true") != "false":
+            # as the supervisor does: the socket is bound here and handed down (the browser host run as root goes
+            # apart and could not bind in the runtime dir itself); the tldraw tests bind their own
+            paths.ensure_private_dir(self.socket.parent)
+            self.listener = await ipc.bind_listener(self.socket)
+        if self.listener is not None:
+            env[LISTEN_FDS_ENV] = listen_fds_value({self.name: self.listener.fileno()})
+        fds = (theirs.fileno(),) if self.listener is None else (theirs.fileno(), self.listener.fileno())
         with open(self.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 f"hosts.{self.name}",
                 env=env,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=fds,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -111,6 +121,11 @@ class HostProcess:
                 await self.proc.wait()
         if self.link is not None:
             await self.link.aclose()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()
 
 
 async def raw_call(path: Path, method: str, params: Any, timeout: float = 10.0) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 from typing import Any
 
@@ -20,6 +21,7 @@ class Site:
     def __init__(self) -> None:
         self.hits: list[str] = []
         self.port = 0
+        self.release = asyncio.Event()  # ``/held`` answers once this is set
         self._runner: web.AppRunner | None = None
 
     @property
@@ -34,6 +36,7 @@ class Site:
         app.router.add_get("/embed", self._embed)
         app.router.add_get("/pixel.png", self._page)
         app.router.add_get("/ws", self._page)
+        app.router.add_get("/held", self._held)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -43,6 +46,7 @@ class Site:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None
+        self.release.set()
         await self._runner.cleanup()
 
     @web.middleware
@@ -51,6 +55,11 @@ class Site:
         return await handler(request)
 
     async def _page(self, request: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html")
+
+    async def _held(self, request: web.Request) -> web.Response:
+        """The green page, once :attr:`release` is set: a page load the test holds open while it looks around."""
+        await self.release.wait()
         return web.Response(text=PAGE, content_type="text/html")
 
     async def _tall(self, request: web.Request) -> web.Response:

@@ -72,7 +72,9 @@ def test_concurrent_first_requests_start_once_and_a_request_during_the_close_wai
 ) -> None:
     """Two first requests launch Chromium once; idle, it closes; a request arriving mid-close waits, relaunches, succeeds."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the host points TMPDIR at its private dir; put ours back afterwards
-    settings = settings_mod.load({**env, "CLANKIE_BROWSER_ALLOW_PRIVATE": "true", "CLANKIE_BROWSER_IDLE_SECONDS": "300"})
+    # in the test's own process (root here): Chromium cannot sandbox as root, and this process must not drop its uid
+    settings = settings_mod.load({**env, "CLANKIE_BROWSER_ALLOW_PRIVATE": "true", "CLANKIE_BROWSER_IDLE_SECONDS": "300",
+                                  "CLANKIE_BROWSER_SANDBOX": "off"})
     clock = FakeClock()
 
     async def main() -> None:

@@ -27,6 +27,14 @@ def _private_env(env: dict[str, str]) -> dict[str, str]:
     return {**env, "CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}
 
 
+def _own_user_env(env: dict[str, str]) -> dict[str, str]:
+    """A host that stays with the tree's user keeps its temp root in the state dir and binds its own socket (no
+    hand-over); run as root, that also means no sandbox (Chromium will not sandbox as root). The temp root of a host
+    apart: tests/hosts/test_browser_apart.py."""
+    return {**_private_env(env), "CLANKIE_BROWSER_USER": "root", "CLANKIE_BROWSER_SANDBOX": "off",
+            "CLANKIE_HANDOVER": "false"}
+
+
 def _load(root: Path, art: Artifact) -> bytes:
     digest, rel = art.ref.split(":")[1], art.ref.split(":")[2]
     path = root / rel
@@ -175,7 +183,7 @@ def test_the_private_temp_dir_is_emptied_at_start(env: dict[str, str], state_dir
     (live / "profile").mkdir(parents=True)
 
     async def main() -> None:
-        async with HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
+        async with HostProcess("browser", _own_user_env(env), tmp_path / "host.log") as host:
             assert not leftover.exists() and not dead.exists()
             assert (live / "profile").is_dir()
             assert host.proc is not None
@@ -197,8 +205,8 @@ def test_a_second_host_starting_on_the_same_state_leaves_the_live_hosts_chromium
 
     async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as other_runtime:
-            spare_env = {**_private_env(env), "CLANKIE_RUNTIME_DIR": other_runtime}
-            async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "live.log") as live:
+            spare_env = {**_own_user_env(env), "CLANKIE_RUNTIME_DIR": other_runtime}
+            async with Site() as site, HostProcess("browser", _own_user_env(env), tmp_path / "live.log") as live:
                 await _shoot(live, site.origin + "/")  # Chromium up, its profile under the live host's directory
                 assert live.proc is not None
                 mine = state_dir / "tmp" / "browser" / str(live.proc.pid)
