@@ -136,7 +136,7 @@ def test_lifecycle_counts_crashes_and_restarts() -> None:
 
 def test_a_failed_launch_logs_chromiums_own_words_on_one_bounded_line() -> None:
     """Why Chromium died at launch (its exit and its stderr, as Playwright reports them) fits one log line."""
-    from hosts.browser.host import launch_excerpt
+    from hosts.browser.chromium import launch_excerpt
 
     exc = RuntimeError("BrowserType.launch: Target page, context or browser has been closed\nBrowser logs:\n\n"
                        "=========\n[pid=7][err] shm_open failed\n[pid=7] <process did exit: exitCode=null, signal=SIGTRAP>\n")
