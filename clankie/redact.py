@@ -1,7 +1,7 @@
 """The secrets' exact values, kept out of every text that leaves a process (pure).
 
 Each process redacts the secrets *it holds*, at the point its text leaves it
-(``docs/hosts.md``, "Secrets never leave in words"):
+(``docs/operations.md``, "Secrets never leave in words"):
 
 - the service holds the Anthropic key: it redacts it from every tool result
   before the model (and the session tree) sees it, and from every text it
