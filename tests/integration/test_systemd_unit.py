@@ -19,8 +19,12 @@ Checked: ``READY=1`` (the unit becomes active only then) with ``STATUS=4/4
 running``; ``clankiectl`` finds ``/run/clankie`` with no variable at all; a
 SIGKILLed child is restarted by the supervisor in place while systemd's
 MainPID and NRestarts stay the same; a screenshot turn and a diagram turn
-each arrive with their picture under the hardened unit; ``systemctl stop``
-leaves no process behind.
+each arrive with their picture under the hardened unit; while a screenshot's
+page load is held open, every Chromium renderer in the unit runs in
+Chromium's own sandbox (``Seccomp: 2``, a network namespace other than the
+supervisor's, a root other than ``/``: issue 24 item 3, which the unit's
+``RestrictNamespaces=user pid net`` and ``chroot`` make possible);
+``systemctl stop`` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
 from hosts.tldraw.examples import er_example
+from tests.hosts.isolation import Seen, seen
 from tests.integration.systemd_ns import NamespacedSystemd, missing_tools, unmet_prerequisite
 from tests.integration.tree import CHAN, GUILD, PERSON, Site
 from tests.replies import read_receipts, settled_reply
@@ -139,6 +144,14 @@ def tree_processes(ns: NamespacedSystemd) -> list[str]:
     return out
 
 
+def sandboxed_renderers(ns: NamespacedSystemd) -> tuple[Seen, list[Seen]] | None:
+    """The supervisor and every Chromium renderer in the namespace, once there is at least one renderer."""
+    procs = [p for p in map(seen, ns.host_pids()) if p is not None]
+    supervisor = next((p for p in procs if " ".join(p.argv).endswith("clankie run")), None)
+    shown = [p for p in procs if p.kind == "renderer"]
+    return (supervisor, shown) if supervisor is not None and shown else None
+
+
 def test_the_shipped_unit_under_a_real_systemd(tmp_path: Path) -> None:
     """READY and STATUS=, a child restarted in place, a screenshot and a diagram, and a clean stop."""
     reason = missing_tools()
@@ -182,6 +195,18 @@ def test_the_shipped_unit_under_a_real_systemd(tmp_path: Path) -> None:
             shot = await b.turn([fa.tool_use(("browser_screenshot", {"url": site.url()})), fa.text("the page")],
                                 "clankie, show me the page")
             assert shot.content == "the page" and len(shot.files) == 1 and shot.files[0][1].startswith(PNG), shot
+            held = asyncio.ensure_future(b.turn(
+                [fa.tool_use(("browser_screenshot", {"url": site.url("/slow")})), fa.text("the slow page")],
+                "clankie, show me the slow page"))
+
+            async def renderers() -> tuple[Seen, list[Seen]] | None:
+                return await asyncio.to_thread(sandboxed_renderers, ns) if "/slow" in site.hits else None
+
+            supervisor, shown = await poll(renderers, 60, "a renderer while the slow page loads", ns)
+            assert all(r.seccomp == 2 and r.netns != supervisor.netns and r.root != "/" for r in shown), shown
+            site.release.set()
+            slow = await held
+            assert slow.content == "the slow page" and len(slow.files) == 1, slow
             drawn = await b.turn([fa.tool_use(("draw_er_diagram", er_example(3))), fa.text("the schema")],
                                  "clankie, draw the schema")
             assert drawn.content == "the schema" and len(drawn.files) == 1 and drawn.files[0][1].startswith(PNG), drawn

@@ -37,6 +37,18 @@ def test_unit_declares_notify_mixed_kill_and_private_directories() -> None:
     assert int(d["LimitNOFILE"][0]) >= 4096 and d["UMask"] == ["0077"]
 
 
+def test_chromiums_sandbox_gets_exactly_what_it_needs_and_no_process_reaches_cloud_metadata() -> None:
+    """User, PID and network namespaces and chroot() are let back in for Chromium's own sandbox, nothing else: every
+    other namespace kind stays refused and the rest of @privileged stays filtered; the metadata addresses are denied."""
+    d = directives()
+    assert d["RestrictNamespaces"] == ["user pid net"]
+    assert d["SystemCallFilter"] == ["@system-service", "~@privileged @resources", "capset chroot"]
+    assert d["CapabilityBoundingSet"] == [""] and d["NoNewPrivileges"] == ["yes"]
+    denied = set(" ".join(d["IPAddressDeny"]).split())
+    assert denied == {"169.254.169.254/32", "169.254.170.2/32", "100.100.100.200/32", "fd00:ec2::254/128"}
+    assert "IPAddressAllow" not in d  # nothing punches a hole back
+
+
 def test_a_missing_credential_file_means_not_configured_not_a_failed_unit() -> None:
     """Every LoadCredential= has a SetCredential= fallback of the same name whose value reads as empty.
 
