@@ -17,6 +17,7 @@ import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import yarl
 
@@ -25,6 +26,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
     import discord
 
+from bridge.discord_metrics import count_requests
 from bridge.ratelimits import amortise_bucket_sweep
 from bridge.shards import ShardWatch, Up
 
@@ -39,6 +41,23 @@ def intents() -> discord.Intents:
     wanted.dm_messages = True
     wanted.message_content = True
     return wanted
+
+
+def hand_over(deliver: Callable[[discord.Message], None], message: discord.Message) -> None:
+    """Give a new message to the bridge at once, inside discord.py's parse of its event.
+
+    discord.py would schedule a task per ``on_message``; a burst read off the
+    socket in one go is parsed without a pause, so thousands of tasks, each
+    holding its ``Message``, would be alive at the same time and the heap's
+    high-water mark (which the process never hands back) would grow by
+    kilobytes per message. Handed over here, each ``Message`` is gone before
+    the next event is parsed. A failure is the bridge's bug: logged, and the
+    gateway goes on.
+    """
+    try:
+        deliver(message)
+    except Exception:
+        log.exception("the bridge failed on an incoming message")
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,7 @@ class BridgeClient(discord.Client):
             max_messages=None,  # no message cache: nothing here reads it, and a burst filled it with 1,000 Messages
         )
         self.bucket_sweep = amortise_bucket_sweep(self.http)  # bridge/ratelimits.py: no quadratic walk per new room
+        count_requests(self.http)  # clankie_discord_requests_total, while metrics are on
         self._on_message_cb = on_message_cb
         self._on_status = on_status
         self._on_owner = on_owner
@@ -117,8 +137,10 @@ class BridgeClient(discord.Client):
         if not self.is_closed():
             self._on_status("connecting")
 
-    async def on_message(self, message: discord.Message) -> None:
-        self._on_message_cb(message)
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        if event == "message":
+            hand_over(self._on_message_cb, args[0])
+        super().dispatch(event, *args, **kwargs)
 
 
 class ShardedBridgeClient(discord.AutoShardedClient):
@@ -144,6 +166,7 @@ class ShardedBridgeClient(discord.AutoShardedClient):
             shard_ids=list(ids),
         )
         self.bucket_sweep = amortise_bucket_sweep(self.http)
+        count_requests(self.http)  # clankie_discord_requests_total, while metrics are on
         self._bridge = hooks
         self._discover = discover_gateway
         self.watch = ShardWatch(ids)
@@ -174,8 +197,10 @@ class ShardedBridgeClient(discord.AutoShardedClient):
         if not self.is_closed():
             self._bridge.on_status("connecting")
 
-    async def on_message(self, message: discord.Message) -> None:
-        self._bridge.on_message(message)
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        if event == "message":
+            hand_over(self._bridge.on_message, args[0])
+        super().dispatch(event, *args, **kwargs)
 
 
 # re-exported so the app can classify start-up failures without importing discord itself
