@@ -48,7 +48,8 @@ def of_entries(entries: Iterable[Mapping[str, Any]], day: str | None = None) -> 
     return total
 
 
-def _trees(directory: Path) -> list[Path]:
+def trees(directory: Path) -> list[Path]:
+    """Every session file under ``directory``, in name order."""
     try:
         return sorted(p for p in directory.rglob("*.jsonl") if p.is_file())
     except OSError:
@@ -58,7 +59,7 @@ def _trees(directory: Path) -> list[Path]:
 def of_directory(directory: Path, day: str | None = None) -> Tokens:
     """Everything spent in the session trees under ``directory`` (one lane's)."""
     total = Tokens()
-    for tree in _trees(directory):
+    for tree in trees(directory):
         total = total + of_entries(read_lines(tree), day)
     return total
 

@@ -24,9 +24,20 @@ from clankie import ipc, spend
 from clankie.child import tree_id
 from clankie.clock import Clock, SystemClock
 from clankie.entry import ChildSpec, Ready, run_child
+from clankie.errors import RemoteError
 from clankie.handover import inherited_listener
 from clankie.paths import ensure_private_dir, socket_path
-from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply
+from clankie.protocol import (
+    AbortReply,
+    AbortRun,
+    BudgetInfo,
+    BudgetReply,
+    BudgetRequest,
+    Code,
+    Empty,
+    Heartbeat,
+    LanesReply,
+)
 from clankie.router import Router
 from clankie.settings import Settings
 from service import fdlimit
@@ -39,6 +50,7 @@ from service.captain.keys import CaptainPaths
 from service.captain.records import Evidence
 from service.captain.records import configure as configure_records
 from service.captain.service import TurnService
+from service.captain.spending import Spending, budget_key
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +103,7 @@ class ServiceApp:
         configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
         self.governor = Governor(self.clock, max_concurrent=settings.model_max_concurrent)
+        self.spending = Spending(settings, self.clock, paths.root)
         self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
                                    max_retained=settings.delivery_max_retained, tree=tree_id(self.environ))
         self.captain = Captain(
@@ -102,6 +115,7 @@ class ServiceApp:
                 tldraw=self.tldraw,
                 joins=self.store.join,
                 governor=self.governor,
+                spending=self.spending,
             )
         )
         evidence = Evidence(paths.evidence, self.clock)
@@ -111,6 +125,7 @@ class ServiceApp:
 
     async def start(self, listener: socket.socket | None = None) -> None:
         """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""
+        await asyncio.to_thread(self.spending.load)  # today's totals, before the first turn is taken
         pruned = self.store.prune()
         if pruned:
             log.info("pruned %d expired delivery records", pruned)
@@ -152,7 +167,8 @@ class ServiceApp:
     @functools.cached_property
     def link_handler(self) -> Router:
         """What the supervisor may ask of the service (``shutdown``/``activate`` are the link's own)."""
-        return Router("child", {"abort_run": self._abort_run, "lanes": self._lanes, "say": self.turns.say},
+        return Router("child", {"abort_run": self._abort_run, "lanes": self._lanes, "say": self.turns.say,
+                                "budget": self._budget},
                       unserved={"shutdown", "activate", "probe_artifact", "resolve_artifact"})
 
     async def _abort_run(self, params: AbortRun) -> AbortReply:
@@ -165,7 +181,41 @@ class ServiceApp:
         infos = await self.captain.lane_listing()
         dirs = self.captain.lane_directories()
         spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
-        return LanesReply(lanes=tuple(i.model_copy(update={"tokens": spent.get(i.key)}) for i in infos))
+        rows = []
+        for info in infos:
+            update: dict[str, object] = {"tokens": spent.get(info.key)}
+            lane = self.captain.lanes.get(info.key)
+            if lane is not None:
+                update.update(self.spending.lane_view(lane.key, lane.room))
+                tokens = spent.get(info.key)
+                if update["cache_read_share"] is None and tokens is not None and tokens.read_share is not None:
+                    update["cache_read_share"] = round(tokens.read_share, 4)  # from its trees, before this process
+            rows.append(info.model_copy(update=update))
+        return LanesReply(lanes=tuple(rows))
+
+    async def _budget(self, params: BudgetRequest) -> BudgetReply:
+        """``clankiectl budget``: show, raise or reset one budget live; a move is audited in the evidence."""
+        sp = self.spending
+        message = ""
+        if params.action != "show":
+            key = budget_key(params.key)
+            if key is None:
+                raise RemoteError(Code.INVALID_BUDGET, "a budget key is tree, room:<guild|dm>/<channel> or user:<id>")
+            standing = sp.operate(params.action, key, params.tokens, params.usd)
+            cause = f"tokens={standing.limit.tokens} usd={standing.limit.usd:g}" if params.action == "raise" else None
+            self.turns.evidence.record("operator", f"budget_{params.action}", lane=key, cause=cause)
+            message = f"{params.action} {key}"
+            keys = [key]
+        else:
+            keys = sorted(sp.budgets.keys(), key=lambda k: (k != "tree", k))[: self.settings.lanes_list_max]
+            keys = keys if "tree" in keys else ["tree", *keys]
+        rows = []
+        for key in keys:
+            s = sp.budgets.standing(key)
+            rows.append(BudgetInfo(key=key, spent_tokens=s.spent.tokens, spent_usd=round(s.spent.usd, 6),
+                                   limit_tokens=s.limit.tokens, limit_usd=s.limit.usd, tokens_left=s.tokens_left,
+                                   usd_left=None if s.usd_left is None else round(s.usd_left, 6)))
+        return BudgetReply(day=sp.budgets.day, budgets=tuple(rows), message=message)
 
     def heartbeat(self) -> Heartbeat:
         runs = self.captain.runs()
@@ -182,12 +232,13 @@ class ServiceApp:
             if paced.paused_s:
                 detail += f" (paused {paced.paused_s:.0f}s by a 429)"
         fds, fd_limit = fdlimit.usage()
-        detail += f", fds {fds}/{fd_limit}"
+        detail += f", fds {fds}/{fd_limit}, {self.spending.detail()}"
         report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies, **counts,
                   "fds": fds, "fd_limit": fd_limit, "model_calls_in_flight": paced.in_flight,
                   "model_calls_waiting": paced.waiting, "model_paused_s": round(paced.paused_s, 1),
-                  "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining}
-        return Heartbeat(detail=detail, runs=runs, report=report)
+                  "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining,
+                  **self.spending.report()}
+        return Heartbeat(detail=detail[:200], runs=runs, report=report)
 
 
 def warm() -> None:

@@ -2,7 +2,7 @@
 
 Status comes from the tree and the children's heartbeats (each measures
 its own memory, fds and cpu); start/stop/restart drive the
-lifecycle; ``lanes``, ``abort`` and ``say`` are proxied to the service over
+lifecycle; ``lanes``, ``abort``, ``say`` and ``budget`` are proxied to the service over
 its link; ``logs`` reads the child's log file (``wait`` > 0 long-polls for
 ``-f``); ``doctor`` runs the attachment probe (:mod:`supervisor.doctor`). Errors carry stable codes: ``no_such_child``, ``not_running``,
 ``service_unavailable``, ``shutting_down``.
@@ -21,6 +21,7 @@ from clankie import ipc, spend
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import (
     AbortRun,
+    BudgetRequest,
     ChildStatus,
     ChildTarget,
     Code,
@@ -205,6 +206,7 @@ class Control:
             "lanes": self._lanes,
             "abort": self._abort,
             "say": self._say,
+            "budget": self._budget,
             "doctor": self._doctor,
         })
 
@@ -246,6 +248,9 @@ class Control:
 
     async def _say(self, params: SayRequest) -> Record | None:
         return await self._proxy("say", params, SAY_TIMEOUT)
+
+    async def _budget(self, params: BudgetRequest) -> Record | None:
+        return await self._proxy("budget", params, PROXY_TIMEOUT)
 
     async def _doctor(self, params: Empty) -> DoctorReply:
         if self.tree.stopping:

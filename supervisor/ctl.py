@@ -38,6 +38,7 @@ from clankie.errors import (
 from clankie.paths import SYSTEM_RUNTIME_DIR, process_environment, socket_path
 from clankie.protocol import (
     AbortReply,
+    BudgetReply,
     ControlReply,
     DoctorReply,
     Empty,
@@ -51,6 +52,7 @@ from clankie.protocol import (
 from clankie.settings import runtime_dir
 from supervisor.ctl_args import bad_arguments, bounded, params_of, parser
 from supervisor.ctl_render import (
+    format_budget,
     format_child_move,
     format_disagreement,
     format_doctor,
@@ -182,6 +184,10 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
         else:
             print(format_turn(res), file=out)
         return EX_FAILED if res.outcome == "failed" else EX_OK
+    if cmd == "budget":
+        budget = await _call(conn, "budget", args.params, timeout, BudgetReply)
+        print(json.dumps(_dump(budget)) if args.json else format_budget(budget), file=out)
+        return EX_OK
     if cmd == "logs":
         return await _logs(conn, args)
     if cmd == "doctor":

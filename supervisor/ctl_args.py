@@ -12,13 +12,14 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from clankie.protocol import AbortRun, ChildTarget, LogsRequest, Record, SayRequest
+from clankie.protocol import AbortRun, BudgetRequest, ChildTarget, LogsRequest, Record, SayRequest
 from supervisor.tree import STOP_BUDGET
 
 SAY_WAIT = 600.0
 """Default seconds ``say`` waits for the turn (the supervisor gives the service as long)."""
 
-ARGUMENT_NAMES = {"name": "NAME", "room": "ROOM", "text": "TEXT", "lines": "-n/--lines", "lane": "LANE"}
+ARGUMENT_NAMES = {"name": "NAME", "room": "ROOM", "text": "TEXT", "lines": "-n/--lines", "lane": "LANE", "key": "KEY",
+                  "tokens": "--tokens", "usd": "--usd"}
 """Record field -> the clankiectl argument it comes from (for bad-argument messages)."""
 
 
@@ -61,6 +62,12 @@ def parser() -> argparse.ArgumentParser:
         "--wait", type=float, default=SAY_WAIT, metavar="SECONDS",
         help=f"seconds to wait for the turn, on top of --timeout (default {SAY_WAIT:g}; 0 waits forever)",
     )
+    bu = sub.add_parser("budget", help="today's budgets; raise one for the rest of the day, or reset what a key spent")
+    bu.add_argument("action", nargs="?", choices=("show", "raise", "reset"), default="show")
+    bu.add_argument("key", nargs="?", default="tree", help="tree (default), room:<guild|dm>/<channel> or user:<id>")
+    bu.add_argument("--tokens", type=int, default=None, help="raise: the token limit for the rest of the day (0: none)")
+    bu.add_argument("--usd", type=float, default=None, help="raise: the dollar limit for the rest of the day (0: none)")
+    bu.add_argument("--json", action="store_true")
     dr = sub.add_parser("doctor", help="prove every picture-writing host and the bridge agree on the attachment root")
     dr.add_argument("--json", action="store_true")
     sub.add_parser("shutdown", help="stop every child and the supervisor")
@@ -81,6 +88,8 @@ def params_of(args: argparse.Namespace) -> Record | None:
         return AbortRun(lane=args.lane, reason="operator")
     if cmd == "say":
         return SayRequest(room=args.room, text=args.text)
+    if cmd == "budget":
+        return BudgetRequest(action=args.action, key=args.key, tokens=args.tokens, usd=args.usd)
     if cmd == "logs":
         return LogsRequest(name=args.name, lines=max(0, args.lines))
     return None

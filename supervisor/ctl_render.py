@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, assert_never
 
 from clankie.protocol import (
+    BudgetInfo,
+    BudgetReply,
     ChildStatus,
     DoctorReply,
     LaneInfo,
@@ -85,11 +87,36 @@ def format_child_move(child: ChildStatus) -> str:
 
 
 def format_lane(lane: LaneInfo) -> str:
-    """One line of ``lanes``: a live lane's run and turns, or an on-disk lane's last activity."""
+    """One line of ``lanes``: a live lane's run, turns, spend, room budget and cache; an on-disk lane's last activity."""
     if not lane.live:
         return f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  last_active={age(lane.last_active_age_s)}"
-    return (f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
+    line = (f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
             f"last_event={age(lane.last_event_age_s)}  turns={lane.turns}  {format_tokens(lane.tokens)}")
+    if lane.budget_key is not None:
+        line += f"  {lane.budget_key} today={lane.spent_today_tokens or 0} tok ${lane.spent_today_usd or 0.0:.4f}"
+        line += f" left={_left(lane.budget_tokens_left, lane.budget_usd_left)}"
+    share = "-" if lane.cache_read_share is None else f"{lane.cache_read_share:.0%}"
+    return line + f"  cache_read={share} lifetime={lane.cache_lifetime or '-'}"
+
+
+def _left(tokens: int | None, usd: float | None) -> str:
+    parts = ([] if tokens is None else [f"{max(0, tokens)} tok"]) + ([] if usd is None else [f"${max(0.0, usd):.4f}"])
+    return " ".join(parts) or "unlimited"
+
+
+def format_budget(reply: BudgetReply) -> str:
+    """What ``budget`` prints: each key's spend today, its limits and what is left."""
+    lines = [reply.message] if reply.message else []
+    lines.append(f"budgets for {reply.day} (UTC):")
+    lines += [format_budget_row(b) for b in reply.budgets]
+    return "\n".join(lines)
+
+
+def format_budget_row(b: BudgetInfo) -> str:
+    limit = " ".join(x for x in (f"{b.limit_tokens} tok" if b.limit_tokens else "",
+                                 f"${b.limit_usd:.2f}" if b.limit_usd else "") if x) or "none"
+    return (f"  {b.key}  spent={b.spent_tokens} tok ${b.spent_usd:.4f}  limit={limit}  "
+            f"left={_left(b.tokens_left, b.usd_left)}")
 
 
 def format_turn(res: TurnResult) -> str:

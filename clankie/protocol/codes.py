@@ -32,6 +32,9 @@ class Code(StrEnum):
     CAPTAIN_MODEL_FAILED = "captain_model_failed"
     CAPTAIN_RESPONSE_MISSING = "captain_response_missing"
     CAPTAIN_TURN_STALLED = "captain_turn_stalled"
+    CAPTAIN_BUDGET_EXHAUSTED = "captain_budget_exhausted"  # a day budget (tree, room, person) is spent: no model call
+    CAPTAIN_RUN_BUDGET_EXCEEDED = "captain_run_budget_exceeded"  # a per-run cap was reached, with no words to post
+    INVALID_BUDGET = "invalid_budget"  # clankiectl budget: an unknown key or action
     # bridge
     BRIDGE_INTERNAL_ERROR = "bridge_internal_error"
     DELIVERY_NOT_HELD = "delivery_not_held"
@@ -63,6 +66,10 @@ class Code(StrEnum):
     DIAGRAM_INVALID = "diagram_invalid"
     DIAGRAM_TOO_LARGE = "diagram_too_large"
     RENDER_FAILED = "render_failed"
+    # sockets: a peer refused (clankie.peers, clankie.ipc)
+    PEER_UID_REFUSED = "peer_uid_refused"
+    PEER_NOT_ALLOWED = "peer_not_allowed"
+    PEER_IN_TREE = "peer_in_tree"
     # supervisor
     NO_SUCH_CHILD = "no_such_child"
     SERVICE_UNAVAILABLE = "service_unavailable"

@@ -19,7 +19,16 @@ from clankie.protocol.records_bridge import (
     TurnSubmit,
     TypingSignal,
 )
-from clankie.protocol.records_child import AbortReply, AbortRun, Heartbeat, LanesReply, SayRequest, Stopping
+from clankie.protocol.records_child import (
+    AbortReply,
+    AbortRun,
+    BudgetReply,
+    BudgetRequest,
+    Heartbeat,
+    LanesReply,
+    SayRequest,
+    Stopping,
+)
 from clankie.protocol.records_control import (
     ChildTarget,
     ControlReply,
@@ -31,6 +40,7 @@ from clankie.protocol.records_control import (
     StatusReply,
 )
 from clankie.protocol.records_hosts import Artifact, DiagramRequest, ScreenshotRequest
+from clankie.protocol.records_peers import Peers
 
 R = TypeVar("R", bound=Record)
 
@@ -76,13 +86,16 @@ METHODS: dict[str, dict[str, Method]] = {
         "abort": Method(AbortRun, AbortReply),
         "say": Method(SayRequest, TurnResult),
         "doctor": Method(Empty, DoctorReply),
+        "budget": Method(BudgetRequest, BudgetReply),
     },
     "child": {  # supervisor -> child over the link
         "abort_run": Method(AbortRun, AbortReply),
         "shutdown": Method(Stopping, None),
         "lanes": Method(Empty, LanesReply),
         "say": Method(SayRequest, TurnResult),
+        "budget": Method(BudgetRequest, BudgetReply),
         "activate": Method(Empty, None),  # a parked spare: become the child now
+        "peers": Method(Peers, None),  # the pids that may dial the socket this child serves (clankie.peers)
         "probe_artifact": Method(Empty, Artifact),  # hosts: write the probe picture
         "resolve_artifact": Method(ResolveRequest, ResolveReply),  # bridge: resolve it like a reply
     },

@@ -117,6 +117,40 @@ class LaneInfo(Record):
     tokens: Tokens | None = None  # everything its session trees record (None: not read)
     live: bool = True  # False: only on disk (evicted, or from an earlier process); state is then "on_disk"
     last_active_age_s: float | None = None  # since its session files were last written (a disk lane's row)
+    budget_key: str | None = None  # its room's budget key, room:<guild|dm>/<channel> (live lanes)
+    budget_tokens_left: int | None = None  # the room's token budget left today (None: no such budget)
+    budget_usd_left: float | None = None  # the room's dollar budget left today (None: no such budget)
+    spent_today_tokens: int | None = None  # what the room spent today (every lane of it)
+    spent_today_usd: float | None = None
+    cache_read_share: float | None = None  # the share of the lane's input tokens read from the prompt cache
+    cache_lifetime: str | None = None  # the conversation's cache lifetime its pace chose (5m or 1h)
+
+
+class BudgetRequest(Record):
+    """``budget``: show today's budgets, or raise one for the rest of the day, or reset what a key spent."""
+
+    action: Literal["show", "raise", "reset"] = "show"
+    key: str = Field(default="tree", min_length=1, max_length=200)  # tree, room:<guild|dm>/<channel>, user:<id>
+    tokens: int | None = Field(default=None, ge=0, le=1 << 50)  # raise: the new token limit (0: none)
+    usd: float | None = Field(default=None, ge=0, le=1e9)  # raise: the new dollar limit (0: none)
+
+
+class BudgetInfo(Record):
+    """One budget today: what its key spent, its limits (0: none) and what is left (None: no limit)."""
+
+    key: str
+    spent_tokens: int = 0
+    spent_usd: float = 0.0
+    limit_tokens: int = 0
+    limit_usd: float = 0.0
+    tokens_left: int | None = None
+    usd_left: float | None = None
+
+
+class BudgetReply(Record):
+    day: str  # the UTC day, YYYY-MM-DD
+    budgets: tuple[BudgetInfo, ...] = ()
+    message: str = ""
 
 
 class LanesReply(Record):

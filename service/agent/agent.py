@@ -228,9 +228,9 @@ class Agent:
             state.calls += 1
         return refused
 
-    def _charged(self, usage: Usage, model: str) -> None:
+    def _charged(self, usage: Usage, model: str, summary: bool) -> None:
         if self._meter is not None:
-            self._meter.charged(usage, model)
+            self._meter.charged(usage, model, summary)
 
     async def _loop(self, state: _Run) -> RunOutcome:
         self._attempts.gate = lambda: self._gate(state)
@@ -247,9 +247,8 @@ class Agent:
             response = await self._call(state)
             state.usage += response.usage
             self.session.append_message(
-                {"role": "assistant", "content": response.content},
-                usage=response.usage.to_json(),
-                stop_reason=response.stop_reason,
+                {"role": "assistant", "content": response.content}, usage=response.usage.to_json(),
+                stop_reason=response.stop_reason, **(self._meter.tags() if self._meter is not None else {}),
             )
             self.session.sync()
             if response.stop_reason == "refusal":

@@ -73,7 +73,7 @@ class Attempts:
         self._governor = governor or Governor(clock, max_concurrent=1 << 16)
         self._rate_limit_retries = rate_limit_retries
         self.gate: Callable[[], OutcomeKind | None] = lambda: None  # before every call: a refusal ends the run
-        self.charged: Callable[[Usage, str], None] = lambda usage, model: None  # after every answer
+        self.charged: Callable[[Usage, str, bool], None] = lambda usage, model, summary: None  # after every answer
 
     async def complete(
         self,
@@ -127,8 +127,9 @@ class Attempts:
         if refused is not None:  # a spent budget or a run cap: no request is made
             raise RunFailed(refused)
         async with self._governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
+            asked = request()
             try:
-                response = await self._provider.complete(request(), on_signal)
+                response = await self._provider.complete(asked, on_signal)
             except ProviderError as err:
                 ticket.answered(reports(err.rate_limits))
                 if self._waits_out(err):
@@ -136,7 +137,7 @@ class Attempts:
                 raise
             usage = response.usage
             ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
-            self.charged(usage, response.model)
+            self.charged(usage, response.model, asked.summary)
             return response
 
     def _record(self, run_id: str, err: ProviderError, attempt: int) -> None:

@@ -74,7 +74,8 @@ class Compactor:
                 response = await self._attempts.complete(
                     run_id,
                     lambda: ModelRequest(
-                        system=compaction.SUMMARY_SYSTEM, messages=[prompt], max_tokens=self._summary_max_tokens
+                        system=compaction.SUMMARY_SYSTEM, messages=[prompt], max_tokens=self._summary_max_tokens,
+                        summary=True,
                     ),
                     self._signal(run_id),
                 )

@@ -5,7 +5,8 @@ they bound spend, never time. A :class:`Meter` is the caller's (the
 captain's) view of money: before every model call the agent asks it whether
 a budget is spent (:meth:`Meter.refusal`) and which cache lifetimes to ask
 for (:meth:`Meter.lifetimes`), and after every answer tells it what the call
-was billed (:meth:`Meter.charged`). See ``docs/spend.md``.
+was billed (:meth:`Meter.charged`) and writes :meth:`Meter.tags` beside the
+usage in the session tree. See ``docs/spend.md``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ class Meter(Protocol):
         """The cache lifetimes of the next call: (shared prefix, conversation)."""
         ...
 
-    def charged(self, usage: Usage, model: str) -> None:
-        """A call was answered and billed ``usage``."""
+    def tags(self) -> dict[str, object]:
+        """What to write beside a call's ``usage`` in the session tree (who it was charged to)."""
+        ...
+
+    def charged(self, usage: Usage, model: str, summary: bool) -> None:
+        """A call was answered and billed ``usage`` (``summary``: a compaction's summary call)."""
         ...

@@ -43,6 +43,7 @@ class ModelRequest:
     max_tokens: int = 4096
     cache_ttl: CacheTtl = "5m"
     prefix_ttl: CacheTtl = "5m"
+    summary: bool = False  # a compaction's summary call (its own prompt; not the lane's conversation)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,7 @@ from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, La
 from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import TEARDOWN_GRACE, LaneRegistry
 from service.captain.runner import LIVE, LaneRunner, RunnerDeps
+from service.captain.spending import Spending
 from service.captain.tools import (
     Admission,
     DeliveryContext,
@@ -60,6 +61,7 @@ class CaptainDeps:
     tldraw: HostClient | None = None
     joins: Callable[[str, tuple[str, ...]], None] | None = None  # (run id, delivery ids) before they join that run
     governor: Governor | None = None  # every lane's model calls pass it
+    spending: Spending | None = None  # budgets before every model call, cache lifetimes by pace, cache health
 
 
 class Captain:
@@ -85,6 +87,7 @@ class Captain:
                 joins=deps.joins,
                 shutting_down=lambda: self.shutting_down,
                 governor=deps.governor,
+                spending=deps.spending,
             )
         )
         self._images = ImageFetcher(

@@ -26,6 +26,7 @@ from service.captain import prompt
 from service.captain.inbound import NO_TURN_IMAGES, TurnImages
 from service.captain.lane import Action, Lane, joining
 from service.captain.records import LaneLog
+from service.captain.spending import LaneMeter
 from service.captain.tools import DeliveryContext, TurnCapture
 
 HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}")
@@ -39,6 +40,8 @@ FAILURE_CODES = {
     OutcomeKind.MODEL_FAILED: Code.CAPTAIN_MODEL_FAILED,
     OutcomeKind.RESPONSE_MISSING: Code.CAPTAIN_RESPONSE_MISSING,
     OutcomeKind.ABORTED: SESSION_FAILED,
+    OutcomeKind.BUDGET_EXHAUSTED: Code.CAPTAIN_BUDGET_EXHAUSTED,
+    OutcomeKind.RUN_BUDGET_EXCEEDED: Code.CAPTAIN_RUN_BUDGET_EXCEEDED,
 }
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class LiveLane:
     last_outcome: RunOutcome | None = None
     unsubscribe: Callable[[], None] | None = None
     history_requests: int = 0
+    meter: LaneMeter | None = None  # its budgets, cache lifetimes and health (service.captain.spending)
 
 
 def joined_by(lane: LiveLane, action: Action) -> tuple[str, tuple[str, ...]] | None:
@@ -113,6 +117,8 @@ def failure_code(outcome: RunOutcome) -> str | None:
     """The code every attached turn fails with, or None for an answer."""
     if outcome.kind is OutcomeKind.OK:
         return None
+    if outcome.kind is OutcomeKind.RUN_BUDGET_EXCEEDED and outcome.text.strip():
+        return None  # stopped at a run cap: the room gets the words written so far
     if outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "shutdown":
         return SHUTDOWN_CODE
     return FAILURE_CODES[outcome.kind]

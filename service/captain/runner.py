@@ -18,7 +18,17 @@ from dataclasses import dataclass
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
-from clankie.protocol import HistoryMessage, HistoryReply, HistoryRequest, Room, Trigger, TurnResult
+from clankie.protocol import (
+    Code,
+    HistoryMessage,
+    HistoryReply,
+    HistoryRequest,
+    Room,
+    TextUpdate,
+    TextUpdateReply,
+    Trigger,
+    TurnResult,
+)
 from clankie.redact import Redactor
 from clankie.settings import Settings
 from service.agent.agent import Agent, AgentConfig
@@ -72,6 +82,7 @@ from service.captain.live import (
 )
 from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import LaneRegistry
+from service.captain.spending import NOTICE, Spending
 from service.captain.tools import DeliveryContext, TurnCapture
 
 log = logging.getLogger(__name__)
@@ -84,6 +95,10 @@ def new_boundary() -> str:
     return secrets.token_hex(8)
 
 LIVE = (LaneState.STARTING, LaneState.RUNNING)
+
+class BudgetSpent(Exception):
+    """A turn's budget (tree, room or person) is spent before it starts: it fails without a model request."""
+
 
 NewTurn = tuple[DeliveryContext, Trigger, tuple[HistoryMessage, ...], asyncio.Future[TurnResult], TurnImages]
 
@@ -98,6 +113,7 @@ class RunnerDeps:
     joins: Callable[[str, tuple[str, ...]], None] | None
     shutting_down: Callable[[], bool]
     governor: Governor | None = None  # the service's one provider governor (None: a private one per agent)
+    spending: Spending | None = None  # budgets, cache lifetimes and health (None: no budgets, 5-minute caching)
 
 
 class LaneRunner:
@@ -112,6 +128,7 @@ class LaneRunner:
         self._joins = deps.joins
         self._shutting_down = deps.shutting_down
         self._governor = deps.governor
+        self._spending = deps.spending
         self.background: set[asyncio.Task[None]] = set()  # fire-and-forget sends (typing), held until done
         self._config = AgentConfig.from_settings(deps.settings)  # window, compaction budget, session retention
         self._redact = Redactor.of(deps.settings)  # the Anthropic key never leaves in a reply or a tool card
@@ -120,6 +137,7 @@ class LaneRunner:
         """A lane's live objects over ``session``, subscribed to its agent's events."""
         capture = TurnCapture(room=room)
         assert self._provider is not None  # the captain opens no lane without a provider
+        meter = self._spending.meter(key, room, lambda: capture.actor_id or None) if self._spending else None
         agent = Agent(
             session=session,
             provider=self._provider,
@@ -128,6 +146,7 @@ class LaneRunner:
             system_prompt=prompt.system_prompt(self._s.character_id, plan.privileged),
             config=self._config,
             governor=self._governor,
+            meter=meter,
         )
         lane = LiveLane(
             key=key,
@@ -137,6 +156,7 @@ class LaneRunner:
             agent=agent,
             capture=capture,
             lane_log=LaneLog(self._registry.paths.lane_log(room), room, self._clock),
+            meter=meter,
         )
         lane.unsubscribe = agent.subscribe(lambda event: self.on_event(lane, event))
         return lane
@@ -230,6 +250,10 @@ class LaneRunner:
     async def _own(self, lane: LiveLane, slot: TurnSlot, run_id: str) -> None:
         code: str | None = None
         try:
+            if self._spending is not None and self._spending.spent_key(lane.room, slot.trigger.author.id) is not None:
+                raise BudgetSpent  # no history call, no model request
+            if lane.meter is not None:
+                lane.meter.begin_run()
             history: tuple[HistoryMessage, ...] | None = None
             if lane.fresh and not lane.plan.contained:
                 history = await self._history(lane, slot)
@@ -247,6 +271,10 @@ class LaneRunner:
                 log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
                 slot.images = slot.images.without_files()
                 await lane.agent.run(lane_message(slot, context, new_boundary()), run_id=run_id)
+        except BudgetSpent:
+            code = Code.CAPTAIN_BUDGET_EXHAUSTED
+            log.warning("lane %s: turn %s not run: today's budget is spent", lane.key, slot.turn_id)
+            await self._budget_notice(lane, slot)
         except asyncio.CancelledError:
             code = SHUTDOWN_CODE if self._shutting_down() else SESSION_FAILED
         except OSError as exc:  # the disk refused the session: one line with its code, the run's turns fail with it
@@ -262,8 +290,24 @@ class LaneRunner:
             code = SESSION_FAILED
         if code is not None and lane.machine.state in LIVE and lane.machine.run_id == run_id:
             self.apply(lane, lane.machine.handle(RunEnded(code), self._clock.boottime()))
+        if lane.meter is not None:
+            lane.meter.end_run()
         if lane.plan.kind == "oneshot" and lane.machine.state is LaneState.IDLE:
             self._registry.drop(lane)
+
+    async def _budget_notice(self, lane: LiveLane, slot: TurnSlot) -> None:
+        """An addressed turn refused by a spent budget: one templated line, at most once per room an hour."""
+        owner = slot.delivery
+        if slot.trigger.unprompted or slot.backlog or owner.conn is None or owner.conn.closed:
+            return
+        assert self._spending is not None
+        if not self._spending.notice_due(lane.room):
+            return
+        try:
+            await owner.conn.request("text_update", TextUpdate(delivery_id=owner.delivery_id, text=NOTICE),
+                                     expect=TextUpdateReply, timeout=HISTORY_TIMEOUT)
+        except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
+            log.warning("lane %s: the budget notice was not posted (%s)", lane.key, type(exc).__name__)
 
     async def _history(self, lane: LiveLane, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
         """The room's backlog; None when it could not be read (no bridge connection, or the call failed)."""

@@ -41,7 +41,10 @@ class FakeMeter:
     def lifetimes(self) -> tuple[CacheTtl, CacheTtl]:
         return "1h", self.lifetime
 
-    def charged(self, usage: Usage, model: str) -> None:
+    def tags(self) -> dict[str, object]:
+        return {"charged_to": ["user:42"]}
+
+    def charged(self, usage: Usage, model: str, summary: bool) -> None:
         self.charges.append(usage)
 
 
@@ -119,5 +122,6 @@ def test_the_meter_chooses_each_calls_cache_lifetimes(tmp_path: Path) -> None:
             assert usage.cache_write_1h == usage.cache_write > 0
             entry = next(e for e in h.session.entries if e["type"] == "message" and "usage" in e)
             assert entry["usage"]["cache_write_1h"] == usage.cache_write_1h
+            assert entry["charged_to"] == ["user:42"]  # a rebuild of the day's totals reads who paid
 
     arun(body())

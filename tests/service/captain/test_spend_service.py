@@ -1,0 +1,186 @@
+"""Spend governed in the service: budgets before every model call, the budget notice, durable totals, cache
+lifetime by pace and cache health. The service runs in-process on its real socket, with the real SDK against
+the fake Anthropic, which bills as the API does on the same fake clock."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clankie.protocol import BudgetRequest, Empty
+from clankie.testing.clock import FakeClock
+from clankie.testing.fake_anthropic import FakeAnthropic
+from service.captain import prompt
+from service.captain.spending import NOTICE
+from tests.service.captain.harness import FakeBridge, msg, run, service
+
+
+def _ttl(body: dict[str, Any]) -> tuple[str, str]:
+    """(shared prefix, conversation) lifetimes a request asked for."""
+    return body["system"][0]["cache_control"]["ttl"], body["cache_control"]["ttl"]
+
+
+def test_a_spent_tree_budget_makes_no_request_and_says_so_once_an_hour(env: dict[str, str]) -> None:
+    """With a 1-token day budget the first turn runs (nothing was spent); every later turn fails
+    captain_budget_exhausted with no model request and no history call; an addressed turn gets the templated
+    line once per room per hour, an unprompted one never."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        async with FakeAnthropic(clock=clock) as fake, service(env, fake, clock=clock, budget_day_tokens=1) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            assert (await bridge.submit(msg("m1", "hello"))).outcome == "settled"
+            for mid in ("m2", "m3"):
+                result = await bridge.submit(msg(mid, "again"))
+                assert (result.outcome, result.code) == ("failed", "captain_budget_exhausted")
+            assert len(fake.requests) == 1 and len(bridge.history_calls) == 1
+            assert [u.text for u in bridge.updates] == [NOTICE]  # m2 said it; m3 within the hour did not
+            assert app.turns.evidence.of("m2") == ["accepted", "failed"]
+            clock.advance(3601)
+            assert (await bridge.submit(msg("m4", "x", unprompted=True))).code == "captain_budget_exhausted"
+            assert len(bridge.updates) == 1
+            assert (await bridge.submit(msg("m5", "hello?"))).code == "captain_budget_exhausted"
+            assert [u.delivery_id for u in bridge.updates] == ["m2", "m5"]
+            assert len(fake.requests) == 1
+            assert "budget: spent" in app.heartbeat().detail and app.heartbeat().report["budget_tokens_left"] < 0
+
+    run(body())
+
+
+def test_a_room_budget_stops_one_room_and_not_another(env: dict[str, str]) -> None:
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, budget_room_day_tokens=1) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            assert (await bridge.submit(msg("a1", "hi", channel="2"))).outcome == "settled"
+            assert (await bridge.submit(msg("a2", "hi", channel="2"))).code == "captain_budget_exhausted"
+            assert (await bridge.submit(msg("b1", "hi", channel="3"))).outcome == "settled"
+            assert len(fake.requests) == 2
+
+    run(body())
+
+
+def test_a_user_budget_stops_one_person_in_every_room(env: dict[str, str]) -> None:
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, budget_user_day_usd=0.000001) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            assert (await bridge.submit(msg("p1", "hi", channel="2", author="42"))).outcome == "settled"
+            for mid, channel in (("p2", "2"), ("p3", "3")):
+                result = await bridge.submit(msg(mid, "hi", channel=channel, author="42"))
+                assert result.code == "captain_budget_exhausted"
+            assert (await bridge.submit(msg("q1", "hi", channel="3", author="43"))).outcome == "settled"
+            assert len(fake.requests) == 2
+
+    run(body())
+
+
+def test_the_days_totals_survive_a_restart_and_a_lost_ledger(env: dict[str, str], state_dir: Path) -> None:
+    """A restarted service reads today's spend back from its ledger; with the ledger gone, from the session trees
+    (each assistant entry says who it was charged to), so the budget still holds."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            async with service(env, fake, budget_room_day_tokens=1) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                assert (await bridge.submit(msg("m1", "hi"))).outcome == "settled"
+                spent = app.spending.budgets.used("room:1/2")
+            for lose_ledger in (False, True):
+                if lose_ledger:
+                    shutil.rmtree(state_dir / "captain" / "spend")
+                async with service(env, fake, budget_room_day_tokens=1) as app:
+                    assert app.spending.budgets.used("room:1/2") == spent
+                    bridge = FakeBridge()
+                    await bridge.connect(app)
+                    result = await bridge.submit(msg(f"again-{lose_ledger}", "hi"))
+                    assert result.code == "captain_budget_exhausted"
+            assert len(fake.requests) == 1
+
+    run(body())
+
+
+def test_the_operator_raises_and_resets_a_budget_live(env: dict[str, str]) -> None:
+    """``budget raise`` lets a spent room talk again at once, ``reset`` forgets what it spent; both are evidence."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, budget_room_day_tokens=1) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            await bridge.submit(msg("m1", "hi"))
+            assert (await bridge.submit(msg("m2", "hi"))).code == "captain_budget_exhausted"
+            reply = await app._budget(BudgetRequest(action="raise", key="room:1/2", tokens=10_000_000))
+            assert reply.budgets[0].limit_tokens == 10_000_000 and reply.budgets[0].tokens_left is not None
+            assert (await bridge.submit(msg("m3", "hi"))).outcome == "settled"
+            reply = await app._budget(BudgetRequest(action="reset", key="room:1/2"))
+            assert reply.budgets[0].spent_tokens == 0
+            shown = await app._budget(BudgetRequest())
+            assert shown.budgets[0].key == "tree"
+            audit = app.turns.evidence.path.read_text()
+            assert '"event":"budget_raise"' in audit and '"event":"budget_reset"' in audit
+
+    run(body())
+
+
+def test_a_room_whose_turns_come_eight_minutes_apart_is_sent_the_hour_and_a_burst_five_minutes(
+    env: dict[str, str],
+) -> None:
+    """Room 2 speaks every 8 minutes: after its first gap its conversation is cached for an hour (and its
+    prefix too: the API takes the longer lifetime first). Room 3 bursts: 5 minutes."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        async with FakeAnthropic(clock=clock) as fake, service(env, fake, clock=clock) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            for i in range(3):
+                await bridge.submit(msg(f"slow{i}", f"slow {i}", channel="2"))
+                clock.advance(480)
+            slow = [_ttl(b) for b in fake.requests]
+            assert slow[0][1] == "5m" and slow[-1] == ("1h", "1h")
+            first_burst = len(fake.requests)
+            for i in range(3):
+                await bridge.submit(msg(f"fast{i}", f"fast {i}", channel="3"))
+                clock.advance(10)
+            assert [_ttl(b)[1] for b in fake.requests[first_burst:]] == ["5m", "5m", "5m"]
+            rows = {r.key: r for r in (await app._lanes(Empty())).lanes}
+            assert rows["discord:clankie:discord:1:2"].cache_lifetime == "1h"
+            slow_health = app.spending.health["discord:clankie:discord:1:2"]
+            assert slow_health.last_share is not None and slow_health.last_share > 0.7  # 8 min later, read from cache
+            assert rows["discord:clankie:discord:1:3"].cache_lifetime == "5m"
+
+    run(body())
+
+
+def test_a_changed_system_prompt_trips_the_cache_health_warning(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A warm lane whose next call reads little from the cache (its system prompt changed under it: here a
+    redeploy that reopened the lane with a new prompt) is warned about, naming the lane."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        async with FakeAnthropic(clock=clock) as fake, service(env, fake, clock=clock, lanes_max_live=1) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            for i in range(3):
+                await bridge.submit(msg(f"m{i}", f"turn {i}", channel="2"))
+                clock.advance(30)
+            assert "cache health" not in caplog.text
+            original = prompt.system_prompt
+            monkeypatch.setattr(prompt, "system_prompt", lambda *a: original(*a) + f"\nNow: {clock.wall()}")
+            await bridge.submit(msg("other", "evicts room 2", channel="3"))  # lanes_max_live=1: room 2 is closed
+            clock.advance(30)
+            await bridge.submit(msg("m3", "turn 3", channel="2"))  # reopened with the new prompt, still warm
+            warnings = [r.getMessage() for r in caplog.records if "cache health" in r.getMessage()]
+            assert len(warnings) == 1 and "discord:clankie:discord:1:2" in warnings[0]
+            assert app.heartbeat().report["cache_lanes_broken"] == ["discord:clankie:discord:1:2"]
+            assert len(fake.requests) == 5
+
+    caplog.set_level(logging.WARNING, logger="service.captain.spending")
+    run(body())
