@@ -32,7 +32,15 @@ default (300 s), so with a screenshot a minute it stays up, as it would.
    tree's context window is ``--window`` (20,000 tokens, as in
    ``bench/scale.py``) so each room's lane fills and compacts within the
    hour, as a lane that lives for months does; with the 200,000-token
-   default a room's lane would still be growing at the end.
+   default a room's lane would still be growing at the end. For the same
+   reason the caches kept by age are sized to fill within the warm-up:
+   ``--retention-seconds`` (600) is the bridge's retention (its journal's
+   closed entries and its dedupe ids), the recovery horizon and the
+   service's delivery records' retention; at the 7-hour defaults they fill
+   for 7 hours and then hold still, and an hour would only see them fill.
+   And during the warm-up a screenshot comes every ``--warm-shot-seconds``
+   (5): Chromium's own caches fill over its first hundred or so pages (at a
+   shot a minute, hours), and the hour measures it after that.
 3. **Dedupe**: in this process, no tree: ``--dedupe-ids`` (200,000) distinct
    Discord-shaped ids (``(ms since 2015 << 22) | counter``) through the
    bridge's admission (:class:`bridge.admission.Ingress` built by
@@ -246,6 +254,11 @@ def slopes(samples: list[Sample]) -> dict[str, float]:
     return {name: slope([(s.answered, s.rss[name]) for s in samples]) / 1024 for name in SERIES}
 
 
+def warmup_seconds(args: argparse.Namespace) -> float:
+    """The part of the run left out of the slopes: ``--warmup-minutes``, else the first quarter."""
+    return float(args.warmup_minutes * 60 if args.warmup_minutes is not None else args.minutes * 60 / 4)
+
+
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     """The tree under the steady load; returns counts, slopes and what it saw."""
     watch = Watch()
@@ -254,7 +267,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     lag = [0.0]
     with tempfile.TemporaryDirectory(prefix="ck-soak-", dir="/tmp") as d:
         ns = argparse.Namespace(rooms=[args.rooms], window=args.window, nofile=args.nofile)
-        bench = Bench(ns, Path(d), {"CLANKIE_BROWSER_IDLE_SECONDS": "300"})
+        extra = {"CLANKIE_BROWSER_IDLE_SECONDS": "300"}
+        if args.retention_seconds:  # the caches kept by age fill within the warm-up (see the module's docstring)
+            keep = f"{args.retention_seconds:g}"
+            extra |= {"CLANKIE_BRIDGE_RETENTION_SECONDS": keep, "CLANKIE_RECOVERY_HORIZON_SECONDS": keep,
+                      "CLANKIE_DELIVERY_RECORD_RETENTION_SECONDS": keep}
+        bench = Bench(ns, Path(d), extra)
         model = Model(bench.site)
         bench.anthropic = model
         tail = ReceiptTail(Path(d) / "state" / "receipts" / "bridge.jsonl")
@@ -267,6 +285,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             print("  at boot: " + "  ".join(f"{n} {mb(boot.rss[n]).strip()} MB" for n in SERIES), flush=True)
             t0 = time.monotonic()
             end = t0 + args.minutes * 60
+            warm_end = t0 + warmup_seconds(args)
 
             async def send() -> None:
                 i, next_shot = 0, t0 + min(5.0, args.shot_seconds)
@@ -277,8 +296,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     else:
                         lag[0] = max(lag[0], -delay)
                     shot = time.monotonic() >= next_shot
-                    if shot:
-                        next_shot += args.shot_seconds
+                    if shot:  # during the warm-up, as often as --warm-shot-seconds says
+                        period = args.warm_shot_seconds if args.warm_shot_seconds and next_shot < warm_end else args.shot_seconds
+                        next_shot += period
                         text = f"clankie, a screenshot of my page please soak-shot-{len(shots)}"
                     else:
                         text = f"hello soak-{i}"
@@ -330,7 +350,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             why[tail.reason[mid]] = why.get(tail.reason[mid], 0) + 1
     shot_set = set(shots)
     with_image = {str((p.message_reference or {}).get("message_id")) for p in bench.discord.posts if p.files} & shot_set
-    warm = args.warmup_minutes * 60 if args.warmup_minutes is not None else args.minutes * 60 / 4
+    warm = warmup_seconds(args)
     after = [s for s in watch.samples if s.t - t0 >= warm]
     late = watch.samples[len(watch.samples) // 2:]
     return {
@@ -433,6 +453,10 @@ async def main() -> int:
     parser.add_argument("--rate", type=float, default=5.0, help="messages a second, all rooms together")
     parser.add_argument("--rooms", type=int, default=50)
     parser.add_argument("--shot-seconds", type=float, default=60.0, help="one screenshot turn this often")
+    parser.add_argument("--warm-shot-seconds", type=float, default=5.0,
+                        help="one screenshot turn this often during the warm-up (0: as --shot-seconds)")
+    parser.add_argument("--retention-seconds", type=float, default=600.0,
+                        help="the bridge's and the service's retention and the recovery horizon (0: the defaults, 7 h)")
     parser.add_argument("--sample-seconds", type=float, default=10.0, help="RSS sampling interval")
     parser.add_argument("--warmup-minutes", type=float, default=None, help="left out of the slope (default: a quarter of the run)")
     parser.add_argument("--drain-seconds", type=float, default=120.0, help="how long to wait for outcomes after the last message")
