@@ -26,6 +26,7 @@ from clankie.appender import DiskError
 from clankie.backoff import Backoff
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ConfigError
+from clankie.metrics import METER
 from clankie.protocol import Heartbeat
 from clankie.redact import Redactor
 from clankie.settings import Settings
@@ -186,6 +187,10 @@ class BridgeApp:
             detail += "; journal full"
         if disk is not None:
             detail += f"; disk: {disk}"
+        if METER.enabled:
+            METER.set("clankie_journal_waiting", float(len(self.bridge.waiting)))
+            if self.settings.discord_token is not None:  # local-only has no session to lose
+                METER.set("clankie_discord_connected", 1.0 if self.discord_status == "connected" else 0.0)
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
 
     # ------------------------------------------------------------ running

@@ -47,6 +47,7 @@ from bridge.service_link import ServiceLink
 from bridge.waiting import WaitQueue, joined_run
 from clankie.appender import DiskError
 from clankie.clock import Clock
+from clankie.metrics import METER
 from clankie.protocol import (
     Code,
     HistoryMessage,
@@ -61,6 +62,9 @@ from clankie.protocol import (
 from clankie.redact import NOTHING, Redactor
 
 log = logging.getLogger(__name__)
+
+# clankie_ingress_messages_total's verdict for each admission decision (a drop's reason is its code)
+VERDICT: dict[type, str] = {Run: "run", Buffered: "buffered", Waiting: "waiting", Duplicate: "duplicate", Drop: "dropped"}
 
 HOURGLASS = "\u23f3"  # a message refused for its author's pace: "slow down", not "send it again"
 MAX_REFUSAL_REACTIONS = 32
@@ -125,6 +129,8 @@ class Bridge:
                                       turns=self.turns_in_flight, room_waiting=self.waiting.waits(inbound.channel_id),
                                       journal_full=self.journal.full)
         ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
+        METER.count("clankie_ingress_messages_total", VERDICT.get(type(decision), "other"),
+                    decision.code if isinstance(decision, Drop) else "")
         if isinstance(decision, Drop):
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)

@@ -68,7 +68,7 @@ FAMILIES: dict[str, Family] = {
     "clankie_discord_requests_total": Family("counter", "Discord REST requests, by route template and status class.",
                                              ("route", "status_class")),
     "clankie_journal_waiting": Family("gauge", "Messages waiting in the bridge's journal for a turn slot."),
-    "clankie_discord_connected": Family("gauge", "1 while the bridge's gateway session is connected (or it runs local-only)."),
+    "clankie_discord_connected": Family("gauge", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token)."),
 }
 
 
@@ -127,7 +127,8 @@ class Meter:
         fam = family(name)
         if fam.kind != "gauge":
             raise ValueError(f"{name} is a {fam.kind}, not a gauge")
-        self._values[name][self._key(name, labels, fam)] = value
+        key = self._key(name, labels, fam)
+        self._values[name][key] = value
 
     def observe(self, name: str, value: float) -> None:
         """Record one observation in a histogram."""

@@ -26,6 +26,7 @@ from clankie.clock import Clock, SystemClock
 from clankie.entry import ChildSpec, Ready, run_child
 from clankie.errors import RemoteError
 from clankie.handover import inherited_listener
+from clankie.metrics import METER
 from clankie.paths import ensure_private_dir, socket_path
 from clankie.protocol import (
     AbortReply,
@@ -40,13 +41,14 @@ from clankie.protocol import (
 )
 from clankie.router import Router
 from clankie.settings import Settings
-from service import fdlimit
+from service import fdlimit, telemetry
 from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
 from service.captain.hosts import HostClient
 from service.captain.keys import CaptainPaths
+from service.captain.listing import count_disk_lanes
 from service.captain.records import Evidence
 from service.captain.records import configure as configure_records
 from service.captain.service import TurnService
@@ -65,6 +67,7 @@ FIRST_TURN_IMPORTS = (
 # a stalled abort is confirmed only once the run has ended, within this share of the supervisor's grace
 ABORT_CONFIRM_SHARE = 0.8
 STORE_CLOSE_SECONDS = 5.0
+ON_DISK_EVERY_S = 30.0  # clankie_lanes_on_disk is counted (one scandir of the lane directories) at most this often
 
 
 def make_provider(settings: Settings) -> Provider | None:
@@ -122,6 +125,7 @@ class ServiceApp:
         self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs)
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
+        self._on_disk_at: float | None = None  # when clankie_lanes_on_disk was last counted
 
     async def start(self, listener: socket.socket | None = None) -> None:
         """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""
@@ -163,6 +167,7 @@ class ServiceApp:
         await self.tldraw.aclose()
         if self.provider is not None:
             await self.provider.aclose()
+        telemetry.shutdown()  # the spans still batched go out now
 
     @functools.cached_property
     def link_handler(self) -> Router:
@@ -238,7 +243,18 @@ class ServiceApp:
                   "model_calls_waiting": paced.waiting, "model_paused_s": round(paced.paused_s, 1),
                   "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining,
                   **self.spending.report()}
+        self._gauges(counts["lanes_live"])
         return Heartbeat(detail=detail[:200], runs=runs, report=report)
+
+    def _gauges(self, live: int) -> None:
+        """The service's gauges for the metrics endpoint (nothing while metrics are off)."""
+        if not METER.enabled:
+            return
+        METER.set("clankie_lanes_live", float(live))
+        now = self.clock.monotonic()
+        if self._on_disk_at is None or now - self._on_disk_at >= ON_DISK_EVERY_S:
+            self._on_disk_at = now
+            METER.set("clankie_lanes_on_disk", float(count_disk_lanes(self.captain.registry.paths, self.captain.lanes)))
 
 
 def warm() -> None:
@@ -265,6 +281,7 @@ def warm() -> None:
 def build(settings: Settings, environ: Mapping[str, str]) -> ServiceApp:
     """This life's service, once activated: raise the fd limit, then build (see :data:`SPEC`)."""
     fdlimit.raise_to_hard()
+    telemetry.configure(settings)  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return ServiceApp(settings, environ=environ)
 
 

@@ -51,11 +51,12 @@ def test_process_packages_never_import_each_other() -> None:
 
 def test_third_party_clients_stay_in_their_one_home() -> None:
     """Only the bridge imports discord, only the browser host imports playwright,
-    only the agent runtime's provider module imports anthropic."""
+    only the agent runtime's provider module imports anthropic, only service/otel.py imports opentelemetry."""
     homes: dict[str, Callable[[Path], bool]] = {
         "discord": lambda rel: rel.parts[0] == "bridge",
         "playwright": lambda rel: rel.parts[:2] == ("hosts", "browser"),
         "anthropic": lambda rel: rel.parts[:2] == ("service", "agent") and rel.stem.startswith("provider"),
+        "opentelemetry": lambda rel: rel.as_posix() == "service/otel.py",  # the otel extra, imported only when tracing is on
     }
     for package in PACKAGES:
         for path in sources(package):

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from clankie.clock import Clock
+from clankie.metrics import METER
+from service import telemetry
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
 from service.agent.governor import Governor
@@ -128,13 +130,20 @@ class Attempts:
             raise RunFailed(refused)
         async with self._governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
             asked = request()
-            try:
-                response = await self._provider.complete(asked, on_signal)
-            except ProviderError as err:
-                ticket.answered(reports(err.rate_limits))
-                if self._waits_out(err):
-                    ticket.throttled(err.retry_after)
-                raise
+            started = self._clock.monotonic()
+            with telemetry.chat(self._provider.model) as span:
+                try:
+                    response = await self._provider.complete(asked, on_signal)
+                except ProviderError as err:
+                    result = "rate_limited" if err.rate_limited else err.kind.value
+                    span.failed(result)
+                    _measured(result, self._clock.monotonic() - started)
+                    ticket.answered(reports(err.rate_limits))
+                    if self._waits_out(err):
+                        ticket.throttled(err.retry_after)
+                    raise
+                span.answered(response.model, response.usage, response.stop_reason)
+            _measured("ok", self._clock.monotonic() - started, response.usage)
             usage = response.usage
             ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
             self.charged(usage, response.model, asked.summary)
@@ -154,3 +163,14 @@ class Attempts:
             },
         )
         self._session.sync()
+
+
+def _measured(result: str, seconds: float, usage: Usage | None = None) -> None:
+    """One model call for the metrics endpoint: its result (ok, rate_limited or the failure's kind), time and tokens."""
+    METER.count("clankie_model_requests_total", result)
+    METER.observe("clankie_model_request_duration_seconds", seconds)
+    if usage is not None:
+        for kind, n in (("input", usage.input), ("output", usage.output), ("cache_read", usage.cache_read),
+                        ("cache_creation", usage.cache_write)):
+            if n:
+                METER.count("clankie_model_tokens_total", kind, by=float(n))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clankie.clock import Clock
+from service import telemetry
 from service.agent.content import Block
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,13 @@ async def _run_one(call: Block, tools: dict[str, Tool], clock: Clock, hooks: Too
     call_id, name = str(call["id"]), str(call["name"])
     tool = tools.get(name)
     hooks.started(call_id, name, _subject(tool, call))
-    if tool is None:
-        result = ToolResult(content=f"Unknown tool {name!r}.", is_error=True)
-    else:
-        context = ToolContext(call_id=call_id, report=lambda: hooks.updated(call_id, name))
-        result = await _execute(tool, dict(call.get("input") or {}), context, clock)
+    with telemetry.execute_tool(name, call_id) as span:
+        if tool is None:
+            result = ToolResult(content=f"Unknown tool {name!r}.", is_error=True)
+        else:
+            context = ToolContext(call_id=call_id, report=lambda: hooks.updated(call_id, name))
+            result = await _execute(tool, dict(call.get("input") or {}), context, clock)
+        span.ended(result.is_error)
     hooks.ended(call_id, name, result.is_error)
     return {
         "type": "tool_result",

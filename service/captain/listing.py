@@ -73,3 +73,15 @@ def disk_lanes(paths: CaptainPaths, skip: Iterable[str], limit: int) -> list[Dis
                 out.append(lane)
     out.sort(key=lambda lane: lane.last_write, reverse=True)
     return out[:limit]
+
+
+def count_disk_lanes(paths: CaptainPaths, live: Iterable[str]) -> int:
+    """How many lanes have a directory under ``rooms/`` or ``system/`` and are not in ``live`` (names only: no stat)."""
+    keys: set[str] = set()
+    for parent in (paths.root / "rooms", paths.root / "system"):
+        try:
+            with os.scandir(parent) as found:
+                keys.update(unquote(item.name) for item in found if item.is_dir(follow_symlinks=False))
+        except OSError:  # no lane of this kind yet
+            continue
+    return len(keys.difference(live))

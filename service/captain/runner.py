@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
+from clankie.metrics import METER
 from clankie.protocol import (
     Code,
     HistoryMessage,
@@ -360,6 +361,8 @@ class LaneRunner:
             return
         lane.typing_sent = True
         owner = lane.capture.owner
+        if owner is not None and owner.accepted_at is not None:  # the reply will speak: its first words are here
+            METER.observe("clankie_turn_first_words_seconds", self._clock.monotonic() - owner.accepted_at)
         if owner is None or owner.conn is None or owner.conn.closed:
             return
         task = asyncio.create_task(send_typing(owner.conn, owner.delivery_id), name="typing")

@@ -32,8 +32,10 @@ from clankie import ipc
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
+from clankie.metrics import METER
 from clankie.protocol import Author, Code, SayRequest, Trigger, TurnResult, TurnSubmit
 from clankie.router import Router
+from service import telemetry
 from service.captain import dropped, keys
 from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
@@ -126,7 +128,7 @@ class TurnService:
             code = disk_failure(exc) or DISK_ERROR_CODE  # any other refusal of the record is still the disk's
             raise RemoteError(code, f"the service cannot record this delivery ({exc.code}); nothing was run") from None
         self.evidence.record(did, "accepted", lane=lane, crashed_runs=crashed or None)
-        delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn)
+        delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn, accepted_at=self._clock.monotonic())
         task = asyncio.create_task(self._run(submit, delivery, lane), name=f"turn-{did}")
         self._inflight[did] = InFlight(fp, delivery, task)
         return _answer(await asyncio.shield(task))
@@ -140,16 +142,23 @@ class TurnService:
         dropped.drop(self.captain.registry, submit.room, submit.trigger.author, messages, did)  # before the verdict is kept
         self._retain(did, result, record)
         self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED, cause="poison", crashed_runs=len(record.crashed_runs))
+        METER.count("clankie_turns_total", "dropped", SESSION_FAILED)  # it leaves its room unanswered, for good
         return result
 
     async def _run(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str) -> TurnResult:
         did = submit.delivery_id
+        started = self._clock.monotonic()
         try:
-            try:
-                result = await self.captain.submit(submit, delivery)
-            except Exception:
-                log.exception("delivery %s: captain failed", did)
-                result = TurnResult(outcome="failed", code=SESSION_FAILED)
+            with telemetry.invoke_agent(self.captain.character, lane, did) as span:
+                try:
+                    result = await self.captain.submit(submit, delivery)
+                except Exception:
+                    log.exception("delivery %s: captain failed", did)
+                    result = TurnResult(outcome="failed", code=SESSION_FAILED)
+                span.ended(result.outcome, result.code)
+            if result.code != SHUTDOWN_CODE:
+                METER.count("clankie_turns_total", result.outcome, result.code or "")
+                METER.observe("clankie_turn_duration_seconds", self._clock.monotonic() - started)
             if result.code == SHUTDOWN_CODE:
                 # not the turn's fault and not a crash: no retained result, no final evidence, and the run it
                 # joined is forgotten, so the re-submission to the restarted service runs it again uncharged

@@ -49,6 +49,7 @@ class DeliveryContext:
     delivery_id: str
     room: Room
     conn: ipc.Connection | None
+    accepted_at: float | None = None  # the service's monotonic clock when it accepted the delivery (first-words time)
 
 
 @dataclass

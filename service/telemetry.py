@@ -1,0 +1,141 @@
+"""The service's traces: one span per turn, per model call and per tool call, or nothing at all.
+
+The captain and the agent runtime call :func:`invoke_agent`, :func:`chat`
+and :func:`execute_tool` around a turn, a model call and a tool call. By
+default those are no-ops and OpenTelemetry is never imported. With
+``OTEL_EXPORTER_OTLP_ENDPOINT`` set (and the ``otel`` extra installed),
+:func:`configure` installs :mod:`service.otel`, which emits spans with the
+OpenTelemetry GenAI semantic conventions (docs/observability.md, "Traces").
+
+What a span may carry is fixed here, never a message: ids, codes, model
+names, token counts, tool names, and the lane only as :func:`lane_hash`. The
+span types below take exactly those, so no caller can hand one a prompt, a
+reply or a tool's input or output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Iterator
+from typing import Protocol
+
+from clankie.errors import ConfigError
+from clankie.settings import Settings
+from service.agent.outcome import Usage
+
+log = logging.getLogger(__name__)
+
+TOOL_NAME_CHARS = 64
+
+
+def lane_hash(lane: str) -> str:
+    """A lane's pseudonym in spans and journal fields: 16 hex digits of SHA-256, the same in every process."""
+    return hashlib.sha256(b"clankie-lane\0" + lane.encode()).hexdigest()[:16]
+
+
+class TurnSpan(Protocol):
+    def ended(self, outcome: str, code: str | None) -> None:
+        """The turn's result: its outcome and, if it failed, its code."""
+
+
+class ChatSpan(Protocol):
+    def answered(self, model: str, usage: Usage, stop_reason: str) -> None:
+        """The model answered: the model that did, its token counts and why it stopped."""
+
+    def failed(self, code: str) -> None:
+        """The call failed with this kind of error (a code, never the provider's message)."""
+
+
+class ToolSpan(Protocol):
+    def ended(self, is_error: bool) -> None:
+        """The tool call ended, with an error result or not."""
+
+
+class Tracer(Protocol):
+    def invoke_agent(self, agent: str, lane: str, delivery_id: str) -> contextlib.AbstractContextManager[TurnSpan]: ...
+
+    def chat(self, model: str) -> contextlib.AbstractContextManager[ChatSpan]: ...
+
+    def execute_tool(self, name: str, call_id: str) -> contextlib.AbstractContextManager[ToolSpan]: ...
+
+    def shutdown(self) -> None: ...
+
+
+class _Nothing:
+    """Every span of the no-op tracer: takes what a span takes and keeps none of it."""
+
+    def ended(self, *args: object) -> None:
+        return None
+
+    def answered(self, model: str, usage: Usage, stop_reason: str) -> None:
+        return None
+
+    def failed(self, code: str) -> None:
+        return None
+
+
+_NOTHING = _Nothing()
+
+
+class NoTracer:
+    """Tracing off: no span, no import, nothing kept."""
+
+    @contextlib.contextmanager
+    def invoke_agent(self, agent: str, lane: str, delivery_id: str) -> Iterator[TurnSpan]:
+        yield _NOTHING
+
+    @contextlib.contextmanager
+    def chat(self, model: str) -> Iterator[ChatSpan]:
+        yield _NOTHING
+
+    @contextlib.contextmanager
+    def execute_tool(self, name: str, call_id: str) -> Iterator[ToolSpan]:
+        yield _NOTHING
+
+    def shutdown(self) -> None:
+        return None
+
+
+_tracer: Tracer = NoTracer()
+
+
+def install(tracer: Tracer) -> Tracer:
+    """Make ``tracer`` the process's tracer (tests install one over an in-memory exporter); returns the one before."""
+    global _tracer
+    before, _tracer = _tracer, tracer
+    return before
+
+
+def configure(settings: Settings) -> None:
+    """Install the OTLP tracer when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; without the otel extra that is a ConfigError."""
+    if settings.otel_exporter_otlp_endpoint is None:
+        return
+    try:
+        from service import otel
+    except ImportError as exc:
+        raise ConfigError(f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed "
+                          f"(pip install 'clankie[otel]'): {exc.name}") from None
+    install(otel.OtelTracer.to_endpoint(settings.otel_exporter_otlp_endpoint))
+    log.info("tracing: GenAI spans to the OTLP endpoint (no message content)")
+
+
+def shutdown() -> None:
+    """Flush and close the tracer (the process is stopping)."""
+    install(NoTracer()).shutdown()
+
+
+def invoke_agent(agent: str, lane: str, delivery_id: str) -> contextlib.AbstractContextManager[TurnSpan]:
+    """A turn's span (``invoke_agent``); the lane is exported only as :func:`lane_hash`."""
+    return _tracer.invoke_agent(agent, lane, delivery_id)
+
+
+def chat(model: str) -> contextlib.AbstractContextManager[ChatSpan]:
+    """One model call's span (``chat <model>``)."""
+    return _tracer.chat(model)
+
+
+def execute_tool(name: str, call_id: str) -> contextlib.AbstractContextManager[ToolSpan]:
+    """One tool call's span (``execute_tool <name>``)."""
+    return _tracer.execute_tool(name[:TOOL_NAME_CHARS], call_id)
