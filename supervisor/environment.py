@@ -2,8 +2,8 @@
 
 Every child gets the basics (``PATH``, locale, ``HOME``, ``TMPDIR``,
 ``PYTHONPATH``…), the ``CLANKIE_*`` settings with the paths made absolute,
-and the variables its spec passes through (the service: ``ANTHROPIC_BASE_URL``
-and the proxy variables; the bridge: the proxy variables). No secret is ever
+and the variables its spec passes through (the service: ``ANTHROPIC_BASE_URL``,
+the proxy variables and the ``OTEL_*`` ones of its traces; the bridge: the proxy variables). No secret is ever
 in a child's environment (:data:`clankie.secrets.SECRET_VARIABLES`): the
 service and the bridge get theirs on a one-shot pipe (:mod:`clankie.secrets`),
 hosts get none, and so neither do Chromium, Playwright's Node driver or the
@@ -31,7 +31,16 @@ BASE_PREFIXES = ("LC_", "CLANKIE_")
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 """Passed to the two children that talk to the internet (service, bridge); hosts go through the browser policy."""
 
-SERVICE_PASSTHROUGH = ("ANTHROPIC_BASE_URL", *PROXY_VARIABLES)
+OTEL_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+)
+"""The standard OpenTelemetry variables, for the service's traces (docs/observability.md)."""
+
+SERVICE_PASSTHROUGH = ("ANTHROPIC_BASE_URL", *PROXY_VARIABLES, *OTEL_VARIABLES)
 BRIDGE_PASSTHROUGH = PROXY_VARIABLES
 
 
