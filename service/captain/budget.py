@@ -116,6 +116,11 @@ class DayBudgets:
     def keys(self) -> Iterable[str]:
         return tuple(self._spent)
 
+    @property
+    def warned(self) -> tuple[str, ...]:
+        """The keys past 80 % of a budget today, the tree first."""
+        return tuple(sorted(self._warned, key=lambda k: (k != TREE, k)))
+
     # -- the gate --------------------------------------------------------------
 
     def refusal(self, lane: str, keys: tuple[str, ...], estimate: Amount) -> str | None:

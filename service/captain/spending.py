@@ -168,7 +168,7 @@ class Spending:
                 "budget_usd_spent": round(tree.spent.usd, 6), "budget_tokens_limit": tree.limit.tokens,
                 "budget_usd_limit": tree.limit.usd, "budget_tokens_left": tree.tokens_left,
                 "budget_usd_left": None if tree.usd_left is None else round(tree.usd_left, 6),
-                "budget_keys_forgotten": self.budgets.forgotten,
+                "budget_keys_forgotten": self.budgets.forgotten, "budget_warned": list(self.budgets.warned[:10]),
                 "cache_read_share": None if self.tree_health.share is None else round(self.tree_health.share, 4),
                 "cache_lanes_broken": sorted(k for k, h in self.health.items() if h.broken)[:10]}
 
@@ -189,6 +189,10 @@ class Spending:
         share = self.tree_health.share
         if share is not None:
             parts.append(f"cache read {share:.0%}")
+        warned = self.budgets.warned
+        if warned:  # the 80 % warning, first in line so a long status line never cuts it
+            more = f" +{len(warned) - 2}" if len(warned) > 2 else ""
+            return f"!! budget 80% spent: {', '.join(warned[:2])}{more}; budget: " + ", ".join(parts)
         return "budget: " + ", ".join(parts)
 
     def lane_view(self, lane: str, room: Room) -> dict[str, object]:

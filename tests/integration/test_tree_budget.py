@@ -50,7 +50,8 @@ def test_a_one_token_day_budget_stops_the_tree_before_the_model_and_survives_kil
             notices = [p for p in t.discord.posts_in(CHAN) if p.content == NOTICE]
             assert len(notices) == 1 and str((notices[0].message_reference or {}).get("message_id")) == first
             assert len(t.anthropic.requests) == 1
-            await t.wait_child(lambda c: "budget: spent" in c.detail and "left 0/1 tok" in c.detail, "service")
+            await t.wait_child(lambda c: "!! budget 80% spent: tree; budget: spent" in c.detail
+                               and "left 0/1 tok" in c.detail, "service")  # status: the 80 % warning, what is left
             code, shown = await clankiectl(t, "budget", "--json")
             tree = json.loads(shown)["budgets"][0]
             assert code == 0 and tree["key"] == "tree" and tree["limit_tokens"] == 1 and tree["tokens_left"] < 0

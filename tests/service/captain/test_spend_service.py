@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from clankie.protocol import BudgetRequest, Empty
+from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import prompt
@@ -47,7 +48,38 @@ def test_a_spent_tree_budget_makes_no_request_and_says_so_once_an_hour(env: dict
             assert (await bridge.submit(msg("m5", "hello?"))).code == "captain_budget_exhausted"
             assert [u.delivery_id for u in bridge.updates] == ["m2", "m5"]
             assert len(fake.requests) == 1
-            assert "budget: spent" in app.heartbeat().detail and app.heartbeat().report["budget_tokens_left"] < 0
+            beat = app.heartbeat()
+            assert "!! budget 80% spent: tree; budget: spent" in beat.detail and "left 0/1 tok" in beat.detail
+            assert beat.report["budget_tokens_left"] < 0 and beat.report["budget_warned"] == ["tree"]
+
+    run(body())
+
+
+def _always_a_tool(body: dict[str, Any]) -> fa.Scenario:
+    n = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+    words = [{"type": "text", "text": f"page {n} done"}] if n > 1 else []
+    return fa.Reply(blocks=[*words, {"type": "tool_use", "id": f"toolu_{n}", "name": "send_text_update",
+                                     "input": {"text": f"working on page {n}"}}], stop_reason="tool_use")
+
+
+@pytest.mark.parametrize(("cap", "outcome"), [(3, "settled"), (0, "failed")])
+def test_a_model_that_always_calls_a_tool_stops_at_the_cap_with_the_words_so_far(
+    env: dict[str, str], cap: int, outcome: str
+) -> None:
+    """Past CLANKIE_RUN_MAX_TOOL_CALLS the run ends: the room gets the words written so far as the reply, or, with
+    none, the turn fails captain_run_budget_exceeded."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, run_max_tool_calls=cap, discord_guild_ids=("1",)) as app:
+            fake.respond_with(_always_a_tool)
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            result = await bridge.submit(msg("m1", "screenshot these 200 URLs"))
+            assert len(bridge.updates) == cap and len(fake.requests) == cap + 1
+            if outcome == "settled":
+                assert (result.outcome, result.text) == ("settled", "page 2 done\n\npage 3 done\n\npage 4 done")
+            else:
+                assert (result.outcome, result.code) == ("failed", "captain_run_budget_exceeded")
 
     run(body())
 
