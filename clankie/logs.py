@@ -8,7 +8,9 @@ writes into, even if the variable leaked into its environment) they carry a
 compact timestamp. Context such as the
 lane or the child name rides in contextvars and is appended as
 ``key=value`` pairs. Message content and secrets are never logged: callers
-log ids, codes and sizes.
+log ids, codes and sizes. A child whose supervisor runs under systemd also
+sends each record to the journal as a native entry with fields
+(:mod:`clankie.journald`: ``CHILD=``, ``CODE=``, ``TURN=``, ``LANE=``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from clankie import journald as journal
 from clankie.paths import process_environment
 from clankie.redact import NOTHING, Redactor
 
@@ -56,6 +59,23 @@ class _Formatter(logging.Formatter):
         return line
 
 
+class _Message(logging.Formatter):
+    """A native journal entry's MESSAGE: the line without timestamp or priority (fields carry those), redacted."""
+
+    def __init__(self, redact: Redactor) -> None:
+        super().__init__("%(name)s: %(message)s")
+        self._redact = redact
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """An exception nothing caught: as a CRITICAL record (so the journal has it too), then Python's own report."""
+    logging.getLogger("clankie").critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+    sys.__excepthook__(kind, exc, tb)
+
+
 def stderr_is_journal(env: Mapping[str, str], fd: int = 2) -> bool:
     """True when ``fd`` is the stream ``$JOURNAL_STREAM`` (``<st_dev>:<st_ino>``) names."""
     raw = env.get("JOURNAL_STREAM", "")
@@ -83,14 +103,19 @@ def configure(
     :func:`stderr_is_journal` on ``env`` (``os.environ`` when None).
     ``redact`` holds the secrets this process holds: no line carries their values (:mod:`clankie.redact`).
     """
+    source = process_environment() if env is None else env
     if journald is None:
-        journald = stderr_is_journal(process_environment() if env is None else env)
+        journald = stderr_is_journal(source)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter(role, journald, redact))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+        old.close()
     root.addHandler(handler)
+    if journal.wanted(source):  # a child under systemd: native entries with fields (clankie.journald)
+        root.addHandler(journal.JournalHandler(role, _Message(redact)))
+        sys.excepthook = _log_uncaught
     root.setLevel(level)
     for noisy in ("discord", "httpx", "httpx2", "anthropic", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

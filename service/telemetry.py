@@ -16,23 +16,20 @@ reply or a tool's input or output.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 from collections.abc import Iterator
 from typing import Protocol
 
 from clankie.errors import ConfigError
+from clankie.journald import lane_hash
 from clankie.settings import Settings
 from service.agent.outcome import Usage
 
 log = logging.getLogger(__name__)
 
 TOOL_NAME_CHARS = 64
-
-
-def lane_hash(lane: str) -> str:
-    """A lane's pseudonym in spans and journal fields: 16 hex digits of SHA-256, the same in every process."""
-    return hashlib.sha256(b"clankie-lane\0" + lane.encode()).hexdigest()[:16]
+__all__ = ["ChatSpan", "NoTracer", "ToolSpan", "Tracer", "TurnSpan", "chat", "configure", "execute_tool", "install",
+           "invoke_agent", "lane_hash", "shutdown"]
 
 
 class TurnSpan(Protocol):

@@ -42,6 +42,7 @@ class Owner(Protocol):
     child_env: dict[str, str]
     full_env: dict[str, str]
     stderr: StderrQueue | None
+    native_journal: bool  # children write native journal entries; their stderr is not forwarded
 
     def changed(self) -> None: ...
 

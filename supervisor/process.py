@@ -146,7 +146,7 @@ class Child:
                 self.env(spare=spare),
                 name=self.name,
                 log_file=self.log,
-                forward=self.tree.stderr,
+                forward=None if self.tree.native_journal else self.tree.stderr,  # native entries: not twice
                 listeners=self.tree.listeners_for(self.spec),
                 on_link=on_link,
                 reap=self.tree.reap,

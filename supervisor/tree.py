@@ -32,6 +32,8 @@ from clankie import ipc
 from clankie.child import TREE_ID_ENV, become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
+from clankie.journald import NATIVE_ENV
+from clankie.logs import stderr_is_journal
 from clankie.paths import LOW_SPACE, child_log_dir, free_bytes, make_private_dirs, socket_path
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings
@@ -97,6 +99,11 @@ class Tree:
         self.tree_id = uuid.uuid4().hex[:16]  # this run's name in every child's env: a crash seen vs the tree's end
         self.child_env[TREE_ID_ENV] = self.tree_id
         self.started_at = clock.monotonic()
+        # under systemd the children write native journal entries with fields, and their stderr is not forwarded
+        # (it would be in the journal twice); it still goes to their log files (clankie.journald)
+        self.native_journal = forward_fd is not None and stderr_is_journal(env)
+        if self.native_journal:
+            self.child_env[NATIVE_ENV] = "1"
         self.stopping = False
         self.state = "starting"
         self.ready_sent = False

@@ -28,7 +28,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from clankie import ipc
+from clankie import ipc, journald
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
@@ -148,6 +148,11 @@ class TurnService:
     async def _run(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str) -> TurnResult:
         did = submit.delivery_id
         started = self._clock.monotonic()
+        with journald.turn_fields(did, lane):  # TURN= and LANE= on every journal entry of this turn (clankie.journald)
+            return await self._turn(submit, delivery, lane, started)
+
+    async def _turn(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str, started: float) -> TurnResult:
+        did = submit.delivery_id
         try:
             with telemetry.invoke_agent(self.captain.character, lane, did) as span:
                 try:
@@ -167,7 +172,8 @@ class TurnService:
                 return result
             self._retain(did, result)
             self.evidence.record(did, EVIDENCE_EVENT[result.outcome], lane=lane, code=result.code, turn_id=result.turn_id)
-            log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "")
+            log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "",
+                     extra={"code": result.code} if result.code else None)  # CODE= in the journal
             return result
         finally:
             self._inflight.pop(did, None)

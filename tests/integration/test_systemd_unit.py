@@ -24,7 +24,10 @@ page load is held open, every Chromium renderer in the unit runs in
 Chromium's own sandbox (``Seccomp: 2``, a network namespace other than the
 supervisor's, a root other than ``/``: issue 24 item 3, which the unit's
 ``RestrictNamespaces=user pid net`` and ``chroot`` make possible);
-``systemctl stop`` leaves no process behind.
+each child writes native journal entries, so ``journalctl -u clankie
+CODE=captain_usage_limit_reached`` finds a refused turn's line with its
+``CHILD``, ``TURN`` and hashed ``LANE`` and ``CHILD=bridge`` the bridge's
+(issue 27); ``systemctl stop`` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -130,6 +133,12 @@ async def poll(probe: Callable[[], Awaitable[T | None]], timeout: float, what: s
         await asyncio.sleep(0.1)
 
 
+def entries(ns: NamespacedSystemd, *match: str) -> list[dict[str, str]]:
+    """``journalctl -u clankie MATCH... -o json`` inside the namespace: the unit's entries with those fields."""
+    done = ns.run("journalctl", "--no-pager", "-o", "json", "-u", "clankie", *match, check=False, timeout=30)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
 def tree_processes(ns: NamespacedSystemd) -> list[str]:
     """Command lines of every clankie-related process left in the namespace (journald does not count)."""
     out = []
@@ -210,6 +219,19 @@ def test_the_shipped_unit_under_a_real_systemd(tmp_path: Path) -> None:
             drawn = await b.turn([fa.tool_use(("draw_er_diagram", er_example(3))), fa.text("the schema")],
                                  "clankie, draw the schema")
             assert drawn.content == "the schema" and len(drawn.files) == 1 and drawn.files[0][1].startswith(PNG), drawn
+
+            # issue 27: each child's records are native journal entries, selectable by field
+            anthropic.script(fa.spend_limit())
+            refused = await discord.message(CHAN, "clankie, one more thing", author_id=PERSON)
+
+            async def coded() -> list[dict[str, str]] | None:
+                return await asyncio.to_thread(entries, ns, "CODE=captain_usage_limit_reached") or None
+
+            entry = (await poll(coded, 60, "a journal entry with CODE=captain_usage_limit_reached", ns))[-1]
+            assert (entry["CHILD"], entry["TURN"], entry["PRIORITY"]) == ("service", str(refused["id"]), "6"), entry
+            assert len(entry["LANE"]) == 16 and entry["_SYSTEMD_UNIT"] == "clankie.service", entry
+            bridge = await asyncio.to_thread(entries, ns, "CHILD=bridge")
+            assert bridge and all(e["CHILD"] == "bridge" and e["SYSLOG_IDENTIFIER"] == "clankie" for e in bridge)
 
             await asyncio.to_thread(ns.systemctl, "stop", "clankie.service")
             gone = await b.show("ActiveState", "SubState", "Result")
