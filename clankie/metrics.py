@@ -62,6 +62,9 @@ FAMILIES: dict[str, Family] = {
                                                      buckets=MODEL_BUCKETS),
     "clankie_lanes_live": Family("gauge", "Lanes held in the service's memory."),
     "clankie_lanes_on_disk": Family("gauge", "Lanes evicted from memory and kept only on disk."),
+    "clankie_budget_remaining": Family("gauge", "What is left of today's budget (scope tree; unit tokens or usd), only when one is set.",
+                                       ("scope", "unit")),
+    "clankie_budget_limit": Family("gauge", "Today's budget (scope tree; unit tokens or usd), only when one is set.", ("scope", "unit")),
     # the bridge
     "clankie_ingress_messages_total": Family("counter", "Discord messages the bridge judged, by verdict and drop reason.",
                                              ("verdict", "reason")),

@@ -243,14 +243,19 @@ class ServiceApp:
                   "model_calls_waiting": paced.waiting, "model_paused_s": round(paced.paused_s, 1),
                   "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining,
                   **self.spending.report()}
-        self._gauges(counts["lanes_live"])
+        self._gauges(counts["lanes_live"], report)
         return Heartbeat(detail=detail[:200], runs=runs, report=report)
 
-    def _gauges(self, live: int) -> None:
+    def _gauges(self, live: int, report: Mapping[str, object]) -> None:
         """The service's gauges for the metrics endpoint (nothing while metrics are off)."""
         if not METER.enabled:
             return
         METER.set("clankie_lanes_live", float(live))
+        for unit in ("tokens", "usd"):  # the tree's day budget, from the spending figures this heartbeat reports
+            left, limit = report.get(f"budget_{unit}_left"), report.get(f"budget_{unit}_limit")
+            if isinstance(left, int | float) and isinstance(limit, int | float) and limit > 0:
+                METER.set("clankie_budget_remaining", float(max(0, left)), "tree", unit)
+                METER.set("clankie_budget_limit", float(limit), "tree", unit)
         now = self.clock.monotonic()
         if self._on_disk_at is None or now - self._on_disk_at >= ON_DISK_EVERY_S:
             self._on_disk_at = now

@@ -37,9 +37,10 @@ SERIES = (
     "clankie_ingress_messages_total", "clankie_discord_requests_total", "clankie_journal_waiting",
     "clankie_lanes_live", "clankie_lanes_on_disk",
     "clankie_child_restarts_total", "clankie_child_up", "clankie_spare_takeovers_total", "clankie_watchdog_aborts_total",
-    "clankie_child_resident_bytes", "clankie_child_open_fds",
+    "clankie_child_resident_bytes", "clankie_child_open_fds", "clankie_budget_remaining", "clankie_budget_limit",
 )
-"""Every series the issue names (budgets aside: issue 26 is not in the heartbeat yet)."""
+"""Every series the issue names (the tree's budget ones, with a budget set)."""
+BUDGET = 1_000_000
 
 
 def free_port() -> int:
@@ -83,7 +84,8 @@ def test_a_real_prometheus_scrapes_the_tree_and_returns_every_promised_series(tm
     endpoint = f"http://127.0.0.1:{port}/metrics"
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_METRICS_LISTEN": f"127.0.0.1:{port}"}) as t:
+        env = {"CLANKIE_METRICS_LISTEN": f"127.0.0.1:{port}", "CLANKIE_BUDGET_DAY_TOKENS": str(BUDGET)}
+        async with real_tree(tmp_path, runtime_dir, env) as t:
             t.anthropic.script(fa.text("Eight o'clock, same lobby."))
             asked = await t.discord.message(CHAN, "clankie, when is the lobby tonight?")
             reply = await t.reply_to(asked["id"])
@@ -106,6 +108,8 @@ def test_a_real_prometheus_scrapes_the_tree_and_returns_every_promised_series(tm
             assert sample(text, 'clankie_discord_requests_total{route="POST /channels/{channel_id}/messages",status_class="2xx"}') >= 1
             assert sample(text, 'clankie_lanes_live') == 1
             assert sample(text, 'clankie_discord_connected') == 1
+            assert sample(text, 'clankie_budget_limit{scope="tree",unit="tokens"}') == BUDGET
+            assert 0 < sample(text, 'clankie_budget_remaining{scope="tree",unit="tokens"}') < BUDGET  # the turn spent some
             for child in ("service", "bridge", "browser", "tldraw"):
                 assert sample(text, f'clankie_child_up{{child="{child}"}}') == 1
                 assert sample(text, f'clankie_child_resident_bytes{{child="{child}"}}') > 10 * 1024 * 1024
