@@ -124,10 +124,16 @@ class Ledger:
 
 def from_trees(captain_root: Path, day: str, prices: Mapping[str, ModelPrice], default_model: str) -> dict[str, Amount]:
     """Each key's raw spend on ``day`` as the session trees record it (entries without ``charged_to`` count
-    for the tree only)."""
+    for the tree only). A file whose successor in its lane began before the day holds none of its entries and is
+    not read: session files are named by the injected clock's UTC stamp (``YYYYMMDDT…``), file times are not used."""
     totals: dict[str, Amount] = {}
+    stamp = day.replace("-", "")
     for name in spend.TREE_DIRS:
-        for tree in spend.trees(captain_root / name):
+        files = spend.trees(captain_root / name)
+        for i, tree in enumerate(files):
+            after = files[i + 1] if i + 1 < len(files) else None
+            if after is not None and after.parent == tree.parent and after.name[:8] < stamp:
+                continue  # continued in a newer file before the day began
             model = default_model
             for entry in read_lines(tree):
                 if entry.get("type") == "session" and isinstance(entry.get("model"), str):

@@ -66,3 +66,13 @@ def test_the_trees_make_good_a_short_ledger(tmp_path: Path) -> None:
     budgets.add("room:1/2", Amount(500, 0.0))
     rebuild(Ledger(tmp_path / "spend", 8), budgets, tmp_path, PUBLISHED, "claude-sonnet-4-5")
     assert budgets.used("room:1/2") == Amount(500, one.usd) and budgets.used(TREE) == one + one
+
+
+def test_a_file_continued_before_the_day_is_not_read(tmp_path: Path) -> None:
+    """Only the files a day can be in are read: a lane's file whose successor began the day before is skipped."""
+    lane = tmp_path / "rooms" / "lane"
+    lane.mkdir(parents=True)
+    entry = {"type": "message", "timestamp": f"{DAY}T10:00:00.000+00:00", "usage": {"input": 7}}
+    (lane / "20270113T000000000000Z_aaaaaaaa.jsonl").write_text(json.dumps(entry) + "\n")  # cannot hold the day
+    (lane / "20270114T230000000000Z_bbbbbbbb.jsonl").write_text(json.dumps(entry) + "\n")  # the day's current file
+    assert from_trees(tmp_path, DAY, PUBLISHED, "m")[TREE].tokens == 7
