@@ -232,13 +232,14 @@ class LaneMeter:
         self.room = room
         self._payer = payer
         self._keys: tuple[str, ...] = ()
-        self._first = False
+        self._first = False  # the run's first call is not answered yet
+        self._gap_seen = False  # the run's gap since the lane's last call is observed (once, retries aside)
         self._last = Amount()
         self._lifetime: CacheTtl = "5m"
 
     def begin_run(self) -> None:
         """A run starts: its first call is a turn after the lane's last (a gap the pace rule observes)."""
-        self._first = True
+        self._first, self._gap_seen = True, False
 
     def end_run(self) -> None:
         self._sp.budgets.release(self.lane)
@@ -252,7 +253,8 @@ class LaneMeter:
         if spent is not None:
             log.warning("lane %s: budget %s is spent; no model call", self.lane, spent)
             return OutcomeKind.BUDGET_EXHAUSTED
-        if self._first:
+        if self._first and not self._gap_seen:
+            self._gap_seen = True
             sp.pace(self.lane).turn_started(sp.clock.monotonic())
         return None
 
