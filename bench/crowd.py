@@ -20,6 +20,9 @@ Ratios are ours over its.
 
 Run: ``.venv/bin/python bench/crowd.py`` (about a minute); the issue's other
 count: ``--rooms 10000``. Goal: all answered, 0 dropped, ≤ 2 kB per waiting message.
+``--memory-rev REV`` runs the same burst, same cap, on a checkout of ``REV``
+as well and prints the memory ratio (``--memory-rev 7be9779``: before the
+gateway handed messages over without a task each).
 
 ``--provider-limit 50/10`` puts both trees behind a fake account limit (50
 requests per 10 s, enforced by the fake model as the API does: 429
@@ -71,7 +74,7 @@ def outcomes(state: Path) -> dict[str, int]:
     return out
 
 
-async def burst(args: argparse.Namespace, cap: int, checkout: Path | None = None) -> dict[str, Any]:
+async def burst(args: argparse.Namespace, cap: int, checkout: Path | None = None, rev: str = "") -> dict[str, Any]:
     """One tree (this checkout's, or ``checkout``'s), one burst of ``args.rooms`` messages, measured."""
     with tempfile.TemporaryDirectory(prefix="ck-crowd-", dir="/tmp") as d:
         tmp = Path(d)
@@ -114,7 +117,7 @@ async def burst(args: argparse.Namespace, cap: int, checkout: Path | None = None
                    "limited_share": bench.anthropic.rate_limited / served if served else float("nan")}
         finally:
             await bench.stop()
-    name = f"{checkout.name} (at {args.alt_rev})" if checkout is not None else f"cap {cap:>5}"
+    name = f"{checkout.name} (at {rev})" if checkout is not None else f"cap {cap:>5}"
     print(f"  {name}: answered {out['answered']}/{args.rooms}, dropped {out['dropped']}, failed {out['failed']}, "
           f"waiting at peak {out['waiting_peak']}, drained in {out['drain_s']:.1f} s, bridge "
           f"{out['kb_per_waiting']:.2f} kB per waiting message; model requests {out['requests']}, "
@@ -128,6 +131,17 @@ def limit(text: str) -> RateLimits:
     return RateLimits(requests=int(requests), window=float(window))
 
 
+async def at_revision(args: argparse.Namespace, rev: str, name: str) -> dict[str, Any]:
+    """The same burst on a tree run from a checkout of ``rev`` (a git worktree, removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="ck-crowd-alt-", dir="/tmp") as d:
+        checkout = Path(d) / name
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(checkout), rev], check=True)
+        try:
+            return await burst(args, args.cap, checkout, rev)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=True)
+
+
 async def paced(args: argparse.Namespace) -> int:
     """Ours against the tree before the governor, both behind the same fake account limit."""
     assert args.limit is not None and args.limit.requests is not None
@@ -136,13 +150,7 @@ async def paced(args: argparse.Namespace) -> int:
     print(f"crowd bench: {args.rooms} rooms at once behind {args.limit.requests} requests per "
           f"{args.limit.window:g} s (floor {floor:.0f} s)", flush=True)
     ours = await burst(args, args.cap)
-    with tempfile.TemporaryDirectory(prefix="ck-crowd-alt-", dir="/tmp") as d:
-        checkout = Path(d) / "before-governor"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(checkout), args.alt_rev], check=True)
-        try:
-            alt = await burst(args, args.cap, checkout)
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=True)
+    alt = await at_revision(args, args.alt_rev, "before-governor")
     for label, r in (("ours", ours), ("before", alt)):
         print(f"  {label}: drain {r['drain_s']:.1f} s = {times(r['drain_s'], floor):.2f}x the floor, "
               f"failed {r['failed']}, 429 share {r['limited_share']:.1%}")
@@ -164,6 +172,7 @@ async def main() -> int:
     parser.add_argument("--provider-limit", dest="limit", type=limit, default=None, metavar="R/W",
                         help="a fake account limit of R requests per W seconds (compares with --alt-rev)")
     parser.add_argument("--alt-rev", default=BEFORE_GOVERNOR, help="the revision compared with under a provider limit")
+    parser.add_argument("--memory-rev", default="", help="also run the burst at this revision, same cap (memory per waiting)")
     args = parser.parse_args()
     if args.limit is not None:
         return await paced(args)
@@ -171,6 +180,11 @@ async def main() -> int:
     ours = await burst(args, args.cap)
     alt = await burst(args, args.alt_cap) if args.alt_cap else None
     tail = ""
+    if args.memory_rev:
+        before = await at_revision(args, args.memory_rev, "before")
+        kb_x = times(ours["kb_per_waiting"], before["kb_per_waiting"])
+        print(f"vs {args.memory_rev} at the same cap: {kb_x:.2f}x the bridge's RSS per waiting message")
+        tail += f" memory_rev={args.memory_rev} kb_per_waiting_before={before['kb_per_waiting']:.2f} kb_vs_before={kb_x:.2f}"
     if alt is not None:
         drain_x, answered_x = times(ours["drain_s"], alt["drain_s"]), times(ours["answered"], alt["answered"])
         print(f"vs cap {args.alt_cap}: drain {drain_x:.2f}x, answered {answered_x:.2f}x")
