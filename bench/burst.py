@@ -227,7 +227,7 @@ def _warm_backlog(requests: list[dict[str, Any]], warm_triggers: list[str]) -> i
                 text = b.get("text", "") if b.get("type") == "text" else ""
                 if "Trigger message from" not in text or text in seen:
                     continue
-                if not any(text.rstrip().endswith(t) for t in warm_triggers):
+                if not any(prompt_mod.quoted(t) in text.splitlines() for t in warm_triggers):  # the trigger's own line
                     continue
                 seen.add(text)
                 if HEADER in text:
