@@ -8,8 +8,11 @@ Per turn, with ``P`` the lane's cached prefix in tokens, ``D`` the new tokens
 a turn adds and ``w`` the write price of the lifetime (1.25x for 5 minutes,
 2x for 1 hour, both times the input price)::
 
-    cost(lifetime, gap) = 0.1 * P + w * D      if gap <= lifetime
+    cost(lifetime, gap) = 0.1 * P + w * D      if gap < lifetime - 30 s
                         = w * (P + D)          otherwise
+
+(a gap within 30 seconds of the lifetime is counted as past it: it is a coin
+toss whether the entry is still there).
 
 The rule takes the lane's newest observed gaps between turns and picks the
 lifetime whose mean cost over them is least (ties go to 5 minutes). With no
@@ -37,11 +40,17 @@ Lifetime = Literal["5m", "1h"]
 SECONDS: dict[Lifetime, float] = {"5m": 300.0, "1h": 3600.0}
 WRITE: dict[Lifetime, float] = {"5m": 1.25, "1h": 2.0}
 READ = 0.1
+MARGIN = 30.0  # a gap this close to a lifetime counts as past it: the entry's age is measured from the last call
+
+
+def survives(lifetime: Lifetime, gap: float) -> bool:
+    """Whether a cache entry of ``lifetime`` is still there ``gap`` seconds after the call that wrote or read it."""
+    return gap < SECONDS[lifetime] - MARGIN
 
 
 def turn_cost(lifetime: Lifetime, gap: float, prefix: int, added: int) -> float:
     """Input-price units one turn costs after ``gap`` seconds (pure; the module docstring has the formula)."""
-    if gap <= SECONDS[lifetime]:
+    if survives(lifetime, gap):
         return READ * prefix + WRITE[lifetime] * added
     return WRITE[lifetime] * (prefix + added)
 
@@ -104,7 +113,7 @@ class Health:
 
     def called(self, now: float, lifetime: Lifetime, read: int, total_input: int) -> bool:
         """Count one answered call; True when it is a warm call that trips the warning (once per drop)."""
-        warm = self.last_call_at is not None and now - self.last_call_at <= SECONDS[self.last_lifetime]
+        warm = self.last_call_at is not None and survives(self.last_lifetime, now - self.last_call_at)
         self.last_call_at, self.last_lifetime = now, lifetime
         self.read += read
         self.input += total_input

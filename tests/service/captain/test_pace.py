@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.captain.pace import Health, Pace, choose, mean_cost, turn_cost
+from service.captain.pace import Health, Pace, choose, mean_cost, survives, turn_cost
 
 PREFIX, ADDED = 16_000, 500
 
@@ -27,6 +27,13 @@ def test_a_room_that_bursts_is_cached_for_five_minutes() -> None:
 def test_rooms_quieter_than_an_hour_and_rooms_never_seen_get_five_minutes() -> None:
     assert choose([5400.0] * 4, PREFIX, ADDED) == "5m"
     assert choose([], PREFIX, ADDED) == "5m"
+
+
+def test_a_gap_at_the_edge_of_a_lifetime_counts_as_past_it() -> None:
+    """A room that speaks exactly every hour keeps just missing the hour's entry: 5 minutes is cheaper."""
+    assert survives("1h", 3569.0) and not survives("1h", 3570.0) and not survives("1h", 3600.0)
+    assert survives("5m", 269.0) and not survives("5m", 300.0)
+    assert choose([3600.0] * 4, PREFIX, ADDED) == "5m"
 
 
 def test_a_mixed_pace_takes_the_cheaper_mean() -> None:
