@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -35,6 +35,9 @@ from clankie.metrics import FAMILIES, MAX_SERIES, Family
 from clankie.protocol import HistogramReport, MetricsReport
 from clankie.settings_observability import parse_listen
 from supervisor.lifecycle import Lifecycle, State
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +260,7 @@ class MetricsServer:
     def __init__(self, listen: str, registry: CollectorRegistry) -> None:
         self.host, self.port = parse_listen(listen)
         self.registry = registry
-        self._runner: object | None = None
+        self._runner: web.AppRunner | None = None
         self.scrapes = 0
 
     async def start(self) -> None:
@@ -284,8 +287,6 @@ class MetricsServer:
         log.info("serving metrics on %s:%d/metrics", self.host, self.port)
 
     async def close(self) -> None:
-        from aiohttp import web
-
         runner, self._runner = self._runner, None
-        if isinstance(runner, web.AppRunner):
+        if runner is not None:
             await runner.cleanup()

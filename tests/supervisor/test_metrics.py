@@ -3,15 +3,20 @@ exposition of a whole tree passes ``promtool check metrics``."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pytest
+
+from clankie.errors import ConfigError
 from clankie.metrics import FAMILIES, MAX_SERIES, Meter
 from clankie.protocol import MetricSeries, MetricsReport
 from supervisor.lifecycle import Lifecycle, State
-from supervisor.metrics import Lives, MeteredChild, exposition, registry_for
+from supervisor.metrics import Lives, MeteredChild, MetricsServer, exposition, registry_for
 
 PROMTOOL = shutil.which("promtool")
 
@@ -142,3 +147,17 @@ def test_promtool_accepts_the_exposition() -> None:
     body, _ = exposition(registry_for(tree()), None)
     done = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=30)
     assert done.returncode == 0, (done.stdout + done.stderr).decode()
+
+
+def test_an_address_the_endpoint_cannot_take_is_a_configuration_error() -> None:
+    """A port already taken: ConfigError naming CLANKIE_METRICS_LISTEN (the supervisor exits 78 before any child starts)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        async def start() -> None:
+            await MetricsServer(f"127.0.0.1:{port}", registry_for(tree())).start()
+
+        with pytest.raises(ConfigError, match="CLANKIE_METRICS_LISTEN: cannot listen on 127.0.0.1:"):
+            asyncio.run(start())
