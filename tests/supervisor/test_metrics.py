@@ -159,5 +159,5 @@ def test_an_address_the_endpoint_cannot_take_is_a_configuration_error() -> None:
         async def start() -> None:
             await MetricsServer(f"127.0.0.1:{port}", registry_for(tree())).start()
 
-        with pytest.raises(ConfigError, match="CLANKIE_METRICS_LISTEN: cannot listen on 127.0.0.1:"):
+        with pytest.raises(ConfigError, match=r"CLANKIE_METRICS_LISTEN: cannot listen on 127\.0\.0\.1:"):
             asyncio.run(start())
