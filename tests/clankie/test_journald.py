@@ -113,3 +113,16 @@ def test_configure_adds_native_entries_only_when_the_supervisor_says_so_and_reda
     entry = parse(sock.recv(65536))
     assert entry["CHILD"] == "bridge" and entry["PRIORITY"] == "3"
     assert "tok-SECRET-123" not in entry["MESSAGE"] and "refused" in entry["MESSAGE"]
+
+
+def test_a_message_past_the_bound_is_cut_to_it(journal: tuple[socket.socket, str]) -> None:
+    """A huge record (a long traceback) is one entry of at most MAX_MESSAGE characters, never a failed send."""
+    sock, path = journal
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    handler = journald.JournalHandler("service", logging.Formatter("%(message)s"), path=path)
+    try:
+        handler.emit(logging.LogRecord("x", logging.ERROR, __file__, 1, "y" * (journald.MAX_MESSAGE * 3), None, None))
+    finally:
+        handler.close()
+    entry = parse(sock.recv(1 << 20))
+    assert entry["MESSAGE"] == "y" * journald.MAX_MESSAGE and handler.dropped == 0
