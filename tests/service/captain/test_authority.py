@@ -9,9 +9,11 @@ import json
 from typing import Any
 
 from clankie.protocol import HistoryMessage, Room
-from clankie.redact import REDACTED
+from clankie.redact import REDACTED, Redactor
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
+from service.agent.events import ToolStart
+from service.captain.live import tool_activity
 from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
 
 KEY = "sk-test-fake"  # the harness's ANTHROPIC_API_KEY
@@ -120,3 +122,12 @@ def test_the_api_key_is_redacted_from_tool_output_replies_and_text_updates(env: 
             assert KEY not in lane_log
 
     run(body())
+
+
+def test_a_tool_card_never_names_a_host_that_holds_the_key() -> None:
+    """The content-free ``tool`` notice drops a host holding a secret this process knows; others pass as before."""
+    redact = Redactor([KEY])
+    leaky = ToolStart(run_id="r1", call_id="c1", name="browser_screenshot", subject=f"{KEY}.example.com")
+    plain = ToolStart(run_id="r1", call_id="c2", name="browser_screenshot", subject="example.com")
+    assert tool_activity("d1", leaky, redact).host is None
+    assert tool_activity("d1", plain, redact).host == "example.com"
