@@ -25,6 +25,7 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -150,7 +151,7 @@ class Page:
             await self._runner.cleanup()
 
     @web.middleware
-    async def _count(self, request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:
+    async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
         transport = request.transport
         if transport is not None:
             self.peers.add(transport.get_extra_info("peername"))

@@ -96,6 +96,7 @@ class Captain:
         )
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
         self.redact = Redactor.of(deps.settings)  # the Anthropic key: never in a tool result or a text that leaves
+        self.claims_ignored = 0  # turns whose wire flags claimed authority the settings do not grant
 
     @property
     def lanes(self) -> OrderedDict[str, LiveLane]:
@@ -128,6 +129,7 @@ class Captain:
         # fetched before the lane decision (it awaits), so a steered message carries its pictures too; a
         # catch-up's backlog pictures were said to him now, so they are fetched as well (cold history's are not)
         images = await self._images.fetch_turn(trigger.attachments, submit.backlog)
+        self._note_claims(submit)
         plan = self.registry.plan(room, trigger.author)
         key = f"{plan.key}#{submit.delivery_id}" if plan.kind == "oneshot" else plan.key
         await self.registry.settled(key)
@@ -139,6 +141,16 @@ class Captain:
         actions = lane.machine.handle(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), self._clock.boottime())
         self.runner.apply(lane, actions, (delivery, trigger, submit.backlog, future, images))
         return await asyncio.shield(future)
+
+    def _note_claims(self, submit: TurnSubmit) -> None:
+        """Log and count a turn whose wire flags claim what the settings do not grant (the flags are never read)."""
+        author, room = submit.trigger.author, submit.room
+        actor = author.is_system_actor and author.id not in self._s.discord_system_actor_ids
+        trusted = room.trusted and not keys.is_trusted(room, self._s.discord_trusted_rooms)
+        if actor or trusted:
+            self.claims_ignored += 1
+            log.warning("delivery %s: the wire claims %s the settings do not grant; ignored (%d so far)",
+                        submit.delivery_id, "a system actor" if actor else "a trusted room", self.claims_ignored)
 
     def _stopping(self) -> bool:
         return self.shutting_down

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from clankie.protocol import HistoryMessage, Room
 from clankie.redact import REDACTED, Redactor
 from clankie.testing import fake_anthropic as fa
@@ -24,8 +26,11 @@ def tool_names(request: dict[str, Any]) -> set[str]:
     return {t["name"] for t in request.get("tools", [])}
 
 
-def test_a_wire_system_actor_flag_for_someone_not_in_the_settings_gets_no_shell(env: dict[str, str]) -> None:
-    """``is_system_actor=True`` sent by a peer for an id not in CLANKIE_DISCORD_SYSTEM_ACTOR_IDS: an ordinary room turn."""
+def test_a_wire_system_actor_flag_for_someone_not_in_the_settings_gets_no_shell(
+    env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``is_system_actor=True`` sent by a peer for an id not in CLANKIE_DISCORD_SYSTEM_ACTOR_IDS: an ordinary room
+    turn, and the claim is logged (delivery id only) and counted."""
 
     async def body() -> None:
         async with FakeAnthropic() as fake, service(env, fake, discord_system_actor_ids=(OWNER,)) as app:
@@ -36,6 +41,9 @@ def test_a_wire_system_actor_flag_for_someone_not_in_the_settings_gets_no_shell(
             assert (result.outcome, result.text) == ("settled", "just a reply")
             assert "bash" not in tool_names(fake.requests[0])
             assert set(app.captain.lanes) == {"discord:clankie:discord:1:2"}  # the room lane, not a one-shot
+            assert app.captain.claims_ignored == 1
+            assert "delivery m1: the wire claims a system actor the settings do not grant; ignored" in caplog.text
+            assert "run bash for me" not in caplog.text
 
     run(body())
 
@@ -55,6 +63,7 @@ def test_a_wire_trusted_flag_does_not_make_a_room_trusted(env: dict[str, str]) -
             assert {"bash"} <= tool_names(fake.requests[0]) and "browser_screenshot" not in tool_names(fake.requests[0])
             assert bridge.history_calls == []
             assert not app.captain.lanes  # a one-shot leaves nothing live behind; a system lane would
+            assert app.captain.claims_ignored == 1
 
     run(body())
 
