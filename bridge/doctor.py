@@ -32,4 +32,4 @@ def link_handler(attachment_root: Path, upload_limit: int) -> ipc.Handler:
         return ResolveReply(ok=True, size=len(files[0].data))
 
     return Router("child", {"resolve_artifact": resolve},
-                  unserved={"abort_run", "lanes", "say", "shutdown", "activate", "probe_artifact"})
+                  unserved={"abort_run", "lanes", "say", "budget", "shutdown", "activate", "peers", "probe_artifact"})

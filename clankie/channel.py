@@ -149,7 +149,9 @@ class Channel(asyncio.Protocol):
             self._shutdown(ChannelBroken("peer stopped reading; output queue is full"), abort=True)
             raise self._closed_error()
 
-    def _shutdown(self, reason: BaseException, *, abort: bool = False) -> None:
+    def _shutdown(self, reason: BaseException, *, abort: bool = False, linger: float | None = None) -> None:
+        """Close for ``reason``; ``linger``: shut our side only, so the peer reads what we said last even while it is
+        still writing (a full close could reset the connection under its unread bytes), and drop it after that long."""
         if self._closed is not None:
             return
         self._closed = reason
@@ -159,6 +161,9 @@ class Channel(asyncio.Protocol):
         if self._transport is not None:
             if abort:
                 self._transport.abort()
+            elif linger is not None and isinstance(self._transport, asyncio.WriteTransport):
+                self._transport.write_eof()  # what it sends meanwhile is dropped (data_received: closed)
+                self._loop.call_later(linger, self._transport.abort)
             else:
                 self._transport.close()
         self._done.set()

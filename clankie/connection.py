@@ -39,6 +39,9 @@ from clankie.protocol import Code, Hello, Record
 
 log = logging.getLogger(__name__)
 
+REFUSE_LINGER = 5.0
+"""Seconds a refused peer is given to read why before its connection is dropped."""
+
 R = TypeVar("R", bound=Record)
 
 Handler = Callable[["Connection", str, Record], Awaitable[Record | None]]
@@ -134,6 +137,11 @@ class Connection(Channel):
         self._shutdown(ChannelClosed("connection closed by us"))
         await self.wait_closed()
 
+    def refuse(self, code: str, message: str) -> None:
+        """Answer the hello the peer is about to send with ``code`` and close (a server refusing the peer)."""
+        self._reply_error(0, code, message)
+        self._shutdown(ChannelClosed(f"refused: {code}"), linger=REFUSE_LINGER)
+
     def abort(self, why: str) -> None:
         """Drop the connection now (the server's idle timeout or eviction); pending calls fail as broken."""
         self._shutdown(ChannelBroken(why), abort=True)
@@ -222,6 +230,10 @@ class Connection(Channel):
 
     def _on_response(self, env: protocol.Response) -> None:
         fut = self._pending.get(env.msgid)
+        if fut is None and env.msgid == 0 and env.error is not None and self.peer is None:
+            # the server refused us before our hello was on its way: the hello fails with its code
+            self._shutdown(RemoteError(env.error["code"], env.error.get("message", "")))
+            return
         if fut is None or fut.done():
             return  # a reply to a call we gave up on
         if env.error is not None:

@@ -17,6 +17,7 @@ link uses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -32,6 +33,8 @@ from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT
 from clankie.connection import HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
 from clankie.limits import DEFAULT_MAX_INFLIGHT, Held, Limits, Refuse, decide
+from clankie.peers import Refusal
+from clankie.protocol import Code
 from clankie.waits import within
 
 __all__ = [
@@ -42,6 +45,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 OnConnect = Callable[[Connection], Awaitable[None] | None]
+Admit = Callable[[int, int], Refusal | None]
+"""Beyond the uid rule: ``(pid, uid)`` of a new peer -> None to let it in, or why not (:mod:`clankie.peers`)."""
 _LOG_EVERY = 5.0  # seconds between two "refused" warnings
 _PEERCRED = struct.Struct("3i")
 
@@ -67,7 +72,10 @@ class Server:
     Admission follows :mod:`clankie.limits` (hello deadline, optional idle
     timeout, per-pid and per-uid caps with slots reserved for root, optional
     eviction of the idlest connection). ``max_connections`` alone is the old
-    spelling of ``limits=Limits(max_connections=...)``.
+    spelling of ``limits=Limits(max_connections=...)``. ``admit`` checks a
+    peer that passed the uid rule (the pids the supervisor named, say); one it
+    refuses gets its hello answered with the refusal's code, and
+    :attr:`refusals` counts every refusal by code.
     """
 
     def __init__(
@@ -83,6 +91,7 @@ class Server:
         max_connections: int | None = None,
         limits: Limits | None = None,
         sock: socket.socket | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.path = path
         self._sock = sock  # inherited: bound and owned by someone else (the supervisor)
@@ -101,6 +110,8 @@ class Server:
         self.connections: set[Connection] = set()
         self._peers: dict[Connection, tuple[int, int]] = {}
         self.refused = 0
+        self.refusals: collections.Counter[str] = collections.Counter()
+        self._admit = admit
         self.evicted = 0
         self.idle_closed = 0
         self._unlogged = 0
@@ -118,13 +129,21 @@ class Server:
     def _accepted(self, conn: Connection, transport: asyncio.BaseTransport) -> None:
         pid, uid, _gid = peer_credentials(transport.get_extra_info("socket"))
         if not peer_allowed(uid):
+            self.refusals[Code.PEER_UID_REFUSED] += 1
             self._refuse(transport, "pid %d runs as uid %d", pid, uid)
+            return
+        refusal = self._admit(pid, uid) if self._admit is not None else None
+        if refusal is not None:
+            self.refusals[refusal.code] += 1
+            conn.refuse(refusal.code, refusal.reason)  # a same-uid peer: it hears why, then the connection closes
+            self._refuse(None, "%s (%s)", refusal.reason, refusal.code)
             return
         held = [
             Held(key=id(c), pid=p, uid=u, busy=c.busy, idle_since=c.last_activity) for c, (p, u) in self._peers.items()
         ]
         verdict = decide(self.limits, pid, uid, held)
         if isinstance(verdict, Refuse):
+            self.refusals["too_many_connections"] += 1
             self._refuse(transport, "%s (pid %d, uid %d)", verdict.reason, pid, uid)
             return
         if verdict.evict is not None:
@@ -139,10 +158,12 @@ class Server:
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
-    def _refuse(self, transport: asyncio.BaseTransport, fmt: str, *args: object) -> None:
+    def _refuse(self, transport: asyncio.BaseTransport | None, fmt: str, *args: object) -> None:
         """Close before reading a byte; log at most once per few seconds (a flood must not flood the journal)."""
         self.refused += 1
-        if isinstance(transport, asyncio.Transport):  # a stream socket's transport always is
+        if transport is None:  # the connection closes itself, after a word to the peer
+            pass
+        elif isinstance(transport, asyncio.Transport):  # a stream socket's transport always is
             transport.abort()
         else:
             transport.close()

@@ -50,7 +50,8 @@ from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.handover import is_spare
 from clankie.metrics import METER
 from clankie.paths import process_environment
-from clankie.protocol import Code, Empty, Heartbeat, ProcessSample, Record, Stopping
+from clankie.peers import HANDED
+from clankie.protocol import Code, Empty, Heartbeat, Peers, ProcessSample, Record, Stopping
 from clankie.router import Router
 from clankie.settings import discord_attachment_root
 
@@ -60,7 +61,7 @@ HeartbeatReport = Callable[[], Heartbeat]
 
 LINK_ROLE = "child"
 # what the supervisor asks of a child that the child itself answers (the link answers shutdown/activate)
-CHILD_METHODS = frozenset({"abort_run", "lanes", "say", "probe_artifact", "resolve_artifact"})
+CHILD_METHODS = frozenset({"abort_run", "lanes", "say", "budget", "probe_artifact", "resolve_artifact"})
 
 
 def link_fd(env: Mapping[str, str] | None = None) -> int | None:
@@ -223,7 +224,12 @@ async def supervisor_link(
     def on_activate(params: Empty) -> None:
         link_box[0].activated.set()
 
-    own = Router(LINK_ROLE, {"shutdown": on_shutdown, "activate": on_activate}, unserved=CHILD_METHODS)
+    def on_peers(params: Peers) -> None:
+        HANDED.allow(params.pids)
+
+    HANDED.expect()  # a supervisor names who may dial our socket: nobody until it does (clankie.peers)
+    own = Router(LINK_ROLE, {"shutdown": on_shutdown, "activate": on_activate, "peers": on_peers},
+                 unserved=CHILD_METHODS)
 
     async def on_request(conn: ipc.Connection, method: str, params: Record) -> Record | None:
         link = link_box[0]

@@ -28,6 +28,7 @@ from clankie.errors import RemoteError
 from clankie.handover import inherited_listener
 from clankie.metrics import METER
 from clankie.paths import ensure_private_dir, socket_path
+from clankie.peers import HANDED
 from clankie.protocol import (
     AbortReply,
     AbortRun,
@@ -136,7 +137,7 @@ class ServiceApp:
         ensure_private_dir(self.settings.runtime_dir)
         self.server = await ipc.serve(
             self.socket_path, "service", self.turns.handle, max_frame=self.settings.max_frame_bytes, sock=listener,
-            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds), admit=HANDED.admit,  # the bridge only
         )
         log.info("serving turns on %s (provider %s)", self.socket_path.name, "configured" if self.provider else "unconfigured")
 
@@ -174,7 +175,7 @@ class ServiceApp:
         """What the supervisor may ask of the service (``shutdown``/``activate`` are the link's own)."""
         return Router("child", {"abort_run": self._abort_run, "lanes": self._lanes, "say": self.turns.say,
                                 "budget": self._budget},
-                      unserved={"shutdown", "activate", "probe_artifact", "resolve_artifact"})
+                      unserved={"shutdown", "activate", "peers", "probe_artifact", "resolve_artifact"})
 
     async def _abort_run(self, params: AbortRun) -> AbortReply:
         if params.reason != "stalled":  # the operator's proxy answers within 10 s: report the abort as sent
@@ -227,6 +228,9 @@ class ServiceApp:
         zombies = len(self.captain.zombies)
         counts = self.captain.lane_counts()
         detail = f"{counts['lanes_live']} lanes ({counts['lanes_evicted']} evicted), {len(runs)} live runs"
+        refused = sum(self.server.refusals.values()) if self.server is not None else 0
+        if refused:  # clients of service.sock that were not the bridge (clankie.peers)
+            detail += f", {refused} peers refused"
         if zombies:
             detail += f", {zombies} aborted runs not stopping"
         if self.provider is None:
@@ -238,11 +242,13 @@ class ServiceApp:
                 detail += f" (paused {paced.paused_s:.0f}s by a 429)"
         fds, fd_limit = fdlimit.usage()
         detail += f", fds {fds}/{fd_limit}, {self.spending.detail()}"
+
         report = {"lanes": len(self.captain.lanes), "runs": len(runs), "zombie_runs": zombies, **counts,
                   "fds": fds, "fd_limit": fd_limit, "model_calls_in_flight": paced.in_flight,
                   "model_calls_waiting": paced.waiting, "model_paused_s": round(paced.paused_s, 1),
                   "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining,
-                  **self.spending.report()}
+                  **self.spending.report(),
+                  "peers_refused": dict(self.server.refusals) if self.server is not None else {}}
         self._gauges(counts["lanes_live"], report)
         return Heartbeat(detail=detail[:200], runs=runs, report=report)
 

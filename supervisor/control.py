@@ -42,6 +42,7 @@ from clankie.waits import within
 from supervisor.doctor import run_doctor
 from supervisor.lifecycle import State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
+from supervisor.peers import outside_the_tree
 from supervisor.process import Child
 from supervisor.tree import Tree
 
@@ -161,6 +162,7 @@ class Control:
             max_frame=self.tree.settings.max_frame_bytes,
             partial_frame_timeout=self._partial_frame_timeout,
             limits=control_limits(self.tree.settings),
+            admit=outside_the_tree,  # root or our uid (the uid rule), and never a process of the tree itself
         )
 
     async def close(self) -> None:

@@ -178,6 +178,7 @@ class Child:
     def _linked(self, conn: ipc.Connection) -> None:
         if self.proc is not None and self.proc.link is conn:
             self.link = conn
+            self.tree.changed()  # among other things, it hears who may dial its socket (supervisor.peers)
 
     async def _activate(self, proc: Proc) -> None:
         if proc.link is None or proc.link.closed:

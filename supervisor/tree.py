@@ -42,6 +42,7 @@ from supervisor.forward import StderrQueue
 from supervisor.lifecycle import Exit, State
 from supervisor.metrics import MetricsServer, registry_for
 from supervisor.owner import SpareSlot
+from supervisor.peers import Announcer
 from supervisor.process import Child, exit_from_waitid
 from supervisor.spawn import Proc
 from supervisor.spec import ChildSpec
@@ -98,18 +99,19 @@ class Tree:
         self.child_env = minimal(env, settings)
         self.tree_id = uuid.uuid4().hex[:16]  # this run's name in every child's env: a crash seen vs the tree's end
         self.child_env[TREE_ID_ENV] = self.tree_id
-        self.started_at = clock.monotonic()
         # under systemd the children write native journal entries with fields, and their stderr is not forwarded
         # (it would be in the journal twice); it still goes to their log files (clankie.journald)
         self.native_journal = forward_fd is not None and stderr_is_journal(env)
         if self.native_journal:
             self.child_env[NATIVE_ENV] = "1"
+        self.started_at = clock.monotonic()
         self.stopping = False
         self.state = "starting"
         self.ready_sent = False
         self._stop_requested = asyncio.Event()
         self._forced = False
         self._status_line = ""
+        self.peers = Announcer(self)
         self.children: dict[str, Child] = {}
         for spec in specs:
             self.children[spec.name] = Child(spec, self, heartbeat_timeout=settings.heartbeat_timeout_seconds, rand=rand)
@@ -339,7 +341,8 @@ class Tree:
     # ------------------------------------------------------------ readiness and status
 
     def changed(self) -> None:
-        """A child changed state: update READY=1 and STATUS= for systemd."""
+        """A child changed state: tell each child who may dial its socket; update READY=1 and STATUS= for systemd."""
+        self.peers.announce(self.children.values())
         states = {c.name: c.life.state for c in self.children.values()}
         all_ready = all(s is State.RUNNING for s in states.values())
         line = self.status_line()

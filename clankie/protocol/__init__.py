@@ -93,6 +93,7 @@ from clankie.protocol.records_hosts import (
     ScreenshotRequest,
     Viewport,
 )
+from clankie.protocol.records_peers import Peers
 
 __all__ = [
     "CALLERS",
@@ -136,6 +137,7 @@ __all__ = [
     "MetricsReport",
     "Notification",
     "Outcome",
+    "Peers",
     "ProcessSample",
     "Record",
     "Request",

@@ -40,6 +40,7 @@ from clankie.protocol.records_control import (
     StatusReply,
 )
 from clankie.protocol.records_hosts import Artifact, DiagramRequest, ScreenshotRequest
+from clankie.protocol.records_peers import Peers
 
 R = TypeVar("R", bound=Record)
 
@@ -94,6 +95,7 @@ METHODS: dict[str, dict[str, Method]] = {
         "say": Method(SayRequest, TurnResult),
         "budget": Method(BudgetRequest, BudgetReply),
         "activate": Method(Empty, None),  # a parked spare: become the child now
+        "peers": Method(Peers, None),  # the pids that may dial the socket this child serves (clankie.peers)
         "probe_artifact": Method(Empty, Artifact),  # hosts: write the probe picture
         "resolve_artifact": Method(ResolveRequest, ResolveReply),  # bridge: resolve it like a reply
     },

@@ -27,7 +27,8 @@ def real(name: str, module: str, **extra: Any) -> dict[str, Any]:
 
 def pictures_tree(bridge_env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     return [
-        real("browser", "hosts.browser"),
+        real("browser", "hosts.browser", sockets=["browser"]),  # handed down, as the default tree does (run as root,
+        # the browser host goes apart and could not bind in the runtime dir itself)
         real("tldraw", "hosts.tldraw"),
         real("bridge", "bridge", env=bridge_env or {}),
     ]
