@@ -42,6 +42,7 @@ from clankie.clock import Clock, SystemClock
 from clankie.entry import ChildSpec, Ready
 from clankie.errors import ConfigError, RemoteError
 from clankie.handover import inherited_listener
+from clankie.peers import HANDED
 from clankie.protocol import Artifact, Code, Empty, Heartbeat, Record
 from clankie.router import Route, Router
 from clankie.waits import within
@@ -142,7 +143,7 @@ class HostRuntime:
     def link_handler(self) -> Router:
         """The supervisor's requests over the link: ``probe_artifact`` for ``clankiectl doctor``."""
         return Router("child", {"probe_artifact": self._probe_artifact},
-                      unserved={"abort_run", "lanes", "say", "shutdown", "activate", "resolve_artifact"})
+                      unserved={"abort_run", "lanes", "say", "budget", "shutdown", "activate", "peers", "resolve_artifact"})
 
     async def _probe_artifact(self, params: Empty) -> Artifact:
         sub = self.host.name if self.host.name in artifacts.SUBDIRS else "generated"
@@ -153,6 +154,7 @@ class HostRuntime:
     def health(self) -> dict[str, Any]:
         return {
             "attachment_root": str(self.settings.attachment_root),
+            "peers_refused": dict(self.server.refusals) if self.server is not None else {},
             **self.counters.report(),
             **self.host.health(),
         }
@@ -164,7 +166,7 @@ class HostRuntime:
             paths.ensure_private_dir(self.settings.runtime_dir)
         self.server = await ipc.serve(
             path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes, sock=listener,
-            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds),
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds), admit=HANDED.admit,  # the service only
         )
         log.info("serving on %s", path)
 
@@ -186,7 +188,9 @@ class HostRuntime:
         await self.host.close()
 
     def heartbeat(self) -> Heartbeat:
-        return Heartbeat(detail=self.host.detail()[:200], report=self.health())
+        refused = sum(self.server.refusals.values()) if self.server is not None else 0
+        detail = self.host.detail() + (f", {refused} peers refused" if refused else "")
+        return Heartbeat(detail=detail[:200], report=self.health())
 
 
 _DIRECTORIES: dict[str, int] = {}
