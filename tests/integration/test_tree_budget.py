@@ -9,6 +9,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from clankie.testing import fake_anthropic as fa
 from service.captain.spending import NOTICE
 from supervisor import ctl
@@ -16,6 +18,8 @@ from tests.integration.tree import CHAN, PERSON, Tree, real_tree
 from tests.polling import until
 
 WARNING = "\u26a0\ufe0f"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # three tree starts (boot, a service kill, a restart)
 
 
 async def refused(t: Tree, text: str) -> str:
