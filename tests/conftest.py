@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from clankie import settings as settings_mod
+from clankie.peers import HANDED
 from clankie.testing.clock import FakeClock
 
 
@@ -49,6 +50,13 @@ def settings(env: dict[str, str]) -> settings_mod.Settings:
 @pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def _forget_handed_peers() -> Iterator[None]:
+    """A test that links to a fake supervisor in this process leaves the next test the uid rule alone again."""
+    yield
+    HANDED.pids = None
 
 
 @pytest.fixture(autouse=True)

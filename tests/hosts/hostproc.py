@@ -20,7 +20,7 @@ from typing import Any
 
 from clankie import framing, ipc, paths, protocol
 from clankie.handover import LISTEN_FDS_ENV, listen_fds_value
-from clankie.protocol import Heartbeat, Record, Stopping
+from clankie.protocol import Heartbeat, Peers, Record, Stopping
 
 READY_TIMEOUT = 45.0
 
@@ -82,6 +82,7 @@ class HostProcess:
         theirs.close()
         ours.setblocking(False)
         self.link = await ipc.from_socket(ours, "supervisor", self._on_link, initiate=False, timeout=20)
+        await self.link.notify("peers", Peers(pids=(os.getpid(),)))  # as the supervisor names the service: here, us
         if wait_ready:
             await asyncio.wait_for(self.ready.wait(), READY_TIMEOUT)
 

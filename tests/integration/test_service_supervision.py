@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator
 
 from clankie import ipc
 from clankie.link import supervisor_link
-from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply, Record, SayRequest, TurnResult
+from clankie.protocol import AbortReply, AbortRun, Empty, Heartbeat, LanesReply, Peers, Record, SayRequest, TurnResult
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
@@ -45,6 +46,7 @@ async def linked(app: ServiceApp) -> AsyncIterator[FakeSupervisor]:
     env = {"CLANKIE_SUPERVISOR_FD": str(child_end.detach())}
     async with supervisor_link("service", app.link_handler, app.heartbeat, interval=0.02, env=env) as link:
         sup.conn = await accept
+        await sup.conn.notify("peers", Peers(pids=(os.getpid(),)))  # as a supervisor names the bridge: here, us
         await link.ready()
         await sup.ready.wait()
         yield sup
