@@ -7,10 +7,10 @@ I/O, no clock: time is passed in.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.packing import pack, unpack
 from clankie.protocol import Room, TurnSubmit
 
 OUTCOMES = frozenset({"settled", "absorbed", "silent", "failed", "expired"})
@@ -24,7 +24,7 @@ class Entry:
     fingerprint: str
     room: Room
     submit: dict[str, Any] | None = None  # the TurnSubmit on the wire; None while only buffered
-    # while waiting for a catch-up or a slot: {"inbound": …, "trigger": …} as compact JSON, read when its turn is built
+    # while waiting for a catch-up or a slot: its payload packed (bridge.packing), read when its turn is built
     buffered: bytes | None = None
     waiting: bool = False  # buffered for a turn slot (``wait``), not for a catch-up (``buffer``)
     catching_up: bool = False
@@ -43,13 +43,8 @@ class Entry:
         return TurnSubmit.model_validate(self.submit)
 
     def payload(self) -> dict[str, Any] | None:
-        """The buffered message (``inbound``, ``trigger``), parsed; None if it is not waiting."""
-        return json.loads(self.buffered) if self.buffered is not None else None
-
-
-def _pack(payload: dict[str, Any]) -> bytes:
-    """A waiting message as it is held in memory: about a third of the same dicts (issue 25: an index, not the turn)."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        """The buffered message (``inbound``, ``trigger``) as the journal line had it; None if it is not waiting."""
+        return unpack(self.delivery_id, self.room, self.buffered) if self.buffered is not None else None
 
 
 def _message_order(delivery_id: str) -> int:
@@ -98,7 +93,7 @@ class JournalState:
         elif op in ("buffer", "wait"):
             room = self._room(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
-                                      buffered=_pack({"inbound": line["inbound"], "trigger": line["trigger"]}),
+                                      buffered=pack(did, room, {"inbound": line["inbound"], "trigger": line["trigger"]}),
                                       waiting=op == "wait")
         elif op == "close":
             outcome = str(line["outcome"])
