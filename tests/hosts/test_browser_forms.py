@@ -26,7 +26,7 @@ from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
-NUMERIC = ("2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0x7f.1", "0")
+NUMERIC = ("2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0x7f.1", "0", "\uff11\uff12\uff17.\uff10.\uff10.\uff11")
 IPV6 = ("[::7f00:1]", "[::127.0.0.1]", "[::ffff:0:7f00:1]", "[::ffff:127.0.0.1]", "[64:ff9b::7f00:1]", "[::a9fe:a9fe]")
 
 PROBE = """<!doctype html><html><body style="margin:0;background:#3a6">

@@ -104,3 +104,24 @@ def test_a_malformed_numeric_host_is_refused_not_resolved(host: str) -> None:
 def test_names_that_only_contain_digits_stay_names(host: str) -> None:
     """Only a last label that is a number makes an address."""
     assert policy.normalise_host(host) == host
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[fe80::1%25eth0]/",  # a zone id does not make link-local reachable
+        "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/",  # fullwidth digits: IDNA maps them to 127.0.0.1
+        "http://\uff11\uff12\uff17\u3002\uff10\u3002\uff10\u3002\uff11/",  # and ideographic full stops
+        "http://0x7f.0.0.1./",  # a trailing dot
+        "http://[::ffff:7f00:1]/",
+        "blob:http://allowed.test/x",
+        "about:blank",
+    ],
+)
+def test_the_remaining_spellings_of_a_private_or_non_http_target_are_refused(url: str) -> None:
+    """The forms security-notes listed as untested: each is refused by its shape or by the address it names."""
+    try:
+        target = policy.check_url(url)
+    except policy.UrlRefused:
+        return
+    assert target.ip is not None and policy.address_verdict(target.ip, allow_private=False) is not None, target
