@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+
+import pytest
 
 from hosts.browser import policy
 from hosts.browser.proxy import PolicyProxy
@@ -135,5 +138,23 @@ def test_a_request_that_cannot_be_framed_is_refused_before_any_site_is_dialled()
             for data in (both, two):
                 assert (await exchange(port, data)).startswith(b"HTTP/1.1 400")
             assert a.requests == []
+
+    asyncio.run(main())
+
+
+def test_a_name_whose_answer_turns_private_is_refused_on_its_next_request() -> None:
+    """DNS rebinding over time: every request (so every connection) resolves and vets again; the public first
+    answer buys nothing for the second, which resolves to loopback and is refused."""
+    answers = [[ipaddress.ip_address("93.184.216.34")], [ipaddress.ip_address("127.0.0.1")]]
+
+    async def resolver(host: str, port: int) -> list[policy.IPAddress]:
+        return answers.pop(0)
+
+    async def main() -> None:
+        proxy = PolicyProxy(allow_private=False, pins=policy.Pins(), resolver=resolver)
+        assert str(await proxy.vet("rebind.test", 80)) == "93.184.216.34"
+        with pytest.raises(policy.UrlRefused, match="resolves to a loopback address"):
+            await proxy.vet("rebind.test", 80)
+        assert answers == []
 
     asyncio.run(main())
