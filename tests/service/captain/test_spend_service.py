@@ -184,6 +184,9 @@ def test_a_room_whose_turns_come_eight_minutes_apart_is_sent_the_hour_and_a_burs
             assert rows["discord:clankie:discord:1:2"].cache_lifetime == "1h"
             slow_health = app.spending.health["discord:clankie:discord:1:2"]
             assert slow_health.last_share is not None and slow_health.last_share > 0.7  # 8 min later, read from cache
+            slow_row = rows["discord:clankie:discord:1:2"]
+            assert slow_row.cache_read_share is not None and 0 < slow_row.cache_read_share < 1  # lanes shows it
+            assert "cache read " in app.heartbeat().detail and 0 < app.heartbeat().report["cache_read_share"] < 1
             assert rows["discord:clankie:discord:1:3"].cache_lifetime == "5m"
 
     run(body())
