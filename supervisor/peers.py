@@ -70,12 +70,12 @@ class Announcer:
 
     def __init__(self, owner: Owner) -> None:
         self._owner = owner
-        self._told: dict[int, tuple[int, ...]] = {}  # id of a live link -> the list it last heard (dead ones pruned)
+        self._told: dict[int, tuple[ipc.Connection, tuple[int, ...]]] = {}  # id(link) -> (link, the list it last heard)
 
     def announce(self, children: Iterable[Child]) -> None:
         every = list(children)
         pids = {c.name: [p.pid for p in _procs(c) if p.pid is not None] for c in every}
-        told: dict[int, tuple[int, ...]] = {}
+        told: dict[int, tuple[ipc.Connection, tuple[int, ...]]] = {}
         for child in every:
             allowed = peers.allowed(child.name, pids)
             if allowed is None:
@@ -84,8 +84,9 @@ class Announcer:
                 link = proc.link
                 if link is None or link.closed:
                     continue
-                told[id(link)] = allowed
-                if self._told.get(id(link)) != allowed:
+                told[id(link)] = (link, allowed)
+                heard = self._told.get(id(link))
+                if heard is None or heard[0] is not link or heard[1] != allowed:  # the object, not a reused id
                     log.debug("telling %s pid %s its peers: %s", child.name, proc.pid, allowed)
                     self._owner.spawn(_tell(link, allowed), name=f"peers-{child.name}")
         self._told = told

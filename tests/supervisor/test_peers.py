@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 from clankie import ipc
-from clankie.protocol import Record
-from supervisor.peers import MAX_DEPTH, descends_from, outside_the_tree, parent_pid
+from clankie.protocol import Peers, Record
+from supervisor.owner import Owner
+from supervisor.peers import MAX_DEPTH, Announcer, descends_from, outside_the_tree, parent_pid
+from supervisor.process import Child
 
 DIAL = """
 import asyncio, sys
@@ -76,3 +81,69 @@ def test_a_gone_process_has_no_parent() -> None:
     """parent_pid reads /proc; a pid above any pid_max is nobody's child."""
     assert parent_pid(999_999_999) is None
     assert parent_pid(1) == 0
+
+
+class FakeLink:
+    def __init__(self) -> None:
+        self.closed = False
+        self.heard: list[tuple[int, ...]] = []
+
+    async def notify(self, method: str, params: Peers) -> None:
+        assert method == "peers"
+        self.heard.append(params.pids)
+
+
+class FakeProc:
+    def __init__(self, pid: int) -> None:
+        self.pid: int | None = pid
+        self.link: FakeLink | None = FakeLink()
+
+
+class FakeChild:
+    def __init__(self, name: str, pid: int | None, spare: int | None = None) -> None:
+        self.name = name
+        self.proc = FakeProc(pid) if pid is not None else None
+        self.spare = SimpleNamespace(proc=FakeProc(spare) if spare is not None else None)
+
+
+class FakeOwner:
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        self.tasks.append(asyncio.ensure_future(coro))
+        return self.tasks[-1]
+
+
+def test_each_process_hears_its_list_once_per_change_spares_included() -> None:
+    """The service hears the bridge's pid, each host the service's and its spare's (the spare host too); an unchanged
+    tree says nothing again; a restarted bridge is named to the service at once; a closed link hears nothing."""
+
+    async def main() -> None:
+        owner = FakeOwner()
+        announcer = Announcer(cast(Owner, owner))
+        service, bridge = FakeChild("service", 20, spare=21), FakeChild("bridge", 10)
+        browser, tldraw = FakeChild("browser", 30, spare=31), FakeChild("tldraw", 40)
+        tree = cast(list[Child], [service, bridge, browser, tldraw])
+
+        def heard(child: FakeChild, spare: bool = False) -> list[tuple[int, ...]]:
+            proc = child.spare.proc if spare else child.proc
+            assert proc is not None and proc.link is not None
+            return proc.link.heard
+
+        announcer.announce(tree)
+        announcer.announce(tree)
+        await asyncio.gather(*owner.tasks)
+        assert heard(service) == heard(service, spare=True) == [(10,)]
+        assert heard(browser) == heard(browser, spare=True) == heard(tldraw) == [(20, 21)]
+        assert heard(bridge) == []  # it serves no socket
+
+        old = bridge.proc
+        assert old is not None and old.link is not None
+        old.link.closed = True
+        bridge.proc = FakeProc(11)
+        announcer.announce(tree)
+        await asyncio.gather(*owner.tasks)
+        assert heard(service) == [(10,), (11,)] and heard(browser) == [(20, 21)]
+
+    asyncio.run(main())
