@@ -112,6 +112,12 @@ def go_apart(settings: Settings, environ: Mapping[str, str]) -> Apart | None:
     drop(uid, gid)
     if not os.access(tmp_root, os.W_OK | os.X_OK):
         raise ConfigError(f"the browser user (uid {uid}) cannot reach {tmp_root}; set TMPDIR to a directory it can")
+    for path, mode, what in _driver_files():
+        if not os.access(path, mode):
+            raise ConfigError(
+                f"the browser user (uid {uid}) cannot {what} {path}: install the project where that user can read it, "
+                "or keep the browser as root (CLANKIE_BROWSER_USER=root, CLANKIE_BROWSER_SANDBOX=off)"
+            )
     log.info("running as %s (uid %d, gid %d), no_new_privs", settings.browser_user.strip(), uid, gid)
     return Apart(user=settings.browser_user.strip(), uid=uid, gid=gid, tmp_root=tmp_root, artifacts=fd)
 
@@ -136,6 +142,14 @@ def _hand_over(path: Path, uid: int, gid: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _driver_files() -> list[tuple[str, int, str]]:
+    """Playwright's Node driver and its script, which the browser user must run once it has dropped."""
+    from playwright._impl._driver import compute_driver_executable
+
+    node, cli = compute_driver_executable()
+    return [(node, os.X_OK, "run"), (cli, os.R_OK, "read")]
 
 
 def drop(uid: int, gid: int) -> None:

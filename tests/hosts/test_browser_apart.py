@@ -132,9 +132,30 @@ def test_apart_without_a_handed_over_socket_is_a_configuration_error(env: dict[s
         await host.start(wait_ready=False)
         assert host.proc is not None
         assert await asyncio.wait_for(host.proc.wait(), 30) == 78
-        if host.link is not None:
-            await host.link.aclose()
+        await host.__aexit__(None, None, None)  # its link and the socket handed to it
         assert "needs its socket handed over" in host.log()
+
+    asyncio.run(main())
+
+
+@as_root
+@pytest.mark.timeout(60)
+def test_a_driver_the_browser_user_cannot_run_is_a_configuration_error(env: dict[str, str], tmp_path: Path) -> None:
+    """Gone apart, a Node driver in a directory only root can enter (a venv under /root) would fail every launch: the
+    host exits 78 at once naming the file and the two ways out."""
+    node = tmp_path / "private" / "node"
+    node.parent.mkdir(mode=0o700)
+    node.write_bytes(b"")
+    node.chmod(0o755)
+
+    async def main() -> None:
+        host = HostProcess("browser", {**env, "PLAYWRIGHT_NODEJS_PATH": str(node)}, tmp_path / "host.log")
+        await host.start(wait_ready=False)
+        assert host.proc is not None
+        assert await asyncio.wait_for(host.proc.wait(), 30) == 78
+        await host.__aexit__(None, None, None)  # its link and the socket handed to it
+        said = host.log()
+        assert f"cannot run {node}" in said and "CLANKIE_BROWSER_USER=root" in said, said
 
     asyncio.run(main())
 
