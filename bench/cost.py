@@ -58,6 +58,7 @@ MODEL = "claude-sonnet-4-5"
 CACHE_MIN_TOKENS = 1024
 MODES = ("5m", "pace", "none")
 QUIET_ROOMS = 24
+MIDNIGHT = 57_600.0  # FakeClock(start=MIDNIGHT).wall() is 2027-01-16T00:00:00Z
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def bill(captain: Path, since: dict[Path, int] | None = None) -> tuple[Bill, dic
 
 
 async def replay(mode: str, turns: list[Turn], root: Path, budget_usd: float = 0.0, crowd: bool = False) -> dict[str, Any]:
-    clock = FakeClock(start=0.0)
+    clock = FakeClock(start=MIDNIGHT)  # the replayed day is one UTC day: its budget is not reset half way
     state = root / f"{mode}-{'budget' if budget_usd else 'day'}"
     state.mkdir(parents=True)
     runtime = Path(tempfile.mkdtemp(prefix="cost-", dir="/tmp"))
@@ -148,7 +149,7 @@ async def replay(mode: str, turns: list[Turn], root: Path, budget_usd: float = 0
                 now = turns[i].at
                 group = [t for t in turns[i:] if t.at == now]
                 i += len(group)
-                clock.advance(max(0.0, now - clock.monotonic()))
+                clock.advance(max(0.0, MIDNIGHT + now - clock.monotonic()))
                 if crowd and len(group) == 1 and group[0].room.startswith("quiet"):
                     group = [Turn(now, f"quiet{q}") for q in range(QUIET_ROOMS)]  # the crowd speaks at once
                 results = await asyncio.gather(*(
