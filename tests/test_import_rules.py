@@ -76,6 +76,7 @@ PURE_CORES = (
     "bridge/fairness.py",  # turns per person and per room
     "bridge/waiting.py",  # messages waiting for a turn slot
     "bridge/journal_state.py",  # the journal folded into entries
+    "bridge/packing.py",  # a waiting message packed in memory
     "bridge/chunks.py",
     "clankie/backoff.py",
     "clankie/framing.py",
