@@ -32,6 +32,7 @@ import asyncio
 import collections
 import functools
 import logging
+import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -161,7 +162,7 @@ class HostRuntime:
 
     async def serve(self) -> None:
         path = paths.socket_path(self.settings.runtime_dir, self.host.name)
-        listener = inherited_listener(self.host.name, self.environ)
+        listener = inherited_listener(self.host.name, self.environ) or _BOUND.pop(self.host.name, None)
         if listener is None:  # an inherited socket's directory is the supervisor's (and may not be ours to read)
             paths.ensure_private_dir(self.settings.runtime_dir)
         self.server = await ipc.serve(
@@ -191,6 +192,15 @@ class HostRuntime:
         refused = sum(self.server.refusals.values()) if self.server is not None else 0
         detail = self.host.detail() + (f", {refused} peers refused" if refused else "")
         return Heartbeat(detail=detail[:200], report=self.health())
+
+
+_BOUND: dict[str, socket.socket] = {}
+"""Listening sockets this process bound for itself before it gave up root (:func:`serve_on`)."""
+
+
+def serve_on(name: str, sock: socket.socket) -> None:
+    """Serve ``sock`` as if it had been handed over (the browser host apart binds it before it drops root)."""
+    _BOUND[name] = sock
 
 
 _DIRECTORIES: dict[str, int] = {}

@@ -37,6 +37,8 @@ import importlib
 import logging
 import os
 import pwd
+import socket
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,7 +47,7 @@ from pathlib import Path
 from clankie.child import arm_parent_death
 from clankie.errors import ConfigError
 from clankie.handover import listen_fds
-from clankie.paths import ensure_private_dir
+from clankie.paths import ensure_private_dir, socket_path
 from clankie.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class Apart:
     gid: int
     tmp_root: Path  # <tmp>/clankie-browser.<uid>: the Node driver's and Chromium's profiles
     artifacts: int  # an open fd of <root>/browser, owned by the user
+    listener: socket.socket | None  # bound here before the drop when none was handed over (CLANKIE_HANDOVER=false)
 
 
 def target(name: str, euid: int) -> tuple[int, int] | None:
@@ -99,11 +102,7 @@ def go_apart(settings: Settings, environ: Mapping[str, str]) -> Apart | None:
     if who is None:
         return None
     uid, gid = who
-    if "browser" not in listen_fds(environ):
-        raise ConfigError(
-            f"the browser host runs apart as uid {uid} and cannot bind in the runtime dir: it needs its socket "
-            "handed over (CLANKIE_HANDOVER=true, the default)"
-        )
+    listener = None if SUBDIR in listen_fds(environ) else bind_now(socket_path(settings.runtime_dir, SUBDIR))
     fd = _hand_over(ensure_private_dir(settings.attachment_root) / SUBDIR, uid, gid)
     tmp_root = Path(tempfile.gettempdir()) / f"clankie-browser.{uid}"
     os.close(_hand_over(tmp_root, uid, gid))
@@ -119,7 +118,36 @@ def go_apart(settings: Settings, environ: Mapping[str, str]) -> Apart | None:
                 "or keep the browser as root (CLANKIE_BROWSER_USER=root, CLANKIE_BROWSER_SANDBOX=off)"
             )
     log.info("running as %s (uid %d, gid %d), no_new_privs", settings.browser_user.strip(), uid, gid)
-    return Apart(user=settings.browser_user.strip(), uid=uid, gid=gid, tmp_root=tmp_root, artifacts=fd)
+    return Apart(user=settings.browser_user.strip(), uid=uid, gid=gid, tmp_root=tmp_root, artifacts=fd, listener=listener)
+
+
+def bind_now(path: Path) -> socket.socket:
+    """``path`` bound and listening, while still root (the hand-over is off, and the runtime dir is root's 0700): a
+    stale file nobody answers on is replaced, a live server refused, the file 0600 from the first moment."""
+    ensure_private_dir(path.parent)
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise ConfigError(f"{path} exists and is not a socket; refusing to replace it")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(1.0)
+            try:
+                probe.connect(os.fspath(path))
+            except OSError:
+                path.unlink()
+            else:
+                raise ConfigError(f"another server is already listening on {path}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(os.fspath(path))
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
 
 
 def _hand_over(path: Path, uid: int, gid: int) -> int:

@@ -51,7 +51,7 @@ from clankie.protocol import Artifact, Code, ScreenshotRequest, Viewport
 from clankie.router import Route
 from clankie.settings import Settings
 from clankie.waits import within
-from hosts.runtime import write_artifact, write_through
+from hosts.runtime import serve_on, write_artifact, write_through
 
 from . import policy
 from .apart import Apart, go_apart, no_new_privs
@@ -159,6 +159,8 @@ class BrowserHost:
         if self.apart is not None:
             self.tmp_root = self.apart.tmp_root
             write_through("browser", self.apart.artifacts)
+            if self.apart.listener is not None:
+                serve_on("browser", self.apart.listener)
 
     @property
     def chromium(self) -> str:

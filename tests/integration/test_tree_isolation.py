@@ -53,7 +53,8 @@ def test_renderers_sandboxed_apart_and_sockets_refuse_a_process_that_is_not_thei
             assert browser.pid is not None and "sandbox on" in browser.detail, browser.detail
             t.anthropic.script(fa.tool_use(("browser_screenshot", {"url": t.site.url("/slow")})), fa.text("slow page"))
             sent = await t.discord.message(CHAN, "clankie, show me the slow page", author_id=PERSON)
-            await until(lambda: "/slow" in t.site.hits and renderers(browser.pid or 0), 60, "a renderer on the slow page")
+            await until(lambda: "/slow" in t.site.hits and renderers(browser.pid or 0), 60, "a renderer on the slow page",
+                        step=0.1)  # each look walks /proc
             supervisor = seen(t.proc.pid)
             assert supervisor is not None
             shown = renderers(browser.pid)
