@@ -10,8 +10,9 @@ limit cannot hide an fd leak.
 
 1. **Idle tree**: RSS summed over the supervisor and every descendant once
    the tree is ready (Chromium is not running: it starts on demand), and
-   the same sum with Chromium up. **First screenshot after idle**: straight
-   on ``browser.sock``, a cold screenshot, a warm one, then (the tree's
+   the same sum with Chromium up. **First screenshot after idle**: each a
+   real turn in its own room whose model calls the screenshot tool (only the
+   service may dial ``browser.sock``), a cold one, a warm one, then (the tree's
    ``CLANKIE_BROWSER_IDLE_SECONDS`` is 2 s here) wait for ``chromium down``
    in status and take one more: its extra time over the warm one is what the
    first screenshot after idle pays.
@@ -77,7 +78,8 @@ sys.path.insert(0, str(REPO))
 from bench.scale_kit import TARGETS, Anthropic, Replies, pct, ratio, slope, times, tree_rss  # noqa: E402
 from clankie import ipc  # noqa: E402
 from clankie.errors import ChannelBroken, RemoteError  # noqa: E402
-from clankie.protocol import ChildTarget, Empty, Record, ScreenshotRequest, StatusReply  # noqa: E402
+from clankie.protocol import ChildTarget, Empty, Record, StatusReply  # noqa: E402
+from clankie.testing import fake_anthropic as fa  # noqa: E402
 from clankie.testing.fake_discord import FakeDiscord  # noqa: E402
 from tests.integration.tree import CLANKIE, GUILD, Site, tree_env  # noqa: E402
 
@@ -90,7 +92,8 @@ class Bench:
         self.service_pid: int | None = None
         self.room_ids = [str(200_000 + i) for i in range(max(args.rooms))]
         self.long_chan = "199999"
-        self.discord = FakeDiscord(guilds={GUILD: [self.long_chan, *self.room_ids]})
+        self.shot_chan = "199998"  # the screenshots' own room (the service alone may dial browser.sock)
+        self.discord = FakeDiscord(guilds={GUILD: [self.long_chan, self.shot_chan, *self.room_ids]})
         self.anthropic = Anthropic()
         self.site = Site()
         self.replies = Replies(self.discord)
@@ -132,6 +135,7 @@ class Bench:
         env = tree_env(self.tmp, self.runtime, self.discord, self.anthropic, {
             "CLANKIE_BROWSER_ALLOW_PRIVATE": "true",
             "CLANKIE_BROWSER_IDLE_SECONDS": "2",
+            "CLANKIE_DISCORD_TOOL_CARD": "false",  # a screenshot turn's first post is its reply, not a card
             "CLANKIE_LOG_LEVEL": "WARNING",
             "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "60",
             # a window the long room fills several times over: its lane compacts, as a months-long one does
@@ -175,13 +179,15 @@ class Bench:
     # ------------------------------------------------------------ 1. idle tree and the browser
 
     async def shot(self) -> float:
-        conn = await ipc.connect(self.runtime / "browser.sock", "service", timeout=30)
-        try:
-            t0 = time.monotonic()
-            await conn.request("screenshot", ScreenshotRequest(url=self.site.url()), timeout=90)
-            return (time.monotonic() - t0) * 1000
-        finally:
-            await conn.aclose()
+        """One screenshot through a real turn in its own room: only the service may dial browser.sock (issue 24),
+        so the time is the whole turn's; cold, warm and after-idle differ by the browser's part alone."""
+        self.replies.scan()
+        self.anthropic.script(fa.tool_use(("browser_screenshot", {"url": self.site.url()})), fa.text("the page"))
+        t0 = time.monotonic()
+        mid, _ = await self.say(self.shot_chan)
+        if not await self.replies.wait(mid, self.args.reply_timeout):
+            raise TimeoutError("a screenshot turn got no reply")
+        return (time.monotonic() - t0) * 1000
 
     async def idle_tree(self) -> dict[str, float]:
         assert self.proc is not None
