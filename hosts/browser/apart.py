@@ -3,8 +3,10 @@
 When the tree runs as root (CI, containers), the browser host, its Node
 driver and Chromium must not: Chromium will not sandbox itself as root, and
 what renders untrusted pages must not share a uid with the secret holders.
-So the browser process, still root, does three things and then gives root up
-for good (:func:`go_apart`):
+So the browser process, still root, does three things (four with the
+hand-over off: it binds its own socket first, as nobody could in the
+supervisor's 0700 runtime dir) and then gives root up for good
+(:func:`go_apart`):
 
 1. it makes ``<root>/browser`` (the attachment root's browser directory)
    belong to the browser user, 0700, and keeps it open: artifacts are then
