@@ -1,5 +1,6 @@
 """Spend governed on the real tree: a spent day budget stops turns before any model request, visibly, and holds
-across a service kill and a whole-tree restart; the operator raises it live with ``clankiectl budget``."""
+across a service kill and a whole-tree restart; the operator raises it live with ``clankiectl budget``; a room's
+budget stops that room only, a person's that person in every room."""
 
 from __future__ import annotations
 
@@ -17,19 +18,28 @@ from supervisor import ctl
 from tests.integration.tree import CHAN, PERSON, Tree, real_tree
 from tests.polling import until
 
+OTHER_ROOM = "102"
+OTHER_PERSON = "500000000000000002"
+
 WARNING = "\u26a0\ufe0f"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # three tree starts (boot, a service kill, a restart)
 
 
-async def refused(t: Tree, text: str) -> str:
+async def refused(t: Tree, text: str, channel: str = CHAN, author: str = PERSON) -> str:
     """An addressed message that the spent budget refuses: its delivery fails captain_budget_exhausted with the
     failure reaction on it. Returns its id."""
-    sent = await t.discord.message(CHAN, text, author_id=PERSON, mention_bot=True)
+    sent = await t.discord.message(channel, text, author_id=author, mention_bot=True)
     closing = await until(lambda: t.outcome_of(sent["id"]), 45, f"the outcome of {text!r}")
     assert (closing["outcome"], closing.get("reason")) == ("failed", "captain_budget_exhausted")
     await until(lambda: t.discord.reactions.get(sent["id"]) == [WARNING] or None, 15, "the failure reaction")
     return str(sent["id"])
+
+
+async def answered(t: Tree, text: str, channel: str, author: str = PERSON) -> str:
+    """An addressed message that is answered; returns the reply's text."""
+    sent = await t.discord.message(channel, text, author_id=author, mention_bot=True)
+    return (await t.reply_to(sent["id"])).content
 
 
 async def clankiectl(t: Tree, *args: str) -> tuple[int, str]:
@@ -78,3 +88,34 @@ def test_a_one_token_day_budget_stops_the_tree_before_the_model_and_survives_kil
             assert '"event":"budget_raise"' in evidence and '"lane":"tree"' in evidence
 
     asyncio.run(asyncio.wait_for(body(), 240))
+
+
+def test_a_room_budget_stops_one_room_and_a_person_budget_one_person_in_every_room(
+    tmp_path: Path, runtime_dir: Path
+) -> None:
+    """Room budgets of one token and person budgets of one token: after the first answer in room A, room A is
+    refused and room B is not; after PERSON's answers, PERSON is refused in every room and OTHER_PERSON is not."""
+
+    async def body() -> None:
+        env = {"CLANKIE_BUDGET_ROOM_DAY_TOKENS": "1"}
+        async with real_tree(tmp_path, runtime_dir, env=env, channels=(CHAN, OTHER_ROOM)) as t:
+            t.anthropic.script(fa.text("room A answered"), fa.text("room B answered"))
+            assert await answered(t, "clankie, hi", CHAN) == "room A answered"
+            await refused(t, "clankie, hi again", CHAN)
+            assert await answered(t, "clankie, hi from B", OTHER_ROOM) == "room B answered"
+            assert len(t.anthropic.requests) == 2
+
+    asyncio.run(asyncio.wait_for(body(), 200))
+
+    async def people() -> None:
+        env = {"CLANKIE_BUDGET_USER_DAY_TOKENS": "1"}
+        async with real_tree(tmp_path / "people", runtime_dir, env=env, channels=(CHAN, OTHER_ROOM)) as t:
+            t.anthropic.script(fa.text("first answer"), fa.text("the other person's answer"))
+            assert await answered(t, "clankie, hi", CHAN) == "first answer"
+            await refused(t, "clankie, hi again", CHAN)
+            await refused(t, "clankie, hi in the other room", OTHER_ROOM)
+            assert await answered(t, "clankie, my turn", OTHER_ROOM, OTHER_PERSON) == "the other person's answer"
+            assert len(t.anthropic.requests) == 2
+
+    (tmp_path / "people").mkdir()
+    asyncio.run(asyncio.wait_for(people(), 200))
