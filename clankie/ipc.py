@@ -264,6 +264,11 @@ LIVE_SOCKET_PAUSE = 0.5
 async def bind_listener(path: Path, backlog: int = 128) -> socket.socket:
     """A listening socket at ``path``: 0600 from the first moment, a stale file replaced, a live server refused."""
     await _clear_stale_socket(path)
+    return listen_private(path, backlog)
+
+
+def listen_private(path: Path, backlog: int = 128) -> socket.socket:
+    """A listening socket bound at the free ``path``, its file 0600 from the first moment."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # no window in which the file is connectable by others
     try:

@@ -49,6 +49,7 @@ from pathlib import Path
 from clankie.child import arm_parent_death
 from clankie.errors import ConfigError
 from clankie.handover import listen_fds
+from clankie.ipc import listen_private
 from clankie.paths import ensure_private_dir, socket_path
 from clankie.settings import Settings
 
@@ -138,18 +139,7 @@ def bind_now(path: Path) -> socket.socket:
                 path.unlink()
             else:
                 raise ConfigError(f"another server is already listening on {path}")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(os.fspath(path))
-    except BaseException:
-        sock.close()
-        raise
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(128)
-    return sock
+    return listen_private(path)
 
 
 def _hand_over(path: Path, uid: int, gid: int) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie import framing, ipc, paths, protocol
+from clankie.errors import RemoteError
 from clankie.handover import LISTEN_FDS_ENV, listen_fds_value
 from clankie.protocol import Heartbeat, Peers, Record, Stopping
 
@@ -151,3 +152,27 @@ async def raw_call(path: Path, method: str, params: Any, timeout: float = 10.0) 
         return reply[2]
     finally:
         writer.close()
+
+
+def policy_env(env: dict[str, str]) -> dict[str, str]:
+    """A browser host's environment in which ``allowed.test`` resolves to loopback and is trusted (the pin)."""
+    return {**env, "CLANKIE_BROWSER_PINNED_HOSTS": "allowed.test=127.0.0.1"}
+
+
+async def attempt(host: HostProcess, url: str) -> protocol.Artifact | RemoteError:
+    """One screenshot request: its picture, or the error it was refused with."""
+    try:
+        return await shoot(host, url)
+    except RemoteError as exc:
+        return exc
+
+
+async def shoot(host: HostProcess, url: str, **fields: Any) -> protocol.Artifact:
+    """One screenshot request of ``url`` (``fields``: ScreenshotRequest's optional ones), over a connection of its own."""
+    conn = await host.client()
+    try:
+        result = await conn.request("screenshot", protocol.ScreenshotRequest(url=url, **fields), timeout=70)
+    finally:
+        await conn.aclose()
+    assert isinstance(result, protocol.Artifact)
+    return result

@@ -19,9 +19,8 @@ import pytest
 
 from clankie.artifacts import resolve_artifact
 from clankie.errors import ConfigError, RemoteError
-from clankie.protocol import Artifact, ScreenshotRequest
 from hosts.browser import apart, chromium
-from tests.hosts.hostproc import HostProcess
+from tests.hosts.hostproc import HostProcess, shoot
 from tests.hosts.isolation import descendants, renderers, seen
 from tests.hosts.pages import Site
 from tests.polling import until
@@ -43,16 +42,6 @@ Running as root without --no-sandbox is not supported. See https://crbug.com/638
   - [pid=7838] <process did exit: exitCode=1, signal=null>"""
 
 
-async def _shoot(host: HostProcess, url: str) -> Artifact:
-    conn = await host.client()
-    try:
-        result = await conn.request("screenshot", ScreenshotRequest(url=url), timeout=70)
-    finally:
-        await conn.aclose()
-    assert isinstance(result, Artifact)
-    return result
-
-
 @as_root
 @pytest.mark.slow
 @pytest.mark.timeout(120)
@@ -68,7 +57,7 @@ def test_as_root_the_host_node_and_chromium_run_as_the_browser_user_and_every_re
         async with Site() as site, HostProcess("browser", host_env, tmp_path / "host.log") as host:
             assert host.proc is not None
             pid = host.proc.pid
-            shot = asyncio.ensure_future(_shoot(host, site.origin + "/held"))  # its page load is held open ...
+            shot = asyncio.ensure_future(shoot(host, site.origin + "/held"))  # its page load is held open ...
             await until(lambda: "/held" in site.hits and renderers(pid), 60, "a renderer loading the held page", step=0.1)
             ours = os.readlink("/proc/self/ns/net")
             shown = renderers(pid)  # ... while the test looks at every renderer
@@ -109,7 +98,7 @@ def test_a_browser_that_cannot_sandbox_refuses_with_its_own_code_and_says_why(
         async with Site() as site, HostProcess("browser", host_env, tmp_path / "host.log") as host:
             for _ in range(2):
                 with pytest.raises(RemoteError) as info:
-                    await _shoot(host, site.origin + "/")
+                    await shoot(host, site.origin + "/")
                 assert info.value.code == "browser_sandbox_unavailable" and "as root" in str(info.value)
             assert host.proc is not None and not [p for p in descendants(host.proc.pid) if p.kind != "python"]
             assert site.hits == []
@@ -138,7 +127,7 @@ def test_with_the_hand_over_off_the_host_binds_its_socket_before_it_drops_root(
             assert me is not None and me.uid == NOBODY
             st = host.socket.stat()
             assert (st.st_uid, st.st_mode & 0o777) == (0, 0o600)
-            art = await _shoot(host, site.origin + "/")
+            art = await shoot(host, site.origin + "/")
             assert art.ref.startswith("sha256:")
 
     asyncio.run(main())

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 
 from clankie.errors import RemoteError
-from clankie.protocol import Artifact, ScreenshotRequest
-from tests.hosts.hostproc import HostProcess
+from clankie.protocol import Artifact
+from tests.hosts.hostproc import HostProcess, attempt, policy_env
 from tests.hosts.pages import Site
 from tests.polling import until
 
@@ -59,29 +59,13 @@ const report = (what) => fetch("/report?" + new URLSearchParams(what)).catch(() 
 </script></body></html>"""
 
 
-def _policy_env(env: dict[str, str]) -> dict[str, str]:
-    return {**env, "CLANKIE_BROWSER_PINNED_HOSTS": "allowed.test=127.0.0.1"}
-
-
-async def _attempt(host: HostProcess, url: str) -> Artifact | RemoteError:
-    conn = await host.client()
-    try:
-        result = await conn.request("screenshot", ScreenshotRequest(url=url), timeout=70)
-        assert isinstance(result, Artifact)
-        return result
-    except RemoteError as exc:
-        return exc
-    finally:
-        await conn.aclose()
-
-
 def test_numeric_and_ipv6_forms_of_loopback_are_refused_asked_for_directly(env: dict[str, str], tmp_path: Path) -> None:
     """Each form is refused with ``browser_url_refused`` before Chromium loads anything; the site sees nothing."""
 
     async def main() -> None:
-        async with Site() as site, HostProcess("browser", _policy_env(env), tmp_path / "host.log") as host:
+        async with Site() as site, HostProcess("browser", policy_env(env), tmp_path / "host.log") as host:
             for form in (*NUMERIC, *IPV6):
-                outcome = await _attempt(host, f"http://{form}:{site.port}/secret")
+                outcome = await attempt(host, f"http://{form}:{site.port}/secret")
                 assert isinstance(outcome, RemoteError) and outcome.code == "browser_url_refused", form
             assert site.hits == []
 
@@ -93,14 +77,14 @@ def test_numeric_and_ipv6_forms_are_refused_as_a_redirect_hop_and_as_subresource
     one of them at the hop, and an allowed page's image, fetch, frame and WebSocket at them reach nothing."""
 
     async def main() -> None:
-        async with Site() as allowed, Site() as private, HostProcess("browser", _policy_env(env), tmp_path / "host.log") as host:
+        async with Site() as allowed, Site() as private, HostProcess("browser", policy_env(env), tmp_path / "host.log") as host:
             forms = (*NUMERIC, *IPV6)
             for form in forms:
                 target = f"http://{form}:{private.port}/secret"
-                outcome = await _attempt(host, f"http://allowed.test:{allowed.port}/redirect?to={target}")
+                outcome = await attempt(host, f"http://allowed.test:{allowed.port}/redirect?to={target}")
                 assert isinstance(outcome, RemoteError) and outcome.code == "browser_url_refused", form
             for form in ("2130706433", "0177.0.0.1", "[::7f00:1]", "[64:ff9b::7f00:1]"):
-                shot = await _attempt(host, f"http://allowed.test:{allowed.port}/embed?src=http://{form}:{private.port}")
+                shot = await attempt(host, f"http://allowed.test:{allowed.port}/embed?src=http://{form}:{private.port}")
                 assert isinstance(shot, Artifact), form
             assert private.hits == []
             assert allowed.hits.count("/redirect") == len(forms)
@@ -167,8 +151,8 @@ def test_service_workers_and_webrtc_reach_nothing_past_the_proxy(env: dict[str, 
         stun.setblocking(False)
         try:
             probe = _Probe(stun.getsockname()[1])
-            async with probe.running(), HostProcess("browser", _policy_env(env), tmp_path / "host.log") as host:
-                shot = await _attempt(host, f"http://allowed.test:{probe.port}/")
+            async with probe.running(), HostProcess("browser", policy_env(env), tmp_path / "host.log") as host:
+                shot = await attempt(host, f"http://allowed.test:{probe.port}/")
                 assert isinstance(shot, Artifact)
                 report = await until(lambda: probe.report, 20, "the page's report")
                 assert report["sw"] == "absent"  # http on a name is not a secure context: Chromium offers no API

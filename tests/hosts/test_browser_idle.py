@@ -21,7 +21,7 @@ from clankie.protocol import Artifact, ScreenshotRequest
 from clankie.testing.clock import FakeClock
 from hosts.browser.host import BrowserHost
 from hosts.browser.lifecycle import Lifecycle, idle_due
-from tests.hosts.hostproc import HostProcess
+from tests.hosts.hostproc import HostProcess, shoot
 from tests.hosts.pages import Site
 
 
@@ -114,15 +114,6 @@ def test_chromium_stops_when_idle_and_starts_again_on_demand(env: dict[str, str]
         "CLANKIE_BROWSER_IDLE_SECONDS": "1",
         "CLANKIE_HEARTBEAT_SECONDS": "0.2",
     }
-
-    async def shoot(host: HostProcess, url: str) -> Artifact:
-        conn = await host.client()
-        try:
-            result = await conn.request("screenshot", ScreenshotRequest(url=url), timeout=70)
-        finally:
-            await conn.aclose()
-        assert isinstance(result, Artifact)
-        return result
 
     async def until(host: HostProcess, chromium: str) -> dict[str, object]:
         while True:  # bounded by the test's timeout; no timing is asserted

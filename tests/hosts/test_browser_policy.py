@@ -16,34 +16,18 @@ from pathlib import Path
 import pytest
 
 from clankie.errors import RemoteError
-from clankie.protocol import Artifact, ScreenshotRequest
-from tests.hosts.hostproc import HostProcess
+from clankie.protocol import Artifact
+from tests.hosts.hostproc import HostProcess, attempt, policy_env
 from tests.hosts.pages import Site
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-def _policy_env(env: dict[str, str]) -> dict[str, str]:
-    return {**env, "CLANKIE_BROWSER_PINNED_HOSTS": "allowed.test=127.0.0.1"}
-
-
-async def _attempt(host: HostProcess, url: str) -> Artifact | RemoteError:
-    conn = await host.client()
-    try:
-        result = await conn.request("screenshot", ScreenshotRequest(url=url), timeout=70)
-        assert isinstance(result, Artifact)
-        return result
-    except RemoteError as exc:
-        return exc
-    finally:
-        await conn.aclose()
 
 
 def test_private_and_non_http_urls_are_refused_by_default(env: dict[str, str], tmp_path: Path) -> None:
     """127.0.0.1, localhost, [::1], mapped IPv6, 169.254.169.254, CGNAT and non-http schemes are refused, and nothing reaches the site."""
 
     async def main() -> None:
-        async with Site() as site, HostProcess("browser", _policy_env(env), tmp_path / "host.log") as host:
+        async with Site() as site, HostProcess("browser", policy_env(env), tmp_path / "host.log") as host:
             port = site.port
             urls = [
                 f"http://127.0.0.1:{port}/",
@@ -63,7 +47,7 @@ def test_private_and_non_http_urls_are_refused_by_default(env: dict[str, str], t
                 f"http://user:pw@allowed.test:{port}/",
             ]
             for url in urls:
-                outcome = await _attempt(host, url)
+                outcome = await attempt(host, url)
                 assert isinstance(outcome, RemoteError) and outcome.code == "browser_url_refused", url
             assert site.hits == []
             assert host.alive()
@@ -75,12 +59,12 @@ def test_redirects_to_private_addresses_are_refused_at_the_hop(env: dict[str, st
     """An allowed page that redirects to 127.0.0.1, localhost or [::1] is refused, and the private target never sees the request."""
 
     async def main() -> None:
-        async with Site() as site, HostProcess("browser", _policy_env(env), tmp_path / "host.log") as host:
+        async with Site() as site, HostProcess("browser", policy_env(env), tmp_path / "host.log") as host:
             allowed = f"http://allowed.test:{site.port}"
-            ok = await _attempt(host, allowed + "/")
+            ok = await attempt(host, allowed + "/")
             assert isinstance(ok, Artifact)
             for target in (f"http://127.0.0.1:{site.port}/secret", f"http://localhost:{site.port}/secret", f"http://[::1]:{site.port}/secret", f"https://127.0.0.1:{site.port}/secret", "http://169.254.169.254/secret"):
-                outcome = await _attempt(host, f"{allowed}/redirect?to={target}")
+                outcome = await attempt(host, f"{allowed}/redirect?to={target}")
                 assert isinstance(outcome, RemoteError) and outcome.code == "browser_url_refused", target
             assert "/secret" not in site.hits
             assert site.hits.count("/redirect") == 5
@@ -94,9 +78,9 @@ def test_subresources_websockets_and_frames_cannot_reach_private_addresses(env: 
     """An allowed page still renders, but its image, fetch, iframe and WebSocket aimed at 127.0.0.1 never reach the private site."""
 
     async def main() -> None:
-        async with Site() as allowed_site, Site() as private_site, HostProcess("browser", _policy_env(env), tmp_path / "host.log") as host:
+        async with Site() as allowed_site, Site() as private_site, HostProcess("browser", policy_env(env), tmp_path / "host.log") as host:
             url = f"http://allowed.test:{allowed_site.port}/embed?src=http://127.0.0.1:{private_site.port}"
-            outcome = await _attempt(host, url)
+            outcome = await attempt(host, url)
             assert isinstance(outcome, Artifact)
             assert allowed_site.hits == ["/embed"]
             assert private_site.hits == []
@@ -108,13 +92,13 @@ def test_allow_private_lets_the_browser_visit_loopback(env: dict[str, str], tmp_
     """With CLANKIE_BROWSER_ALLOW_PRIVATE=true the same loopback redirect is followed, but cloud metadata and non-http schemes stay refused."""
 
     async def main() -> None:
-        host_env = {**_policy_env(env), "CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}
+        host_env = {**policy_env(env), "CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}
         async with Site() as site, HostProcess("browser", host_env, tmp_path / "host.log") as host:
-            outcome = await _attempt(host, f"http://allowed.test:{site.port}/redirect?to=http://localhost:{site.port}/")
+            outcome = await attempt(host, f"http://allowed.test:{site.port}/redirect?to=http://localhost:{site.port}/")
             assert isinstance(outcome, Artifact)
             assert site.hits == ["/redirect", "/"]
             for url in ("file:///etc/passwd", "http://169.254.169.254/latest/meta-data/"):
-                refused = await _attempt(host, url)
+                refused = await attempt(host, url)
                 assert isinstance(refused, RemoteError) and refused.code == "browser_url_refused", url
 
     asyncio.run(main())

@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 
 from clankie.errors import RemoteError
-from clankie.protocol import Artifact, ScreenshotRequest, Viewport
+from clankie.protocol import Artifact, Viewport
 from hosts.browser.host import MAX_HEIGHT
-from tests.hosts.hostproc import HostProcess, raw_call
+from tests.hosts.hostproc import HostProcess, raw_call, shoot
 from tests.hosts.pages import GREEN, Site
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -46,22 +46,12 @@ def _load(root: Path, art: Artifact) -> bytes:
     return data
 
 
-async def _shoot(host: HostProcess, url: str, **kw: object) -> Artifact:
-    conn = await host.client()
-    try:
-        result = await conn.request("screenshot", ScreenshotRequest(url=url, **kw), timeout=70)  # type: ignore[arg-type]  # kw carries ScreenshotRequest's optional fields by name
-    finally:
-        await conn.aclose()
-    assert isinstance(result, Artifact)
-    return result
-
-
 def test_screenshot_lands_under_the_default_attachment_root(env: dict[str, str], state_dir: Path, tmp_path: Path) -> None:
     """With no attachment-root variable, a screenshot of a local page is a PNG under <state>/attachments whose bytes hash to the ref."""
 
     async def main() -> None:
         async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
-            art = await _shoot(host, site.origin + "/")
+            art = await shoot(host, site.origin + "/")
             assert art.ref.startswith("sha256:") and ":browser/" in art.ref and art.mime == "image/png"
             image = Image.open(io.BytesIO(_load(state_dir / "attachments", art)))
             assert image.format == "PNG" and image.size == (1280, 800)
@@ -78,7 +68,7 @@ def test_screenshot_honours_the_attachment_root_override(env: dict[str, str], tm
     async def main() -> None:
         host_env = {**_private_env(env), "CLANKIE_DISCORD_ATTACHMENT_ROOT": str(root)}
         async with Site() as site, HostProcess("browser", host_env, tmp_path / "host.log") as host:
-            art = await _shoot(host, site.origin + "/", viewport=Viewport(width=640, height=480))
+            art = await shoot(host, site.origin + "/", viewport=Viewport(width=640, height=480))
             image = Image.open(io.BytesIO(_load(root, art)))
             assert image.size == (640, 480)
             beat = await host.next_heartbeat()
@@ -92,7 +82,7 @@ def test_full_page_height_is_capped(env: dict[str, str], state_dir: Path, tmp_pa
 
     async def main() -> None:
         async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
-            art = await _shoot(host, site.origin + "/tall", full_page=True)
+            art = await shoot(host, site.origin + "/tall", full_page=True)
             image = Image.open(io.BytesIO(_load(state_dir / "attachments", art)))
             assert image.size == (1280, MAX_HEIGHT)
 
@@ -109,7 +99,7 @@ def test_malformed_requests_are_refused_and_the_host_keeps_serving(env: dict[str
                 assert error is not None and error["code"] == "invalid_request", params
             error = await raw_call(host.socket, "draw_er_diagram", {"spec": {}})
             assert error is not None and error["code"] == "method_not_found"
-            art = await _shoot(host, site.origin + "/")
+            art = await shoot(host, site.origin + "/")
             assert art.size > 0 and host.alive()
 
     asyncio.run(main())
@@ -135,14 +125,14 @@ def test_a_killed_browser_is_relaunched_on_the_next_request(env: dict[str, str],
     async def main() -> None:
         async with Site() as site, HostProcess("browser", _private_env(env), tmp_path / "host.log") as host:
             assert host.proc is not None
-            await _shoot(host, site.origin + "/")
+            await shoot(host, site.origin + "/")
             browsers = _chromium_pids(host.proc.pid)
             assert len(browsers) == 1, [" ".join(psutil.Process(p).cmdline())[:300] for p in browsers]
             os.kill(browsers[0], signal.SIGKILL)
             deadline = asyncio.get_running_loop().time() + 10
             while (await host.next_heartbeat()).report["browser"] != "down":
                 assert asyncio.get_running_loop().time() < deadline, "host never noticed the dead browser"
-            art = await _shoot(host, site.origin + "/")
+            art = await shoot(host, site.origin + "/")
             assert art.size > 0
             beat = await host.next_heartbeat()
             assert beat.report["browser"] == "up"
@@ -160,7 +150,7 @@ def test_without_chromium_the_host_stays_up_and_refuses(env: dict[str, str], tmp
         async with HostProcess("browser", host_env, tmp_path / "host.log") as host:
             for _ in range(2):
                 with pytest.raises(RemoteError) as info:
-                    await _shoot(host, "http://127.0.0.1:9/")
+                    await shoot(host, "http://127.0.0.1:9/")
                 assert info.value.code == "browser_unavailable"
             assert host.alive()
             beat = await host.next_heartbeat()
@@ -207,7 +197,7 @@ def test_a_second_host_starting_on_the_same_state_leaves_the_live_hosts_chromium
         with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as other_runtime:
             spare_env = {**_own_user_env(env), "CLANKIE_RUNTIME_DIR": other_runtime}
             async with Site() as site, HostProcess("browser", _own_user_env(env), tmp_path / "live.log") as live:
-                await _shoot(live, site.origin + "/")  # Chromium up, its profile under the live host's directory
+                await shoot(live, site.origin + "/")  # Chromium up, its profile under the live host's directory
                 assert live.proc is not None
                 mine = state_dir / "tmp" / "browser" / str(live.proc.pid)
                 before = sorted(p.name for p in mine.iterdir())
@@ -215,7 +205,7 @@ def test_a_second_host_starting_on_the_same_state_leaves_the_live_hosts_chromium
                 async with HostProcess("browser", spare_env, tmp_path / "spare.log") as spare:
                     assert spare.proc is not None and (state_dir / "tmp" / "browser" / str(spare.proc.pid)).is_dir()
                     assert sorted(p.name for p in mine.iterdir()) == before
-                    art = await _shoot(live, site.origin + "/")
+                    art = await shoot(live, site.origin + "/")
                     assert art.mime == "image/png"
 
     asyncio.run(main())
