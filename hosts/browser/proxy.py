@@ -268,10 +268,7 @@ class PolicyProxy:
         try:
             await relay_response(up_reader, writer)
         finally:
-            body.cancel()
-            with contextlib.suppress(BaseException):
-                await body
-            up_writer.close()
+            await _end(body, up_writer)
 
 
 def _split_authority(authority: str, default_port: int) -> tuple[str, int]:
@@ -316,7 +313,12 @@ async def _pipe_both(
     try:
         await pipe(up_reader, writer)
     finally:
-        upstream.cancel()
-        with contextlib.suppress(BaseException):
-            await upstream
-        up_writer.close()
+        await _end(upstream, up_writer)
+
+
+async def _end(copying: asyncio.Future[None], up_writer: asyncio.StreamWriter) -> None:
+    """Stop the copy toward the site (whatever it was doing) and close our end of the site's connection."""
+    copying.cancel()
+    with contextlib.suppress(BaseException):
+        await copying
+    up_writer.close()
