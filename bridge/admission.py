@@ -33,8 +33,16 @@ turn for its tail (ADR 0118). A
 ``settled`` or ``absorbed`` result resets it and clears the backlog; a
 ``silent`` (declined) or failed result does not, so after ``window``
 messages without an answer the room drifts and unaddressed chatter is
-buffered instead of read live. The catch-up timer turns each room's backlog
-into one turn (newest message as trigger, the rest as context).
+buffered instead of read live. The catch-up timer takes each room's backlog
+whole (:class:`CatchUp`) and the shell builds one turn of it (newest message
+as trigger, the rest as context).
+
+A backlog holds message ids only: a buffered message's one record is its
+journal entry (:class:`bridge.journal_state.Entry`), which the shell writes at
+admission and reads when the turn is built. A message that leaves a backlog
+without a catch-up turn is named in what the call that moved it returns
+(:attr:`Buffered.fell_out`, :meth:`Ingress.settle`,
+:meth:`Ingress.restore_buffered`), so the shell closes it there and then.
 
 The engaged rooms are held by :class:`bridge.engagement.Rooms`, for any
 number of rooms, bounded by age and count (settings, never a silent cap).
@@ -64,7 +72,6 @@ RATE_LIMITED = "rate_limited"  # a person's or a room's turns per minute are spe
 JOURNAL_FULL = "journal_full"  # a message that would wait found the journal at CLANKIE_DISCORD_JOURNAL_MAX_BYTES
 BACKPRESSURE = frozenset({JOURNAL_FULL})
 """Refusals that say "not now" rather than "not for me": a re-send may run (the bridge shows them)."""
-ANSWERED = "answered"  # an answer in the room cleared the backlog it sat in
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +145,11 @@ class Duplicate:
 
 @dataclass(frozen=True, slots=True)
 class Buffered:
+    """Held for its room's catch-up turn; ``fell_out``: the oldest ids the full backlog let go of for it (the shell
+    closes them, ``backlog_full``)."""
+
     backlog: int
+    fell_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,16 +162,23 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Start a turn for ``trigger``; ``context`` only for catch-up turns (oldest first)."""
+    """Start a turn for ``trigger`` now (or steer it into its room's live run)."""
 
     trigger: Inbound
     unprompted: bool
-    catching_up: bool = False
-    context: tuple[Inbound, ...] = ()
 
     @property
     def delivery_id(self) -> str:
         return self.trigger.message_id
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """One room's backlog, taken whole for its catch-up turn: the buffered message ids, oldest first (the newest
+    triggers the turn). The shell reads their payloads from their journal entries."""
+
+    channel_id: str
+    ids: tuple[str, ...]
 
 
 Decision = Drop | Duplicate | Buffered | Waiting | Run
@@ -182,9 +200,9 @@ class Ingress:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self._names = name_pattern(policy.names)
-        self._rooms: Rooms[Inbound] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)
+        self._rooms: Rooms[str] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)  # backlogs: ids
         self.dedupe = Dedupe(retention=policy.retention_s, horizon=policy.horizon_s, bound=policy.max_retained)
-        self._discarded: list[tuple[str, str]] = []  # (id, why) of buffered messages no catch-up will carry, until taken
+        self._buffered = 0  # ids in all the backlogs together
         self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute)
 
     # -------------------------------------------------------------- queries
@@ -201,6 +219,11 @@ class Ingress:
     def backlog(self, channel_id: str) -> int:
         room = self._rooms.peek(channel_id)
         return len(room.backlog) if room else 0
+
+    @property
+    def buffered(self) -> int:
+        """Messages held for a catch-up turn, all rooms together (their ids; each payload is its journal entry's)."""
+        return self._buffered
 
     @property
     def engaged_rooms(self) -> int:
@@ -279,8 +302,8 @@ class Ingress:
             return Run(msg, unprompted=not addressed)
         if buffer and room is not None:
             self._hear(room)
-            self._buffer(room, msg)
-            return Buffered(len(room.backlog))
+            fell_out = self._buffer(room, msg.message_id)
+            return Buffered(len(room.backlog), fell_out)
         if room is not None:
             self._hear(room)
         return Run(msg, unprompted=not addressed)
@@ -301,28 +324,29 @@ class Ingress:
         room = self._rooms.peek(channel_id)
         return room is not None and room.tracked
 
-    def _hear(self, room: Room[Inbound]) -> None:
+    def _hear(self, room: Room[str]) -> None:
         if room.tracked:
             room.since_reply += 1
 
     # -------------------------------------------------------------- results
 
-    def settle(self, channel_id: str, outcome: str, now: float) -> Engagement:
-        """Record a turn's outcome for its room at ``now``; returns the room's new engagement."""
+    def settle(self, channel_id: str, outcome: str, now: float) -> tuple[str, ...]:
+        """Record a turn's outcome for its room at ``now``. Returns the ids an answer took out of the room's backlog:
+        the room was answered meanwhile, so they get no catch-up turn (the shell closes them, ``absorbed``)."""
         self._rooms.expire(now)
         before = self.engagement(channel_id)
         event = RoomEvent.ANSWERED if outcome in ("settled", "absorbed") else RoomEvent.DECLINED
         room = self._rooms.touch(channel_id, now, create=event is RoomEvent.ANSWERED)
+        cleared: tuple[str, ...] = ()
         if event is RoomEvent.ANSWERED:
             assert room is not None
             room.tracked = True
             room.since_reply = 0
-            self._discarded.extend((m.message_id, ANSWERED) for m in room.backlog)  # answered meanwhile: no catch-up
-            room.backlog.clear()
+            cleared = self._take(room)
         after = self.engagement(channel_id)
         if after not in TRANSITIONS[before][event]:
             raise AssertionError(f"illegal engagement move {before} -{event}-> {after}")
-        return after
+        return cleared
 
     def seen(self, delivery_id: str) -> bool:
         return delivery_id in self.dedupe
@@ -331,30 +355,32 @@ class Ingress:
         """Restore one retained delivery after a restart, or note one found in history (until ``expires``)."""
         self.dedupe.add(delivery_id, fingerprint, expires)
 
-    def restore_buffered(self, msg: Inbound, now: float) -> None:
-        """Put a journaled, still-unanswered buffered message back into its drifted room's backlog."""
-        room = self._rooms.touch(msg.channel_id, now, create=True)
+    def restore_buffered(self, channel_id: str, message_id: str, now: float) -> tuple[str, ...]:
+        """Put a journaled, still-unanswered buffered message back into its drifted room's backlog; returns the ids
+        that fell out of it (as :attr:`Buffered.fell_out`)."""
+        room = self._rooms.touch(channel_id, now, create=True)
         assert room is not None
         room.tracked = True
         room.since_reply = max(room.since_reply, self.policy.window)
-        self._buffer(room, msg)
+        return self._buffer(room, message_id)
 
-    def _buffer(self, room: Room[Inbound], msg: Inbound) -> None:
-        """Append to the room's backlog; past :data:`BACKLOG_CAP` the oldest fall out (and are reported as discarded)."""
-        room.backlog.append(msg)
+    def _buffer(self, room: Room[str], message_id: str) -> tuple[str, ...]:
+        """Append to the room's backlog; past :data:`BACKLOG_CAP` the oldest fall out, and are returned."""
+        room.backlog.append(message_id)
+        self._buffered += 1
         over = len(room.backlog) - BACKLOG_CAP
-        if over > 0:
-            self._discarded.extend((m.message_id, BACKLOG_FULL) for m in room.backlog[:over])
-            del room.backlog[:over]
+        if over <= 0:
+            return ()
+        fell_out = tuple(room.backlog[:over])
+        del room.backlog[:over]
+        self._buffered -= over
+        return fell_out
 
-    def take_discarded(self) -> list[tuple[str, str]]:
-        """``(id, why)`` of buffered messages that left a backlog without a catch-up turn since the last call;
-        ``why`` is :data:`BACKLOG_FULL` (fell out at the cap) or :data:`ANSWERED` (an answer in the room cleared it).
-
-        The shell holds each buffered message's payload until its catch-up turn
-        is built; these are the ones it may now let go of (and close, visibly).
-        """
-        taken, self._discarded = self._discarded, []
+    def _take(self, room: Room[str]) -> tuple[str, ...]:
+        """Empty the room's backlog; returns its ids, oldest first."""
+        taken = tuple(room.backlog)
+        room.backlog.clear()
+        self._buffered -= len(taken)
         return taken
 
     def forget(self, delivery_id: str) -> None:
@@ -368,13 +394,6 @@ class Ingress:
 
     # -------------------------------------------------------------- catch-up
 
-    def catch_up(self) -> list[Run]:
-        """One turn per room with a backlog: newest as trigger, the rest as context; backlogs cleared."""
-        runs: list[Run] = []
-        for room in self._rooms:
-            if not room.backlog:
-                continue
-            *context, trigger = room.backlog
-            room.backlog.clear()
-            runs.append(Run(trigger, unprompted=True, catching_up=True, context=tuple(context)))
-        return runs
+    def catch_up(self) -> list[CatchUp]:
+        """Every room's backlog, taken whole (one catch-up turn each); the backlogs are cleared."""
+        return [CatchUp(cid, self._take(room)) for cid, room in self._rooms.items() if room.backlog]

@@ -69,7 +69,8 @@ TRANSITIONS: dict[Engagement, dict[RoomEvent, frozenset[Engagement]]] = {
 
 @dataclass(slots=True)
 class Room(Generic[T]):
-    """One tracked room: messages since his last answer, its backlog, and when it was last active."""
+    """One tracked room: messages since his last answer, its backlog (what the bridge buffers: message ids), and when
+    it was last active."""
 
     active_at: float
     since_reply: int = 0
@@ -98,6 +99,10 @@ class Rooms(Generic[T]):
 
     def __iter__(self) -> Iterator[Room[T]]:
         return iter(list(self._rooms.values()))
+
+    def items(self) -> list[tuple[str, Room[T]]]:
+        """Every room with its channel id, least recently active first (a copy: the rooms may change meanwhile)."""
+        return list(self._rooms.items())
 
     def peek(self, channel_id: str) -> Room[T] | None:
         """The room's state as held (a read: activity is not moved; call :meth:`expire` first for the bounds)."""

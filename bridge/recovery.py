@@ -28,7 +28,7 @@ from bridge.admission import Inbound
 from bridge.journal_state import Entry
 from bridge.port import PostError
 from bridge.turns import Bridge
-from clankie.protocol import Room, Trigger
+from clankie.protocol import Room
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +106,10 @@ def expire(bridge: Bridge, entry: Entry, now: float) -> None:
 
 
 def restore_buffered(bridge: Bridge, entry: Entry) -> None:
-    """Put a journaled buffered message back where the catch-up timer will find it."""
-    payload = entry.payload()
-    assert payload is not None
-    bridge.ingress.restore_buffered(Inbound.from_wire(payload["inbound"]), bridge.clock.wall())
-    bridge.keep_trigger(entry.delivery_id, entry.room, Trigger.model_validate(payload["trigger"]))
+    """Put a journaled buffered message's id back where the catch-up timer will find it (its entry stays the one
+    record of it); one that pushes the oldest out of a full backlog closes that one as at admission."""
+    fell_out = bridge.ingress.restore_buffered(entry.room.channel_id, entry.delivery_id, bridge.clock.wall())
+    bridge.fell_out(fell_out, entry.room)
 
 
 def too_old(bridge: Bridge, inbound: Inbound, now: float, retention: float) -> None:

@@ -5,7 +5,11 @@ messages) and the service link (which runs turns). It owns the deliveries it
 is holding: each one is journaled before it is submitted (:mod:`bridge.journal`),
 submitted once (re-submitted by id after a reconnect, or after a restart of
 the bridge itself), gets exactly one outcome and at most one reply, and may be
-lit with a typing indicator by the service while it is held. The service's
+lit with a typing indicator by the service while it is held. A message that
+waits (in a drifted room's backlog for its catch-up turn, or for a turn slot)
+has one record, its journal entry (:mod:`bridge.journal_state`): admission's
+backlog and the slot queue (:mod:`bridge.waiting`) hold only its id, and its
+turn is built from the entries (:func:`bridge.waiting.joined`). The service's
 calls on the same connection (``history``, ``typing``, ``tool``, the
 tool-activity card of :mod:`bridge.card`, and ``text_update``) are served by
 :class:`bridge.service_calls.ServiceCalls` over the same held deliveries; a
@@ -17,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict, assert_never
 
@@ -26,6 +30,7 @@ from bridge.admission import (
     BACKPRESSURE,
     RATE_LIMITED,
     Buffered,
+    CatchUp,
     Drop,
     Duplicate,
     Inbound,
@@ -44,13 +49,12 @@ from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
-from bridge.waiting import WaitQueue, joined_run
+from bridge.waiting import WaitQueue, joined
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.metrics import METER
 from clankie.protocol import (
     Code,
-    HistoryMessage,
     Room,
     Trigger,
     TurnAbsorbed,
@@ -114,8 +118,7 @@ class Bridge:
         self.handle = self.calls.router()
         self.link = ServiceLink(service_path, self.handle, clock)
         self.counters = Counters()
-        self._pending: OrderedDict[str, tuple[Room, Trigger]] = OrderedDict()
-        self.waiting = WaitQueue()  # ids only: a waiting message's payload is the journal's
+        self.waiting = WaitQueue()  # ids only: a waiting message's one record is its journal entry
         self.disk = disk or DiskHold(journal.path.parent, clock)  # a full disk holds what waits (bridge.disk)
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -146,69 +149,48 @@ class Bridge:
         if isinstance(decision, Waiting):
             self._wait(inbound, room, trigger.model_copy(update={"unprompted": decision.unprompted}))
             return None
-        self.keep_trigger(inbound.message_id, room, trigger)
         if isinstance(decision, Buffered):
             self.counters.buffered += 1
             try:
                 self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room,
                                     inbound.to_wire(), trigger.to_wire())
-            except DiskError as exc:  # still buffered in memory; only a crash before the catch-up loses it
+            except DiskError as exc:  # its entry stands in memory; only a crash before the catch-up loses it
                 log.error("buffered message %s not journaled (%s)", inbound.message_id, exc.code)
             self.receipts.record("buffered", **ids)
+            self.fell_out(decision.fell_out, room)
             return None
-        self.start(decision)
+        if trigger.unprompted != decision.unprompted:
+            trigger = trigger.model_copy(update={"unprompted": decision.unprompted})
+        self._spawn(Held(TurnSubmit(delivery_id=decision.delivery_id, room=room, trigger=trigger), inbound.fingerprint))
         return decision
 
     def live_run(self, channel_id: str) -> bool:
         """Whether the bridge holds a submitted, not-yet-done delivery in this channel (a message now is steered)."""
         return any(h.room.channel_id == channel_id and h.phase is Phase.SUBMITTED for h in self.held.values())
 
-    def start(self, run: Run) -> None:
-        """Start the turn of an admitted (or catch-up) run; it is journaled before it is submitted."""
-        found = self._pending.pop(run.delivery_id, None)
-        if found is None:
-            log.error("delivery %s has no stored trigger; dropping it", run.delivery_id)
-            return
-        room, trigger = found
-        submit = self._submit_record(run, room, trigger)
-        folds = tuple(m.message_id for m in run.context)
-        self._spawn(Held(submit, run.trigger.fingerprint, run.catching_up, folds))
-
     def resume(self, entry: Entry) -> None:
         """Run a journaled delivery that never got its outcome (the bridge died holding it) again."""
         self.counters.recovered += 1
         self._spawn(Held(entry.turn(), entry.fingerprint, entry.catching_up, entry.folds, recovered=entry))
 
-    def keep_trigger(self, delivery_id: str, room: Room, trigger: Trigger) -> None:
-        """Remember a message's room and trigger until its turn (a buffered one's: its catch-up turn) is built.
+    def fell_out(self, message_ids: Iterable[str], room: Room) -> None:
+        """Close buffered messages a full backlog let go of: ``dropped`` (``backlog_full``), ``expired`` in the journal."""
+        for message_id in message_ids:
+            self.counters.dropped += 1
+            self.receipts.record("dropped", reason=BACKLOG_FULL, delivery_id=message_id, channel_id=room.channel_id,
+                                 guild_id=room.guild_id)
+            self.journal.close(message_id, "expired", self.clock.wall())
 
-        Bounded by admission, not by a cap of its own: an admitted run's entry
-        is taken at once by :meth:`start`; a buffered one's lives exactly as long
-        as its message sits in a room's backlog (at most ``BACKLOG_CAP`` per
-        room), and goes when admission discards it.
-        """
-        self._pending[delivery_id] = (room, trigger)
-        self._let_go_of_discarded()
-
-    def _let_go_of_discarded(self) -> None:
-        """Close the buffered messages no catch-up will carry: ``dropped`` (``backlog_full``) or ``absorbed``."""
-        for message_id, why in self.ingress.take_discarded():
-            found = self._pending.pop(message_id, None)
-            if found is None:
-                continue
-            room = found[0]
-            ids = _ReceiptIds(delivery_id=message_id, channel_id=room.channel_id, guild_id=room.guild_id)
-            if why == BACKLOG_FULL:
-                self.counters.dropped += 1
-                self.receipts.record("dropped", reason=why, **ids)
-            else:
-                self.receipts.record("absorbed", **ids)
-            self.journal.close(message_id, "expired" if why == BACKLOG_FULL else "absorbed", self.clock.wall())
+    def _answered_meanwhile(self, message_ids: Iterable[str], room: Room) -> None:
+        """Close buffered messages an answer in their room took out of its backlog: ``absorbed``, no catch-up turn."""
+        for message_id in message_ids:
+            self.receipts.record("absorbed", delivery_id=message_id, channel_id=room.channel_id, guild_id=room.guild_id)
+            self.journal.close(message_id, "absorbed", self.clock.wall())
 
     @property
     def pending_triggers(self) -> int:
-        """Payloads held for turns not yet built (buffered messages, mostly)."""
-        return len(self._pending)
+        """Buffered messages held for a catch-up turn: ids in the backlogs (each payload is its journal entry's)."""
+        return self.ingress.buffered
 
     @property
     def turns_in_flight(self) -> int:
@@ -264,35 +246,30 @@ class Bridge:
             taken = self.waiting.take()
             if taken is None:
                 return
-            joined = joined_run([e for i in taken[1] if (e := self.journal.state.entries.get(i)) is not None])
-            if joined is None:
-                continue
-            run, payloads = joined
-            for delivery_id, room, trigger in payloads:
-                self._pending[delivery_id] = (room, trigger)
-            self.start(run)
+            held = joined(self._entries(taken[1]))
+            if held is not None:
+                self._spawn(held)
 
     async def catch_up_loop(self, interval: float) -> None:
         """Every ``interval`` seconds, answer each room's buffered messages in one turn."""
         while True:
             await self.clock.sleep(interval)
-            for run in self.ingress.catch_up():
-                self.start(run)
+            for backlog in self.ingress.catch_up():
+                self.catch_up(backlog)
+
+    def catch_up(self, backlog: CatchUp) -> None:
+        """Start one room's catch-up turn, built from its buffered messages' journal entries."""
+        held = joined(self._entries(backlog.ids), catching_up=True)
+        if held is None:
+            log.error("catch-up in channel %s: no journal entry left to run", backlog.channel_id)
+            return
+        self._spawn(held)
+
+    def _entries(self, message_ids: Iterable[str]) -> list[Entry]:
+        entries = self.journal.state.entries
+        return [e for i in message_ids if (e := entries.get(i)) is not None]
 
     # ------------------------------------------------------------ one turn
-
-    def _submit_record(self, run: Run, room: Room, trigger: Trigger) -> TurnSubmit:
-        backlog = []
-        for msg in run.context:
-            found = self._pending.pop(msg.message_id, None)
-            if found is not None:
-                t = found[1]
-                backlog.append(HistoryMessage(id=t.message_id, author_id=t.author.id, author_name=t.author.name,
-                                              is_bot=t.author.is_bot, text=t.text, at=t.at,
-                                              attachments=t.attachments))
-        if run.unprompted != trigger.unprompted:
-            trigger = trigger.model_copy(update={"unprompted": run.unprompted})
-        return TurnSubmit(delivery_id=run.delivery_id, room=room, trigger=trigger, backlog=tuple(backlog))
 
     def _ids(self, held: Held, did: str | None = None) -> dict[str, Any]:
         return {"delivery_id": did or held.submit.delivery_id, "channel_id": held.room.channel_id,
@@ -339,8 +316,7 @@ class Bridge:
             result = await submit
         finally:
             submit.cancel()
-        self.ingress.settle(room.channel_id, result.outcome, self.clock.wall())
-        self._let_go_of_discarded()
+        self._answered_meanwhile(self.ingress.settle(room.channel_id, result.outcome, self.clock.wall()), room)
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
         match result.kind:

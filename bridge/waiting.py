@@ -17,34 +17,22 @@ A turn carries at most :data:`MAX_JOIN` of them (the trigger and the 50 a
 
 Bounded by the journal's size on disk (admission refuses ``journal_full`` at
 ``CLANKIE_DISCORD_JOURNAL_MAX_BYTES``), not by a count of its own; what it
-holds per message is the message id.
+holds per message is the message id. The message's one record is its journal
+entry; :func:`joined` builds the turn from the entries, for a room whose
+messages waited for a slot and for a room's catch-up backlog alike.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Protocol
 
-from bridge.admission import Inbound, Run
-from clankie.protocol import Room, Trigger
+from bridge.held import Held
+from bridge.journal_state import Entry
+from clankie.protocol import HistoryMessage, Trigger, TurnSubmit
 
 MAX_JOIN = 1 + 50
 """Waiting messages one turn takes: its trigger and a full ``TurnSubmit.backlog`` (at most 50)."""
-
-
-class WaitingEntry(Protocol):
-    """What :func:`joined_run` reads of a journal entry (:class:`bridge.journal.Entry`)."""
-
-    @property
-    def delivery_id(self) -> str: ...
-    @property
-    def room(self) -> Room: ...
-    @property
-    def open(self) -> bool: ...
-    @property
-    def submit(self) -> dict[str, Any] | None: ...
-    def payload(self) -> dict[str, Any] | None: ...
 
 
 class WaitQueue:
@@ -83,14 +71,25 @@ class WaitQueue:
         return len(self._rooms)
 
 
-def joined_run(entries: Sequence[WaitingEntry]) -> tuple[Run, list[tuple[str, Room, Trigger]]] | None:
-    """One turn for a room's waiting messages (their journal entries, oldest first; closed ones left out): the
-    newest triggers it, the rest are its context. Returns the run and each message's (id, room, trigger), which the
-    shell keeps until the turn is built. Prompted if any of them was addressed."""
-    waiting = [(e, p) for e in entries if e.open and e.submit is None and (p := e.payload()) is not None]
-    if not waiting:
+def joined(entries: Sequence[Entry], *, catching_up: bool = False) -> Held | None:
+    """One turn for a room's messages that waited (for a slot, or in a backlog for its catch-up turn), from their
+    journal entries, oldest first; closed or already submitted ones are left out (None: nothing is left).
+
+    The newest triggers it and the older ones are its backlog and its folds (their outcome follows the turn's).
+    A catch-up turn is unprompted; one of messages that waited for a slot is prompted if any of them was
+    addressed. Each payload is unpacked here, once, as the turn is built: nothing else holds it meanwhile.
+    """
+    taken = [(e, p) for e in entries if e.open and e.submit is None and (p := e.payload()) is not None]
+    if not taken:
         return None
-    inbounds = [Inbound.from_wire(payload["inbound"]) for _, payload in waiting]
-    triggers = [Trigger.model_validate(payload["trigger"]) for _, payload in waiting]
-    run = Run(inbounds[-1], unprompted=all(t.unprompted for t in triggers), context=tuple(inbounds[:-1]))
-    return run, [(e.delivery_id, e.room, t) for (e, _), t in zip(waiting, triggers, strict=True)]
+    triggers = [Trigger.model_validate(payload["trigger"]) for _, payload in taken]
+    unprompted = catching_up or all(t.unprompted for t in triggers)
+    trigger = triggers[-1]
+    if trigger.unprompted != unprompted:
+        trigger = trigger.model_copy(update={"unprompted": unprompted})
+    backlog = tuple(HistoryMessage(id=t.message_id, author_id=t.author.id, author_name=t.author.name,
+                                   is_bot=t.author.is_bot, text=t.text, at=t.at, attachments=t.attachments)
+                    for t in triggers[:-1])
+    newest = taken[-1][0]
+    submit = TurnSubmit(delivery_id=newest.delivery_id, room=newest.room, trigger=trigger, backlog=backlog)
+    return Held(submit, newest.fingerprint, catching_up, tuple(e.delivery_id for e, _ in taken[:-1]))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bridge.admission import (
-    ANSWERED,
-    BACKLOG_FULL,
     Buffered,
+    CatchUp,
     Drop,
     Duplicate,
     Engagement,
@@ -234,10 +233,8 @@ def test_catch_up_answers_a_backlog_in_one_turn() -> None:
     ing.settle(C, "silent", 0)
     for mid in ("3", "4", "5"):
         assert isinstance(ing.admit(msg(mid, text="chat"), 0), Buffered)
-    [run] = ing.catch_up()
-    assert run.catching_up and run.unprompted
-    assert run.delivery_id == "5"
-    assert [m.message_id for m in run.context] == ["3", "4"]
+    # the newest (5) triggers it, the rest (3, 4) are its context; tests/bridge/test_waiting.py builds the turn
+    assert ing.catch_up() == [CatchUp(C, ("3", "4", "5"))]
     assert ing.catch_up() == []  # backlog cleared even before the turn answers
     ing.settle(C, "settled", 0)
     assert ing.engagement(C) is Engagement.ENGAGED
@@ -252,26 +249,27 @@ def test_backlog_is_bounded() -> None:
     for i in range(30):
         ing.admit(msg(f"b{i}", text="chat"), 0)
     assert ing.backlog(C) == 20
-    [run] = ing.catch_up()
-    assert run.delivery_id == "b29" and len(run.context) == 19
+    [taken] = ing.catch_up()
+    assert taken.ids[-1] == "b29" and len(taken.ids) == 20  # b29 triggers it, with 19 of context
 
 
 def test_buffered_messages_that_leave_a_backlog_without_a_catch_up_are_reported_once() -> None:
-    """At the backlog's bound the oldest fall out, and an answer meanwhile clears the rest: both are named, once.
+    """At the backlog's bound the oldest fall out, and an answer meanwhile clears the rest: both are named, once,
+    by the call that moved them.
 
-    The bridge holds each buffered message's payload until its catch-up turn;
-    these ids are how it knows to let go, so its store is bounded by the backlogs.
+    A buffered message's one record is its journal entry; these ids are how
+    the bridge knows to close it, so nothing stays open that no turn will carry.
     """
     ing = addressed(window=1)
     ing.admit(msg("0", text="clankie"), 0)
     ing.settle(C, "settled", 0)
     ing.admit(msg("x", text="x"), 0)
     ing.settle(C, "silent", 0)
-    for i in range(22):
-        ing.admit(msg(f"b{i}", text="chat"), 0)
-    assert ing.take_discarded() == [("b0", BACKLOG_FULL), ("b1", BACKLOG_FULL)]
-    assert ing.take_discarded() == []
+    fell_out = [ing.admit(msg(f"b{i}", text="chat"), 0) for i in range(22)]
+    assert [d.fell_out for d in fell_out if isinstance(d, Buffered) and d.fell_out] == [("b0",), ("b1",)]
+    assert ing.buffered == 20
     ing.admit(msg("y", text="clankie, still there?"), 0)
-    ing.settle(C, "settled", 0)  # answered live: the twenty buffered ones will get no catch-up turn
-    assert ing.take_discarded() == [(f"b{i}", ANSWERED) for i in range(2, 22)]
-    assert ing.backlog(C) == 0 and ing.catch_up() == []
+    # answered live: the twenty buffered ones will get no catch-up turn
+    assert ing.settle(C, "settled", 0) == tuple(f"b{i}" for i in range(2, 22))
+    assert ing.settle(C, "settled", 0) == ()
+    assert ing.backlog(C) == 0 and ing.buffered == 0 and ing.catch_up() == []

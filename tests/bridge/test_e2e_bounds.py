@@ -54,7 +54,7 @@ def test_a_burst_over_the_turn_cap_waits_and_every_message_is_answered(env: dict
             await h.until(lambda: all("waiting" in h.outcomes(m) for m in more))
             bridge = h.app.bridge
             assert (len(bridge.waiting), bridge.waiting.rooms, bridge.turns_in_flight) == (12, 11, 2)
-            assert bridge.pending_triggers == 0  # a waiting message's payload lives in the journal, not here
+            assert bridge.pending_triggers == 0  # a waiting message is its journal entry and an id in the queue
             report = h.app.heartbeat().report
             assert (report["waiting"], report["waiting_rooms"], report["dropped"]) == (12, 11, 0)
             assert "; waiting: 12 in 11 rooms, turns 2/2" in h.app.heartbeat().detail  # what clankiectl status shows
@@ -138,7 +138,7 @@ def test_buffered_messages_leaving_a_backlog_are_closed_visibly(env: dict[str, s
             await say("hey clankie")
             await say("meh")  # one decline: the room drifts
             buffered = [await say(f"chatter {i}") for i in range(22)]
-            assert h.app.bridge.pending_triggers == 20  # payloads are held only for the backlog's twenty
+            assert h.app.bridge.pending_triggers == 20  # held only for the backlog's twenty (ids; the entries hold them)
             assert [h.outcomes(b) for b in buffered[:2]] == [["buffered", "dropped"]] * 2
             assert {r.get("reason") for r in h.receipts() if r["delivery_id"] in buffered[:2] and r["outcome"] == "dropped"} == {
                 BACKLOG_FULL

@@ -75,8 +75,8 @@ def test_a_room_with_buffered_messages_is_never_forgotten_before_its_catch_up_tu
     assert ing.admit(msg("a2", "A"), 2.0) == Buffered(1)
     answered(ing, "B", 500.0)  # past both bounds, but A holds a backlog: it stays
     assert ing.backlog("A") == 1 and ing.engaged_rooms == 2
-    [run] = ing.catch_up()
-    assert run.delivery_id == "a2"
+    [taken] = ing.catch_up()
+    assert taken.ids == ("a2",)
     answered(ing, "C", 501.0)  # with the backlog gone, A goes (idle) and B (the count)
     assert ing.engaged_rooms == 1 and ing.engagement("A") is Engagement.UNTRACKED
 

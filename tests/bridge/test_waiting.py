@@ -1,22 +1,23 @@
-"""Messages waiting for a turn slot: rooms served oldest first and in turn, a room's waiting messages as one turn."""
+"""Messages waiting for a turn slot: rooms served oldest first and in turn, a room's waiting messages as one turn
+(and a drifted room's backlog as one catch-up turn, built the same way from the same journal entries)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from bridge.journal_state import JournalState
-from bridge.waiting import MAX_JOIN, WaitQueue, joined_run
-from clankie.protocol import Author, HistoryMessage, Room, Trigger, TurnSubmit
+from bridge.waiting import MAX_JOIN, WaitQueue, joined
+from clankie.protocol import Author, Room, Trigger
 from tests.bridge.test_journal import admit, close
 
 ROOM = Room(guild_id="100", channel_id="101")
 
 
-def wait(did: str, at: float, *, text: str = "hi", unprompted: bool = True) -> dict[str, Any]:
+def wait(did: str, at: float, *, text: str = "hi", unprompted: bool = True, op: str = "wait") -> dict[str, Any]:
     trigger = Trigger(message_id=did, author=Author(id="5", name="p"), text=text, at=at, unprompted=unprompted)
     inbound = {"message_id": did, "channel_id": ROOM.channel_id, "guild_id": ROOM.guild_id, "author_id": "5",
                "text": text}
-    return {"v": 1, "op": "wait", "id": did, "at": at, "fp": f"fp{did}", "room": ROOM.to_wire(),
+    return {"v": 1, "op": op, "id": did, "at": at, "fp": f"fp{did}", "room": ROOM.to_wire(),
             "inbound": inbound, "trigger": trigger.to_wire()}
 
 
@@ -46,11 +47,8 @@ def test_a_room_with_more_waiting_than_one_turn_carries_takes_its_oldest_and_goe
     s = JournalState()
     for n in range(MAX_JOIN):
         s.apply(wait(str(n), float(n)))
-    joined = joined_run([s.entries[str(n)] for n in range(MAX_JOIN)])
-    assert joined is not None
-    run, payloads = joined
-    backlog = [HistoryMessage(id=t.message_id, author_id="5", text=t.text) for _, _, t in payloads[:-1]]
-    TurnSubmit(delivery_id=run.delivery_id, room=ROOM, trigger=payloads[-1][2], backlog=tuple(backlog))  # it fits
+    held = joined([s.entries[str(n)] for n in range(MAX_JOIN)])
+    assert held is not None and len(held.submit.backlog) == MAX_JOIN - 1  # it fits a TurnSubmit
 
 
 def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
@@ -58,12 +56,26 @@ def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
     s = JournalState()
     for line in (wait("1", 1.0, text="one"), wait("2", 2.0, text="clankie, two", unprompted=False), wait("3", 3.0, text="three")):
         s.apply(line)
-    joined = joined_run([s.entries[i] for i in ("1", "2", "3")])
-    assert joined is not None
-    run, payloads = joined
-    assert run.trigger.message_id == "3" and [m.message_id for m in run.context] == ["1", "2"]
-    assert not run.unprompted and not run.catching_up
-    assert [(did, room, t.text) for did, room, t in payloads] == [("1", ROOM, "one"), ("2", ROOM, "clankie, two"), ("3", ROOM, "three")]
+    held = joined([s.entries[i] for i in ("1", "2", "3")])
+    assert held is not None
+    sub = held.submit
+    assert sub.trigger.message_id == "3" and held.folds == ("1", "2")
+    assert not sub.trigger.unprompted and not held.catching_up
+    assert (sub.delivery_id, sub.room, held.fingerprint) == ("3", ROOM, "fp3")
+    assert [(m.id, m.text) for m in sub.backlog] + [(sub.trigger.message_id, sub.trigger.text)] == [
+        ("1", "one"), ("2", "clankie, two"), ("3", "three")]
+
+
+def test_a_catch_up_backlog_joins_the_same_way_and_is_unprompted() -> None:
+    """A drifted room's buffered messages (``buffer`` entries) become its catch-up turn: the newest triggers it, the
+    rest are its context, and it is unprompted even if one of them was addressed (catch-up turns never ask)."""
+    s = JournalState()
+    for line in (wait("3", 3.0, op="buffer"), wait("4", 4.0, op="buffer", unprompted=False), wait("5", 5.0, op="buffer")):
+        s.apply(line)
+    held = joined([s.entries[i] for i in ("3", "4", "5")], catching_up=True)
+    assert held is not None
+    assert held.catching_up and held.submit.trigger.unprompted
+    assert held.submit.delivery_id == "5" and held.folds == ("3", "4") and [m.id for m in held.submit.backlog] == ["3", "4"]
 
 
 def test_closed_or_already_submitted_entries_are_left_out_and_nothing_left_is_no_turn() -> None:
@@ -71,7 +83,7 @@ def test_closed_or_already_submitted_entries_are_left_out_and_nothing_left_is_no
     s = JournalState()
     for line in (wait("1", 1.0), wait("2", 2.0), close("1", "expired"), admit("2", 2.0)):
         s.apply(line)
-    assert joined_run([s.entries["1"], s.entries["2"]]) is None
+    assert joined([s.entries["1"], s.entries["2"]]) is None
 
 
 def test_waiting_lines_survive_compaction_and_a_turn_ends_their_wait() -> None:
