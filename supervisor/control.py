@@ -121,7 +121,7 @@ def status(tree: Tree) -> StatusReply:
         supervisor=SupervisorInfo(
             pid=os.getpid(),
             uptime_s=tree.uptime(),
-            state=tree.state,
+            state=tree.state.value,
             ready=tree.ready_sent,
             stderr_dropped=tree.stderr.dropped if tree.stderr is not None else 0,
             disk=tree.disk_problem(),
@@ -233,7 +233,7 @@ class Control:
                 await child.stop(min(child.spec.stop_timeout, remaining))
         else:
             for child in targets:
-                child.kill("restart", counts_as_crash=False)
+                child.restart()
             await asyncio.gather(*(self._wait_up(c) for c in targets))
         children = tuple(child_status(tree, c) for c in targets)
         return ControlReply(ok=True, message=f"{method} {params.name}", children=children)

@@ -1,9 +1,9 @@
 """The child lifecycle: a pure, table-driven state machine.
 
 No I/O and no clock: every event carries ``now`` (monotonic seconds). The
-shell (:mod:`supervisor.process`) feeds events in and acts on the resulting
-state: spawn in STARTING, signal in STOPPING, schedule a start at
-``next_start_at`` in BACKOFF or FATAL.
+shell (:mod:`supervisor.process`) feeds every input through one entry
+(``Child._feed``) and does what the returned :class:`Action` list says, and
+nothing else: it never decides from the state.
 
 Restart policy, applied to **every** unrequested exit (before or after
 RUNNING): a child that had been ready for ``stable_after`` seconds (or up
@@ -22,10 +22,10 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clankie.backoff import Backoff
-from clankie.errors import EX_CONFIG
+from clankie.errors import EX_CONFIG, LocalProtocolError
 
 
 class State(enum.Enum):
@@ -56,17 +56,22 @@ INPUTS = (Event.START, Event.SPAWN_FAILED, Event.READY, Event.STOP, Event.KILL, 
 
 
 class Action(enum.Enum):
-    """What the shell does after an event."""
+    """What the shell does after an event, in the order returned."""
 
-    SPAWN = "spawn"  # start a process (the parked spare or a cold spawn)
+    UNSCHEDULE = "unschedule"  # forget the start scheduled at next_start_at (a start or a stop came first)
+    SPAWN = "spawn"  # start a process (the parked spare or a cold spawn); an exec error is fed back as SPAWN_FAILED
     TERMINATE = "terminate"  # ask the live process to go (shutdown, SIGTERM; SIGKILL after grace)
-    SCHEDULE = "schedule"  # start again at next_start_at (BACKOFF, or FATAL with a cooldown)
-    RESTART = "restart"  # start again now (an operator restart's exit landed)
+    SCHEDULE = "schedule"  # feed START at next_start_at (BACKOFF, or FATAL with a cooldown)
+    RESTART = "restart"  # feed START now (an operator restart's exit landed)
+    WANT_SPARE = "want_spare"  # the child is ready: prepare its next spare
     DROP_SPARE = "drop_spare"  # no spare wanted: stopping, or it would only fail the same way
 
 
-class LifecycleError(Exception):
-    """Raised for an event the current state does not accept (a bug in the shell)."""
+class LifecycleError(LocalProtocolError):
+    """Raised when the shell feeds an event the current state does not accept: a bug on our side.
+
+    Nothing moves: the state and the bookkeeping stay as they were.
+    """
 
 
 _ = State
@@ -142,8 +147,9 @@ Move = tuple[State, Event, State]
 class Lifecycle:
     """One child's lifecycle state plus the bookkeeping ``status`` shows.
 
-    The core is :meth:`handle`; the named methods (``start``, ``exit`` ...) are
-    its spellings for the shell and the tests, returning the state reached.
+    The core is :meth:`handle`, the only way in for the shell; the named
+    methods (``start``, ``exit`` ...) are its spellings for the tests,
+    returning the state reached.
     """
 
     policy: Policy = field(default_factory=Policy)
@@ -159,7 +165,6 @@ class Lifecycle:
     delays: list[float] = field(default_factory=list)  # every backoff delay given, for status and tests
     streak: int = 0  # crashes in a row: lives that ended before they were stable
     waiting: str = ""  # why the restart waits (or does not): shown with the reason in status
-    restart_now: bool = False  # set when an operator restart's exit landed: the shell starts it again
     moves: deque[Move] = field(default_factory=lambda: deque(maxlen=16))  # the last moves made
     _restart_after_exit: bool = False
     _kill_reason: str = ""
@@ -204,14 +209,13 @@ class Lifecycle:
             self._go(Event.READY)
             self.ready_at = now
             self.reason = ""
-            return []
+            return [Action.WANT_SPARE]
         if event is Event.STOP:
             self._restart_after_exit = False
-            if self.state in (State.BACKOFF, State.FATAL, State.EXITED):
-                self.next_start_at = None
+            scheduled = self._unschedule()
             live = self.state in (State.STARTING, State.RUNNING, State.STOPPING)
             self._go(Event.STOP)
-            return [Action.DROP_SPARE, Action.TERMINATE] if live else [Action.DROP_SPARE]
+            return [*scheduled, Action.DROP_SPARE, *([Action.TERMINATE] if live else [])]
         if event is Event.KILL:
             self._go(Event.KILL)
             self._restart_after_exit = restart
@@ -229,20 +233,27 @@ class Lifecycle:
             return self._exit(ex, now)
         raise LifecycleError(f"{event.value} is derived by the core, not an input")
 
+    def _unschedule(self) -> list[Action]:
+        """Forget a scheduled start; the shell cancels its timer (UNSCHEDULE) when there was one."""
+        if self.next_start_at is None:
+            return []
+        self.next_start_at = None
+        return [Action.UNSCHEDULE]
+
     def _start(self, now: float) -> list[Action]:
         if self.started_at is not None:
             self.restarts += 1
         self._go(Event.START)
+        scheduled = self._unschedule()
         self.started_at = now
         self.ready_at = None
-        self.next_start_at = None
         self.waiting = ""
         self._restart_after_exit = False
         self._kill_reason = ""
-        self.restart_now = False
-        return [Action.SPAWN]
+        return [*scheduled, Action.SPAWN]
 
     def _exit(self, ex: Exit, now: float) -> list[Action]:
+        ex = replace(ex, requested=self.state is State.STOPPING)  # we know whether we asked it to go
         self.last_exit = ex
         self.ended = describe(ex)
         if self.state is State.STOPPING:
@@ -255,7 +266,6 @@ class Lifecycle:
                 self.reason = "stopped"
                 return [Action.DROP_SPARE]
             self.reason = "restart"  # an operator restart: straight back up, no backoff
-            self.restart_now = True
             return [Action.RESTART]
         if ex.code == EX_CONFIG and (self.state, Event.EXIT_CONFIG) in TRANSITIONS:
             self._go(Event.EXIT_CONFIG)
@@ -324,6 +334,11 @@ class Lifecycle:
         return self.state
 
     # ------------------------------------------------------------ queries
+
+    @property
+    def restart_now(self) -> bool:
+        """An operator restart's exit landed and its start has not come yet (the RESTART action was given)."""
+        return self.state is State.STOPPED and self.reason == "restart"
 
     def stable(self, now: float) -> bool:
         """Ready for ``stable_after`` or up for ``reset_after``: a crash now is not one of a row."""

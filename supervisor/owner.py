@@ -35,7 +35,6 @@ class Owner(Protocol):
     clock: Clock
     settings: Settings
     handover: bool
-    stopping: bool
     log_dir: Path
     log_max_bytes: int
     log_backups: int
@@ -43,6 +42,9 @@ class Owner(Protocol):
     full_env: dict[str, str]
     stderr: StderrQueue | None
     native_journal: bool  # children write native journal entries; their stderr is not forwarded
+
+    @property
+    def stopping(self) -> bool: ...  # the tree's ordered stop has begun: nothing starts any more
 
     def changed(self) -> None: ...
 

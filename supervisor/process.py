@@ -1,5 +1,11 @@
 """One supervised child: start, link, exit, stop, kill. The I/O shell around :mod:`lifecycle`.
 
+Every input reaches the lifecycle through one entry, :meth:`Child._feed`,
+which hands it to :meth:`Lifecycle.handle` and carries out the returned
+actions in one exhaustive ``match`` (:meth:`Child._obey`); the shell never
+decides from the state. Its own only rule: a stopping tree starts nothing
+(a ``start`` is not fed while :attr:`Owner.stopping`).
+
 A start takes the child's parked warm spare when there is one
 (:mod:`supervisor.spare`: it is sent ``activate`` and becomes the child,
 pid and all) and otherwise spawns cold (:func:`supervisor.spawn.spawn`:
@@ -22,6 +28,7 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import assert_never
 
 from clankie import ipc
 from clankie.child import SUPERVISOR_PID_ENV
@@ -31,7 +38,7 @@ from clankie.protocol import Empty, Heartbeat, Stopping
 from clankie.router import Router, ignore
 from clankie.secrets import hand_over
 from supervisor.environment import for_child
-from supervisor.lifecycle import Action, Event, Exit, Lifecycle, State
+from supervisor.lifecycle import Action, Event, Exit, Lifecycle
 from supervisor.metrics import Lives
 from supervisor.output import RotatingLog
 from supervisor.owner import Owner
@@ -95,25 +102,47 @@ class Child:
     # ------------------------------------------------------------ start
 
     def start(self) -> None:
-        """Start now (idempotent while up); spawn errors go through the backoff like crashes."""
-        self._cancel_timer()
-        if self.life.state in (State.STARTING, State.RUNNING, State.STOPPING):
-            return
+        """Start now (the lifecycle ignores it while up); spawn errors go through the backoff like crashes."""
+        self._feed(Event.START)
+
+    # ------------------------------------------------------------ the one entry
+
+    def _feed(self, event: Event, *, ex: Exit | None = None, reason: str = "", counts_as_crash: bool = True,
+              grace: float | None = None) -> None:
+        """Hand one input to the lifecycle and do what it answers: the only caller of :meth:`Lifecycle.handle`.
+
+        ``grace`` is how long a TERMINATE waits before SIGKILL (the child's ``stop_timeout`` when None).
+        """
+        if event is Event.START and self.tree.stopping:
+            return  # a stopping tree starts nothing: not an operator start, a backoff's end or a restart
         now = self.clock.monotonic()
-        self.life.start(now)
-        try:
-            self._spawn()
-        except OSError as exc:
-            name = errno_mod.errorcode.get(exc.errno or 0, str(exc.errno))
-            log.warning("cannot spawn %s: %s", self.name, name)
-            self.life.spawn_failed(now, name)
-            self._schedule()
-            self.tree.changed()
-            return
-        self.liveness.arm(now)
-        if self.stall is not None:
-            self.stall.reset()
+        for action in self.life.handle(event, now, ex=ex, reason=reason, counts_as_crash=counts_as_crash):
+            self._obey(action, now, self.spec.stop_timeout if grace is None else grace)
         self.tree.changed()
+
+    def _obey(self, action: Action, now: float, grace: float) -> None:
+        match action:
+            case Action.UNSCHEDULE:
+                self._cancel_timer()
+            case Action.SPAWN:
+                try:
+                    self._spawn(now)
+                except OSError as exc:
+                    name = errno_mod.errorcode.get(exc.errno or 0, str(exc.errno))
+                    log.warning("cannot spawn %s: %s", self.name, name)
+                    self._feed(Event.SPAWN_FAILED, reason=name)
+            case Action.TERMINATE:
+                self._terminate(grace)
+            case Action.SCHEDULE:
+                self._schedule(now)
+            case Action.RESTART:
+                self._feed(Event.START)
+            case Action.WANT_SPARE:
+                self.tree.want_spare(self.spare)
+            case Action.DROP_SPARE:
+                self.spare.drop()  # a spare would only fail the same way, or is not wanted
+            case _:
+                assert_never(action)
 
     def env(self, *, spare: bool = False) -> dict[str, str]:
         """The environment of one of this child's processes (a spare's says so): allowlisted, no secret."""
@@ -157,7 +186,7 @@ class Child:
             if secrets_fd is not None:
                 os.close(secrets_fd)  # the child has its copy; ours must not reach the next spawn
 
-    def _spawn(self) -> None:
+    def _spawn(self, now: float) -> None:
         proc = self.spare.take()
         how = "from its warm spare"
         if proc is None:
@@ -173,6 +202,9 @@ class Child:
         proc.hand_to(self._on_link, self._linked)
         if how != "cold":
             self.tree.spawn(self._activate(proc), name=f"activate-{self.name}")
+        self.liveness.arm(now)
+        if self.stall is not None:
+            self.stall.reset()
         log.info("started %s pid=%d (%s)", self.name, proc.pid, how)
 
     def _linked(self, conn: ipc.Connection) -> None:
@@ -198,12 +230,9 @@ class Child:
     def _ready(self, conn: ipc.Connection, params: Empty) -> None:
         if not self._current(conn):
             return
-        now = self.clock.monotonic()
-        self.life.ready(now)
-        self.liveness.beat(now)
-        log.info("%s is ready", self.name)
-        self.tree.changed()
-        self.tree.want_spare(self.spare)
+        self.liveness.beat(self.clock.monotonic())
+        log.info("%s says it is ready", self.name)  # a late word from a process being killed changes nothing
+        self._feed(Event.READY)
 
     def _heartbeat(self, conn: ipc.Connection, params: Heartbeat) -> None:
         if not self._current(conn):
@@ -233,39 +262,22 @@ class Child:
         if self._grace is not None:
             self._grace.cancel()
             self._grace = None
-        ex = Exit(
-            code=status.code,
-            signal=status.signal,
-            at=self.clock.wall(),
-            core=status.core,
-            requested=self.life.state is State.STOPPING,
-            message=message[:200],
-        )
-        actions = self.life.handle(Event.EXIT, self.clock.monotonic(), ex=ex)
+        ex = Exit(code=status.code, signal=status.signal, at=self.clock.wall(), core=status.core, message=message[:200])
+        self.exited_event.set()  # before the actions: an operator restart spawns the next process at once
+        self._feed(Event.EXIT, ex=ex)
         log.info("%s pid=%s %s; now %s", self.name, pid, self.life.ended, self.life.state.value)
-        if Action.DROP_SPARE in actions:
-            self.spare.drop()  # a spare would only fail the same way, or is not wanted
-        self.exited_event.set()
-        if Action.RESTART in actions and not self.tree.stopping:  # an operator restart
-            self.start()
-        else:
-            self._schedule()
-        self.tree.changed()
 
-    def _schedule(self) -> None:
-        """In BACKOFF (or FATAL with a cooldown), start again at next_start_at."""
+    def _schedule(self, now: float) -> None:
+        """SCHEDULE: feed START at ``next_start_at`` (the end of a backoff or a fatal cooldown)."""
         self._cancel_timer()
         at = self.life.next_start_at
-        if self.life.state not in (State.BACKOFF, State.FATAL) or at is None or self.tree.stopping:
-            return
-        delay = max(0.0, at - self.clock.monotonic())
+        delay = 0.0 if at is None else max(0.0, at - now)
         self._timer = asyncio.get_running_loop().create_task(self._start_after(delay), name=f"backoff-{self.name}")
 
     async def _start_after(self, delay: float) -> None:
         await self.clock.sleep(delay)
         self._timer = None
-        if not self.tree.stopping and self.life.state in (State.BACKOFF, State.FATAL):
-            self.start()
+        self._feed(Event.START)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer is not asyncio.current_task():
@@ -299,24 +311,21 @@ class Child:
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop for good (operator ``stop`` or shutdown) and wait until it is gone."""
-        self._cancel_timer()
-        self.life.stop()
-        self.spare.drop()
-        if self.pid is not None:
-            self._terminate(self.spec.stop_timeout if grace is None else grace)
-            await self.exited_event.wait()
-        self.tree.changed()
+        self._feed(Event.STOP, grace=grace)
+        await self.exited_event.wait()  # set already when no process was running
 
-    def kill(self, reason: str, *, counts_as_crash: bool = True) -> None:
-        """Take the child down to restart it (``heartbeat``, ``stalled``, or an operator restart)."""
-        if self.pid is None:
-            if self.life.state in (State.BACKOFF, State.FATAL, State.STOPPED, State.EXITED):
-                self.start()
-            return
+    def kill(self, reason: str) -> None:
+        """Take the child down for a fault (``heartbeat``, ``stalled``): it comes back through the restart policy."""
         log.warning("killing %s: %s", self.name, reason)
-        self.life.kill(reason, counts_as_crash=counts_as_crash)
-        self._terminate(self.spec.stop_timeout)
-        self.tree.changed()
+        self._feed(Event.KILL, reason=reason)
+
+    def restart(self) -> None:
+        """The operator's restart: a live child is taken down and started again at once (no backoff, no crash
+        counted), one that is not running starts now. Two inputs: KILL (ignored with nothing to kill), then
+        START (ignored while the child is on its way down: the exit's RESTART action starts it)."""
+        log.info("restarting %s", self.name)
+        self._feed(Event.KILL, reason="restart", counts_as_crash=False)
+        self._feed(Event.START)
 
     def force(self) -> None:
         """Second SIGTERM/SIGINT: SIGKILL now."""

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clankie.backoff import Backoff
+from clankie.errors import LocalProtocolError
 
 
-class SpareLifeError(Exception):
-    """Raised for an event the spare slot's current state does not accept (a bug in the shell)."""
+class SpareLifeError(LocalProtocolError):
+    """Raised when the shell feeds an event the spare slot's current state does not accept: a bug on our side."""
 
 
 class SpareState(enum.Enum):
@@ -48,7 +49,15 @@ SPARE_TRANSITIONS: dict[tuple[SpareState, SpareEvent], SpareState] = {
     (_S.PARKED, SpareEvent.DROP): _S.OFF,
     (_S.BACKOFF, SpareEvent.DROP): _S.OFF,
 }
-"""Every legal (state, event) pair of a child's spare slot; anything else is a bug."""
+"""Every legal (state, event) pair of a child's spare slot and where it leads."""
+
+SPARE_IGNORED: frozenset[tuple[SpareState, SpareEvent]] = frozenset(
+    {(s, SpareEvent.PARKED) for s in (_S.OFF, _S.PARKED, _S.BACKOFF)}  # a late word from a spare already dropped
+    | {(s, SpareEvent.TAKE) for s in (_S.OFF, _S.WARMING, _S.BACKOFF)}  # nothing parked: the child starts cold
+    | {(s, SpareEvent.EXIT) for s in (_S.OFF, _S.BACKOFF)}  # a dropped spare's death
+    | {(s, SpareEvent.DUE) for s in (_S.OFF, _S.WARMING, _S.PARKED)}  # no backoff running
+)
+"""Pairs that change nothing rather than raise; with the table they cover every pair, and ``_go`` refuses the rest."""
 
 
 @dataclass
@@ -93,14 +102,14 @@ class SpareLife:
         return False
 
     def parked(self) -> SpareState:
-        if self.state is not SpareState.WARMING:
-            return self.state  # a late word from a spare already dropped changes nothing
+        if (self.state, SpareEvent.PARKED) in SPARE_IGNORED:
+            return self.state
         self._backoff.reset()
         return self._go(SpareEvent.PARKED)
 
     def take(self) -> bool:
         """True when a parked spare is there to become the child (and is now taken)."""
-        if self.state is not SpareState.PARKED:
+        if (self.state, SpareEvent.TAKE) in SPARE_IGNORED:
             return False
         self._go(SpareEvent.TAKE)
         self.taken += 1
@@ -108,8 +117,8 @@ class SpareLife:
 
     def exit(self, now: float, how: str) -> SpareState:
         """The spare died untaken: back off before the next one."""
-        if self.state not in (SpareState.WARMING, SpareState.PARKED):
-            return self.state  # dropped already: nothing more to do
+        if (self.state, SpareEvent.EXIT) in SPARE_IGNORED:
+            return self.state
         self._go(SpareEvent.EXIT)
         delay = self._backoff.delay(now)
         self.next_start_at = now + delay
@@ -118,8 +127,8 @@ class SpareLife:
 
     def due(self, now: float) -> bool:
         """True (and WARMING) when a backoff ran out: the shell spawns a spare now."""
-        if self.state is not SpareState.BACKOFF or self.next_start_at is None or now < self.next_start_at:
-            return False
+        if (self.state, SpareEvent.DUE) in SPARE_IGNORED or self.next_start_at is None or now < self.next_start_at:
+            return False  # no backoff running, or it has not run out yet
         self._go(SpareEvent.DUE)
         self.next_start_at = None
         self.spawned += 1

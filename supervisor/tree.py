@@ -34,9 +34,10 @@ from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
 from clankie.journald import NATIVE_ENV
 from clankie.logs import stderr_is_journal
-from clankie.paths import LOW_SPACE, child_log_dir, free_bytes, make_private_dirs, socket_path
+from clankie.paths import child_log_dir, make_private_dirs, socket_path
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings
+from supervisor import statusline
 from supervisor.environment import minimal
 from supervisor.forward import StderrQueue
 from supervisor.lifecycle import Exit, State
@@ -47,6 +48,7 @@ from supervisor.process import Child, exit_from_waitid
 from supervisor.spawn import Proc
 from supervisor.spec import ChildSpec
 from supervisor.systemd import Notifier
+from supervisor.treestate import TreeEvent, TreeState, move
 from supervisor.watchdog import Abort, KillService
 
 log = logging.getLogger(__name__)
@@ -105,8 +107,7 @@ class Tree:
         if self.native_journal:
             self.child_env[NATIVE_ENV] = "1"
         self.started_at = clock.monotonic()
-        self.stopping = False
-        self.state = "starting"
+        self.state = TreeState.STARTING  # moved only by _move, through supervisor.treestate's table
         self.ready_sent = False
         self._stop_requested = asyncio.Event()
         self._forced = False
@@ -141,7 +142,7 @@ class Tree:
             self._tasks.append(loop.create_task(self._watchdog_loop(interval), name="sd-watchdog"))
         if self.stderr is not None:
             self.stderr.attach(loop)
-        self.state = "running"
+        self._move(TreeEvent.RUN)
         for name in self.order:
             self.children[name].start()
         self.changed()
@@ -200,9 +201,16 @@ class Tree:
         for child in self.children.values():
             child.force()
 
+    @property
+    def stopping(self) -> bool:
+        """The ordered stop has begun (or ended): nothing starts any more."""
+        return self.state in (TreeState.STOPPING, TreeState.STOPPED)
+
+    def _move(self, event: TreeEvent) -> None:
+        self.state = move(self.state, event)
+
     async def shutdown(self) -> None:
-        self.stopping = True
-        self.state = "stopping"
+        self._move(TreeEvent.STOP)
         self.notifier.stopping("stopping")
         deadline = self.clock.monotonic() + self.stop_budget
         for child in self.children.values():
@@ -235,7 +243,7 @@ class Tree:
                 self.stderr.close(timeout=1.0)
             else:
                 self.stderr.detach()  # its owner drains it once the loop is gone
-        self.state = "stopped"
+        self._move(TreeEvent.DONE)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run ``coro`` in the background, keeping a reference until it ends; shutdown cancels it."""
@@ -358,39 +366,10 @@ class Tree:
 
     def disk_problem(self) -> str:
         """One line when the state filesystem is full or a child's log cannot be written, else ""."""
-        failing = [c.name for c in self.children.values() if c.log.problem]
-        why = next((c.log.problem for c in self.children.values() if c.log.problem), "")
-        free = free_bytes(self.settings.state_dir)
-        parts = []
-        if free is not None and free < LOW_SPACE:
-            parts.append(f"state filesystem full ({free} bytes free)")
-        if failing:
-            parts.append(f"logs not written ({why}): {', '.join(failing)}")
-        return "; ".join(parts)
+        return statusline.disk_problem(self.children.values(), self.settings.state_dir)
 
     def status_line(self) -> str:
-        states = [c.life.state for c in self.children.values()]
-        running = sum(1 for s in states if s is State.RUNNING)
-        parts = [f"{running}/{len(states)} running"]
-        disk = self.disk_problem()
-        if disk:
-            parts.append(disk)
-        now = self.clock.monotonic()
-        for child in self.children.values():
-            st = child.life.state
-            if st is State.RUNNING:
-                continue
-            if st is State.STARTING and child.life.started_at is not None:
-                if now - child.life.started_at > child.spec.start_timeout:
-                    parts.append(f"{child.name} not ready after {child.spec.start_timeout:g}s")
-                    continue
-            text = f"{child.name} {st.value}"
-            if st in (State.FATAL, State.BACKOFF) and child.life.reason:
-                text += f" ({child.life.reason[:80]})"
-            if st is State.BACKOFF and child.life.waiting:
-                text += f" [{child.life.waiting}]"
-            parts.append(text)
-        return "; ".join(parts)
+        return statusline.status_line(self.children.values(), self.clock.monotonic(), self.disk_problem())
 
     def uptime(self) -> float:
         return self.clock.monotonic() - self.started_at

@@ -70,6 +70,7 @@ PURE_CORES = (
     "service/captain/lane.py",  # the lane state machine
     "supervisor/lifecycle.py",  # the child lifecycle
     "supervisor/sparelife.py",  # the warm spare's slot
+    "supervisor/treestate.py",  # the tree's own state
     "bridge/admission.py",
     "bridge/dedupe.py",  # the de-duplication memory
     "bridge/engagement.py",  # engagement by age and count
