@@ -71,6 +71,7 @@ PURE_CORES = (
     "supervisor/lifecycle.py",  # the child lifecycle
     "supervisor/sparelife.py",  # the warm spare's slot
     "supervisor/treestate.py",  # the tree's own state
+    "supervisor/watchdog.py",  # heartbeat liveness and the stall watchdog's rule
     "bridge/admission.py",
     "bridge/dedupe.py",  # the de-duplication memory
     "bridge/engagement.py",  # engagement by age and count
