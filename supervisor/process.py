@@ -291,6 +291,7 @@ class Child:
             self.proc.signal_group(sig)
 
     def _terminate(self, grace: float) -> None:
+        self.liveness.disarm()  # we asked it to go: its silence is no longer a fault
         if self.link is not None and not self.link.closed:
             self.tree.spawn(self._send_shutdown(self.link), name=f"shutdown-{self.name}")
         self.signal_group(signal.SIGTERM)

@@ -311,7 +311,7 @@ class Tree:
         now = self.clock.monotonic()
         for child in self.children.values():
             child.spare.tick(now)
-            if child.alive and child.life.state in (State.STARTING, State.RUNNING) and child.liveness.expired(now):
+            if child.liveness.expired(now):  # armed from its spawn until it is asked to go or exits
                 child.kill("heartbeat")
                 continue
             if child.stall is not None and child.alive and child.life.state is State.RUNNING:
