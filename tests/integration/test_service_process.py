@@ -32,7 +32,7 @@ def _spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 
 async def _connect(bridge: FakeBridge, path: Path, proc: subprocess.Popen[bytes]) -> None:
-    async with asyncio.timeout(15):
+    async with asyncio.timeout(60):  # a cold, busy machine takes a while to import the service
         while True:
             assert proc.poll() is None, "service exited early"
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import time
@@ -28,9 +27,8 @@ def test_a1_crash_at_startup_backs_off_and_leaves_the_others_alone(tmp_path: Pat
         bad = sup.wait_state("bad", "backoff")
         assert bad.last_exit.code == 3 and bad.next_start_at is not None and bad.next_start_at > time.time() - 1
         assert "crashed: exited 3" in bad.reason
-        starts = [t for _, t, _ in events(ev, "START")]
-        gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(starts)]
-        assert max(gaps) < 0.8 + 1.0  # capped: never a hot loop, never beyond the cap plus a start
+        # capped, as the supervisor scheduled it (its own two clocks, not how fast this machine starts a process)
+        assert 0 <= bad.next_start_at - bad.last_exit.at <= 0.8 + 0.25
         good = sup.child("good")
         assert good.state == "running" and good.restarts == 0
 
@@ -234,10 +232,13 @@ def _socket_inodes(pid: int) -> dict[int, int]:
 
 
 def _listening_inode(path: Path) -> int:
-    """The inode of the listening unix socket bound to ``path`` (from /proc/net/unix)."""
+    """The inode of the listening unix socket bound to ``path`` (from /proc/net/unix).
+
+    A connection it accepted is listed under the same path; only the listener has ``__SO_ACCEPTCON`` in its flags.
+    """
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         parts = line.split()
-        if len(parts) >= 8 and parts[7] == str(path):
+        if len(parts) >= 8 and parts[7] == str(path) and int(parts[3], 16) & 0x10000:
             return int(parts[6])
     raise AssertionError(f"no listening socket at {path}")
 
