@@ -202,7 +202,6 @@ class Ingress:
         self._names = name_pattern(policy.names)
         self._rooms: Rooms[str] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)  # backlogs: ids
         self.dedupe = Dedupe(retention=policy.retention_s, horizon=policy.horizon_s, bound=policy.max_retained)
-        self._buffered = 0  # ids in all the backlogs together
         self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute)
 
     # -------------------------------------------------------------- queries
@@ -223,7 +222,7 @@ class Ingress:
     @property
     def buffered(self) -> int:
         """Messages held for a catch-up turn, all rooms together (their ids; each payload is its journal entry's)."""
-        return self._buffered
+        return self._rooms.buffered
 
     @property
     def engaged_rooms(self) -> int:
@@ -302,7 +301,7 @@ class Ingress:
             return Run(msg, unprompted=not addressed)
         if buffer and room is not None:
             self._hear(room)
-            fell_out = self._buffer(room, msg.message_id)
+            fell_out = self._rooms.buffer(room, msg.message_id, BACKLOG_CAP)
             return Buffered(len(room.backlog), fell_out)
         if room is not None:
             self._hear(room)
@@ -342,7 +341,7 @@ class Ingress:
             assert room is not None
             room.tracked = True
             room.since_reply = 0
-            cleared = self._take(room)
+            cleared = self._rooms.take(room)
         after = self.engagement(channel_id)
         if after not in TRANSITIONS[before][event]:
             raise AssertionError(f"illegal engagement move {before} -{event}-> {after}")
@@ -362,26 +361,7 @@ class Ingress:
         assert room is not None
         room.tracked = True
         room.since_reply = max(room.since_reply, self.policy.window)
-        return self._buffer(room, message_id)
-
-    def _buffer(self, room: Room[str], message_id: str) -> tuple[str, ...]:
-        """Append to the room's backlog; past :data:`BACKLOG_CAP` the oldest fall out, and are returned."""
-        room.backlog.append(message_id)
-        self._buffered += 1
-        over = len(room.backlog) - BACKLOG_CAP
-        if over <= 0:
-            return ()
-        fell_out = tuple(room.backlog[:over])
-        del room.backlog[:over]
-        self._buffered -= over
-        return fell_out
-
-    def _take(self, room: Room[str]) -> tuple[str, ...]:
-        """Empty the room's backlog; returns its ids, oldest first."""
-        taken = tuple(room.backlog)
-        room.backlog.clear()
-        self._buffered -= len(taken)
-        return taken
+        return self._rooms.buffer(room, message_id, BACKLOG_CAP)
 
     def forget(self, delivery_id: str) -> None:
         """Evict a delivery whose turn could not be run, so a re-delivery may try again."""
@@ -396,4 +376,4 @@ class Ingress:
 
     def catch_up(self) -> list[CatchUp]:
         """Every room's backlog, taken whole (one catch-up turn each); the backlogs are cleared."""
-        return [CatchUp(cid, self._take(room)) for cid, room in self._rooms.items() if room.backlog]
+        return [CatchUp(cid, ids) for cid, ids in self._rooms.take_all()]

@@ -14,6 +14,11 @@ counted in ``evicted``, which the heartbeat reports as ``engagement_evicted``):
 - **count**: past ``max_rooms`` (``CLANKIE_DISCORD_ENGAGEMENT_MAX_ROOMS``) the
   least recently active room is forgotten.
 
+Each room's catch-up backlog is kept here too (:meth:`Rooms.buffer`, bounded
+by the caller's cap, returning what falls out; :meth:`Rooms.take`), with a
+count of everything buffered. The bridge keeps message ids in it: a buffered
+message's one record is its journal entry.
+
 A room holding buffered messages is never forgotten: the catch-up timer
 empties every backlog within ``CLANKIE_DISCORD_CATCH_UP_SECONDS``, and the
 room may go after that. So nothing buffered is lost, and the count can pass
@@ -93,6 +98,7 @@ class Rooms(Generic[T]):
         self.max_rooms = max_rooms
         self._rooms: OrderedDict[str, Room[T]] = OrderedDict()
         self.evicted = 0  # rooms forgotten at either bound, since start
+        self.buffered = 0  # items in all the backlogs together
 
     def __len__(self) -> int:
         return len(self._rooms)
@@ -100,9 +106,28 @@ class Rooms(Generic[T]):
     def __iter__(self) -> Iterator[Room[T]]:
         return iter(list(self._rooms.values()))
 
-    def items(self) -> list[tuple[str, Room[T]]]:
-        """Every room with its channel id, least recently active first (a copy: the rooms may change meanwhile)."""
-        return list(self._rooms.items())
+    def buffer(self, room: Room[T], item: T, cap: int) -> tuple[T, ...]:
+        """Append ``item`` to the room's backlog; past ``cap`` the oldest fall out, and are returned."""
+        room.backlog.append(item)
+        self.buffered += 1
+        over = len(room.backlog) - cap
+        if over <= 0:
+            return ()
+        fell_out = tuple(room.backlog[:over])
+        del room.backlog[:over]
+        self.buffered -= over
+        return fell_out
+
+    def take(self, room: Room[T]) -> tuple[T, ...]:
+        """Empty the room's backlog; returns what it held, oldest first."""
+        taken = tuple(room.backlog)
+        room.backlog.clear()
+        self.buffered -= len(taken)
+        return taken
+
+    def take_all(self) -> list[tuple[str, tuple[T, ...]]]:
+        """Every non-empty backlog, emptied, with its channel id (least recently active room first)."""
+        return [(cid, self.take(room)) for cid, room in list(self._rooms.items()) if room.backlog]
 
     def peek(self, channel_id: str) -> Room[T] | None:
         """The room's state as held (a read: activity is not moved; call :meth:`expire` first for the bounds)."""

@@ -49,7 +49,7 @@ from bridge.reaction import react, wants_reaction
 from bridge.receipts import Receipts
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
-from bridge.waiting import WaitQueue, joined
+from bridge.waiting import Joined, WaitQueue, joined
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.metrics import METER
@@ -246,9 +246,9 @@ class Bridge:
             taken = self.waiting.take()
             if taken is None:
                 return
-            held = joined(self._entries(taken[1]))
-            if held is not None:
-                self._spawn(held)
+            turn = joined(self._entries(taken[1]))
+            if turn is not None:
+                self._start_joined(turn)
 
     async def catch_up_loop(self, interval: float) -> None:
         """Every ``interval`` seconds, answer each room's buffered messages in one turn."""
@@ -259,11 +259,14 @@ class Bridge:
 
     def catch_up(self, backlog: CatchUp) -> None:
         """Start one room's catch-up turn, built from its buffered messages' journal entries."""
-        held = joined(self._entries(backlog.ids), catching_up=True)
-        if held is None:
+        turn = joined(self._entries(backlog.ids), catching_up=True)
+        if turn is None:
             log.error("catch-up in channel %s: no journal entry left to run", backlog.channel_id)
             return
-        self._spawn(held)
+        self._start_joined(turn)
+
+    def _start_joined(self, turn: Joined) -> None:
+        self._spawn(Held(turn.submit, turn.fingerprint, turn.catching_up, turn.folds))
 
     def _entries(self, message_ids: Iterable[str]) -> list[Entry]:
         entries = self.journal.state.entries

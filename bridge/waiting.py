@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from bridge.held import Held
 from bridge.journal_state import Entry
 from clankie.protocol import HistoryMessage, Trigger, TurnSubmit
 
@@ -71,7 +71,17 @@ class WaitQueue:
         return len(self._rooms)
 
 
-def joined(entries: Sequence[Entry], *, catching_up: bool = False) -> Held | None:
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """One turn built from messages that waited: what the shell holds it as (:class:`bridge.held.Held`)."""
+
+    submit: TurnSubmit
+    fingerprint: str  # the trigger's, as its journal entry has it
+    catching_up: bool
+    folds: tuple[str, ...]  # the older messages, answered by this turn too
+
+
+def joined(entries: Sequence[Entry], *, catching_up: bool = False) -> Joined | None:
     """One turn for a room's messages that waited (for a slot, or in a backlog for its catch-up turn), from their
     journal entries, oldest first; closed or already submitted ones are left out (None: nothing is left).
 
@@ -92,4 +102,4 @@ def joined(entries: Sequence[Entry], *, catching_up: bool = False) -> Held | Non
                     for t in triggers[:-1])
     newest = taken[-1][0]
     submit = TurnSubmit(delivery_id=newest.delivery_id, room=newest.room, trigger=trigger, backlog=backlog)
-    return Held(submit, newest.fingerprint, catching_up, tuple(e.delivery_id for e, _ in taken[:-1]))
+    return Joined(submit, newest.fingerprint, catching_up, tuple(e.delivery_id for e, _ in taken[:-1]))

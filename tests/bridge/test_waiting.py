@@ -47,8 +47,8 @@ def test_a_room_with_more_waiting_than_one_turn_carries_takes_its_oldest_and_goe
     s = JournalState()
     for n in range(MAX_JOIN):
         s.apply(wait(str(n), float(n)))
-    held = joined([s.entries[str(n)] for n in range(MAX_JOIN)])
-    assert held is not None and len(held.submit.backlog) == MAX_JOIN - 1  # it fits a TurnSubmit
+    turn = joined([s.entries[str(n)] for n in range(MAX_JOIN)])
+    assert turn is not None and len(turn.submit.backlog) == MAX_JOIN - 1  # it fits a TurnSubmit
 
 
 def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
@@ -56,12 +56,12 @@ def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
     s = JournalState()
     for line in (wait("1", 1.0, text="one"), wait("2", 2.0, text="clankie, two", unprompted=False), wait("3", 3.0, text="three")):
         s.apply(line)
-    held = joined([s.entries[i] for i in ("1", "2", "3")])
-    assert held is not None
-    sub = held.submit
-    assert sub.trigger.message_id == "3" and held.folds == ("1", "2")
-    assert not sub.trigger.unprompted and not held.catching_up
-    assert (sub.delivery_id, sub.room, held.fingerprint) == ("3", ROOM, "fp3")
+    turn = joined([s.entries[i] for i in ("1", "2", "3")])
+    assert turn is not None
+    sub = turn.submit
+    assert sub.trigger.message_id == "3" and turn.folds == ("1", "2")
+    assert not sub.trigger.unprompted and not turn.catching_up
+    assert (sub.delivery_id, sub.room, turn.fingerprint) == ("3", ROOM, "fp3")
     assert [(m.id, m.text) for m in sub.backlog] + [(sub.trigger.message_id, sub.trigger.text)] == [
         ("1", "one"), ("2", "clankie, two"), ("3", "three")]
 
@@ -72,10 +72,10 @@ def test_a_catch_up_backlog_joins_the_same_way_and_is_unprompted() -> None:
     s = JournalState()
     for line in (wait("3", 3.0, op="buffer"), wait("4", 4.0, op="buffer", unprompted=False), wait("5", 5.0, op="buffer")):
         s.apply(line)
-    held = joined([s.entries[i] for i in ("3", "4", "5")], catching_up=True)
-    assert held is not None
-    assert held.catching_up and held.submit.trigger.unprompted
-    assert held.submit.delivery_id == "5" and held.folds == ("3", "4") and [m.id for m in held.submit.backlog] == ["3", "4"]
+    turn = joined([s.entries[i] for i in ("3", "4", "5")], catching_up=True)
+    assert turn is not None
+    assert turn.catching_up and turn.submit.trigger.unprompted
+    assert turn.submit.delivery_id == "5" and turn.folds == ("3", "4") and [m.id for m in turn.submit.backlog] == ["3", "4"]
 
 
 def test_closed_or_already_submitted_entries_are_left_out_and_nothing_left_is_no_turn() -> None:
