@@ -4,15 +4,18 @@
 ended. The lane lookup, the lane machine's decision and the run start happen
 with no ``await`` between them, so two messages can never both start a run in
 one room. The jobs live apart: which lanes are live and the LRU bound on them
-(:mod:`service.captain.registry`), running turns (:mod:`service.captain.runner`),
-what is reported about them (:mod:`service.captain.reports`) and the words
-said to the model (:mod:`service.captain.prompt`). The run id is minted here,
-once, and is the id the agent runs and logs under.
+(:mod:`service.captain.registry`), each lane's shell, the one place its
+machine is fed (:mod:`service.captain.shell`), the owner's run
+(:mod:`service.captain.runner`), what is reported about them
+(:mod:`service.captain.reports`) and the words said to the model
+(:mod:`service.captain.prompt`). The run id is minted here, once, and is the
+id the agent runs and logs under.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -24,17 +27,19 @@ from clankie.clock import Clock
 from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
 from clankie.redact import Redactor
 from clankie.settings import Settings
+from service.agent.agent import AgentConfig
 from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.agent.tools import Tool
 from service.captain import keys, listing, prompt, reports
 from service.captain.hosts import HostClient
 from service.captain.inbound import FetchPolicy, ImageFetcher
-from service.captain.lane import AbortRequested, TurnArrived
-from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, LanePlan, LiveLane, ended_within
+from service.captain.keys import LanePlan
+from service.captain.lane import LIVE, AbortRequested, TurnArrived
+from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, NewTurn, ended_within
 from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import TEARDOWN_GRACE, LaneRegistry
-from service.captain.runner import LIVE, LaneRunner, RunnerDeps
+from service.captain.shell import LaneKit, LaneShell
 from service.captain.spending import Spending
 from service.captain.tools import (
     Admission,
@@ -77,39 +82,39 @@ class Captain:
         self.paths = keys.CaptainPaths.under(deps.settings.state_dir)
         self.shutting_down = False
         self.registry = LaneRegistry(deps.settings, deps.clock, self.paths)
-        self.runner = LaneRunner(
-            RunnerDeps(
-                settings=deps.settings,
-                clock=deps.clock,
-                provider=deps.provider,
-                registry=self.registry,
-                tools=lambda capture, plan: self._tools(capture, plan),
-                joins=deps.joins,
-                shutting_down=lambda: self.shutting_down,
-                governor=deps.governor,
-                spending=deps.spending,
-            )
+        self.redact = Redactor.of(deps.settings)  # the Anthropic key: never in a tool result or a text that leaves
+        self.background: set[asyncio.Task[None]] = set()  # the lanes' fire-and-forget sends, held until done
+        self._kit = LaneKit(
+            settings=deps.settings,
+            clock=deps.clock,
+            provider=deps.provider,
+            paths=self.paths,
+            tools=self._tools,
+            drop=self.registry.drop,
+            joins=deps.joins,
+            shutting_down=lambda: self.shutting_down,
+            background=self.background,
+            redact=self.redact,
+            config=AgentConfig.from_settings(deps.settings),
+            governor=deps.governor,
+            spending=deps.spending,
         )
+        self._open = functools.partial(LaneShell, self._kit)  # (plan, key, room, session) -> a new lane's shell
         self._images = ImageFetcher(
             self.paths.inbound, FetchPolicy.for_api_base(deps.settings.discord_api_base), deps.clock,
             retain_seconds=deps.settings.inbound_image_retention_seconds,
         )
         self._admission = Admission(guild_ids=deps.settings.discord_guild_ids, channel_ids=deps.settings.discord_channel_ids)
-        self.redact = Redactor.of(deps.settings)  # the Anthropic key: never in a tool result or a text that leaves
         self.claims_ignored = 0  # turns whose wire flags claimed authority the settings do not grant
 
     @property
-    def lanes(self) -> OrderedDict[str, LiveLane]:
+    def lanes(self) -> OrderedDict[str, LaneShell]:
         return self.registry.lanes
 
     @property
-    def zombies(self) -> dict[str, LiveLane]:
+    def zombies(self) -> dict[str, LaneShell]:
         """Dropped lanes whose aborted run outlived TEARDOWN_GRACE, by run id."""
         return self.registry.zombies
-
-    @property
-    def background(self) -> set[asyncio.Task[None]]:
-        return self.runner.background
 
     async def submit(self, submit: TurnSubmit, delivery: DeliveryContext) -> TurnResult:
         """Run (or attach) one turn and return how it ended; never raises for model trouble."""
@@ -136,10 +141,10 @@ class Captain:
         # -- from here to the decision: no await, so the idle check and the run start are one step
         if self._stopping():  # aclose began while we awaited: open no lane it would not close
             return TurnResult(outcome="failed", code=SHUTDOWN_CODE)
-        lane = self.registry.lane(plan, key, room, self.runner.build)
+        lane = self.registry.lane(plan, key, room, self._open)
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        actions = lane.machine.handle(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), self._clock.boottime())
-        self.runner.apply(lane, actions, (delivery, trigger, submit.backlog, future, images))
+        turn = NewTurn(delivery=delivery, trigger=trigger, backlog=submit.backlog, future=future, images=images)
+        lane.feed(TurnArrived(submit.delivery_id, uuid.uuid4().hex[:12]), turn)
         return await asyncio.shield(future)
 
     def _note_claims(self, submit: TurnSubmit) -> None:
@@ -167,9 +172,6 @@ class Captain:
             tools.append(shell_tool(self._s.state_dir))
         return [redacted(tool, self.redact) for tool in tools]
 
-    def _watch_typing(self, lane: LiveLane, delta: str) -> None:
-        self.runner.watch_typing(lane, delta)
-
     # ------------------------------------------------------------------ operator surface
 
     def abort(self, key: str, run_id: str | None, reason: str) -> bool:
@@ -178,8 +180,7 @@ class Captain:
             return False
         if run_id is not None and run_id != lane.machine.run_id:
             return False
-        event = AbortRequested("stalled" if reason == "stalled" else "operator")
-        self.runner.apply(lane, lane.machine.handle(event, self._clock.boottime()))
+        lane.feed(AbortRequested("stalled" if reason == "stalled" else "operator"))
         return True
 
     async def abort_confirmed(self, key: str, run_id: str | None, reason: str, wait: float) -> bool:
@@ -189,12 +190,13 @@ class Captain:
         :meth:`runs`), so the supervisor escalates by restarting the service.
         """
         lane = self.lanes.get(key)
+        aborted = lane.run_id if lane is not None else None
         if lane is None or not self.abort(key, run_id, reason):
             return False
         task = lane.owner_task
         ended = task is None or await ended_within(self._clock, task, wait)
         if not ended:
-            log.warning("lane %s: run %s did not stop within %gs of its abort", key, lane.run_id, wait)
+            log.warning("lane %s: run %s did not stop within %gs of its abort", key, aborted, wait)
         return ended
 
     def runs(self) -> tuple[RunReport, ...]:
@@ -233,5 +235,8 @@ class Captain:
                 lane.owner_task.cancel()  # accepted but not running yet (waiting for history)
             self.registry.drop(lane)
         await self.registry.wait_closed()
-        await self.runner.aclose()
+        for task in list(self.background):
+            task.cancel()
+        if self.background:
+            await asyncio.gather(*self.background, return_exceptions=True)
         await self._images.aclose()

@@ -48,6 +48,22 @@ def lane_file_key(room: Room) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class LanePlan:
+    """Which lane a turn runs in (:meth:`service.captain.registry.LaneRegistry.plan`): its kind, key and directory."""
+
+    kind: str  # "room" | "system" | "oneshot"
+    key: str
+    directory: Path
+    privileged: bool
+
+    @property
+    def contained(self) -> bool:
+        """A privileged one-shot (a system actor outside a trusted room): the shell, so it reads nothing
+        untrusted: no room history, no catch-up backlog, no browser; only the actor's own trigger."""
+        return self.privileged and self.kind == "oneshot"
+
+
+@dataclass(frozen=True, slots=True)
 class CaptainPaths:
     """Every directory the captain writes, under ``<state>/captain``."""
 

@@ -40,6 +40,10 @@ class LaneState(enum.StrEnum):
     DROPPED = "dropped"
 
 
+LIVE = (LaneState.STARTING, LaneState.RUNNING)
+"""The states with a live run: the shell feeds a run's end only then."""
+
+
 class IllegalLaneEvent(LocalProtocolError):
     """The shell fed an event the lane's state does not accept (our bug, never the peer's)."""
 
@@ -216,6 +220,7 @@ class Lane:
             return [abort]
         attached = self.attached
         self._clear(LaneState.DROPPED)
+        self.run_id = abort.run_id  # a dropped lane still names its aborted run: it may go on writing (a zombie)
         return [abort, Fail(attached, STALLED), DropLane()]
 
     def _late_end(self, event: RunEnded | RunStreaming, now: float) -> list[Action]:

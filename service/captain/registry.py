@@ -31,6 +31,7 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from clankie.clock import Clock
 from clankie.protocol import Author, Room
@@ -39,18 +40,22 @@ from service.agent.agent import AgentConfig
 from service.agent.session import SessionTree
 from service.agent.transcript import CONTEXT_NOTE
 from service.captain import keys
+from service.captain.keys import LanePlan
 from service.captain.lane import LaneState
-from service.captain.live import LanePlan, LiveLane, ended_within
+from service.captain.live import ended_within
+
+if TYPE_CHECKING:  # the shell's kit is handed this registry's drop
+    from service.captain.shell import LaneShell
 
 log = logging.getLogger(__name__)
 
 TEARDOWN_GRACE = 10.0
 WARM_STAMP = ".warm"  # in an evicted warm lane's directory: the instance id of the process that evicted it
 
-Build = Callable[[LanePlan, str, Room, SessionTree], LiveLane]
+Build = Callable[[LanePlan, str, Room, SessionTree], "LaneShell"]
 
 
-def is_idle(lane: LiveLane) -> bool:
+def is_idle(lane: LaneShell) -> bool:
     """No run, no turn waiting on the lane, and its owner task (if any) has ended: safe to evict."""
     if lane.machine.state is not LaneState.IDLE or lane.slots:
         return False
@@ -66,9 +71,9 @@ class LaneRegistry:
         self.paths = paths
         self.max_live = settings.lanes_max_live
         self._retention = AgentConfig.from_settings(settings).retention  # how long old session files are kept
-        self.lanes: OrderedDict[str, LiveLane] = OrderedDict()
+        self.lanes: OrderedDict[str, LaneShell] = OrderedDict()
         self.closing: dict[str, asyncio.Task[None]] = {}
-        self.zombies: dict[str, LiveLane] = {}  # by run id
+        self.zombies: dict[str, LaneShell] = {}  # by run id
         self.instance = uuid.uuid4().hex  # names this process in warm stamps
         self.evicted = 0
 
@@ -90,7 +95,7 @@ class LaneRegistry:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.closing[key])
 
-    def lane(self, plan: LanePlan, key: str, room: Room, build: Build) -> LiveLane:
+    def lane(self, plan: LanePlan, key: str, room: Room, build: Build) -> LaneShell:
         """The live lane for ``key`` (now the most recently used), opened if it is not live (no await)."""
         lane = self.lanes.get(key)
         if lane is not None:
@@ -147,7 +152,7 @@ class LaneRegistry:
                 return
             self._evict(victim)
 
-    def _evict(self, lane: LiveLane) -> None:
+    def _evict(self, lane: LaneShell) -> None:
         del self.lanes[lane.key]
         if not lane.fresh:
             self._stamp_warm(lane.plan)
@@ -171,39 +176,39 @@ class LaneRegistry:
             return False
         return warm
 
-    def drop(self, lane: LiveLane) -> None:
+    def drop(self, lane: LaneShell) -> None:
         """Forget ``lane`` (its next message rebuilds it cold) and tear it down in the background."""
         if self.lanes.get(lane.key) is lane:
             del self.lanes[lane.key]
         key = lane.key
         if key not in self.closing:
-            task = asyncio.create_task(self._teardown(lane), name=f"lane-teardown-{key}")
+            task = asyncio.create_task(self._teardown(lane, lane.run_id), name=f"lane-teardown-{key}")
             self.closing[key] = task
             task.add_done_callback(lambda _t: self.closing.pop(key, None))
         log.info("lane %s dropped", lane.key)
 
-    async def _teardown(self, lane: LiveLane) -> None:
+    async def _teardown(self, lane: LaneShell, run_id: str | None) -> None:
+        """Close ``lane`` once its run (``run_id``, named when it was dropped) has ended."""
         task = lane.owner_task
         if task is not None and task is not asyncio.current_task() and not await ended_within(self._clock, task, TEARDOWN_GRACE):
             # the run ignores its abort: never close (or share) a tree it may still write
             log.warning(
-                "lane %s: aborted run %s still running after %gs; next turn gets a fresh tree", lane.key, lane.run_id, TEARDOWN_GRACE
+                "lane %s: aborted run %s still running after %gs; next turn gets a fresh tree", lane.key, run_id, TEARDOWN_GRACE
             )
-            self.zombies[lane.run_id] = lane
-            task.add_done_callback(lambda _t: self._bury(lane))
+            zombie = run_id or ""  # a live lane always names its run; an idle one's task is ending on its own
+            self.zombies[zombie] = lane
+            task.add_done_callback(lambda _t: self._bury(zombie, lane))
             return
         self.close_lane(lane)
 
-    def _bury(self, lane: LiveLane) -> None:
-        if self.zombies.pop(lane.run_id, None) is not None:
-            log.warning("lane %s: aborted run %s finally ended", lane.key, lane.run_id)
+    def _bury(self, run_id: str, lane: LaneShell) -> None:
+        if self.zombies.pop(run_id, None) is not None:
+            log.warning("lane %s: aborted run %s finally ended", lane.key, run_id)
         self.close_lane(lane)
 
     @staticmethod
-    def close_lane(lane: LiveLane) -> None:
-        if lane.unsubscribe is not None:
-            lane.unsubscribe()
-        lane.agent.session.close()
+    def close_lane(lane: LaneShell) -> None:
+        lane.close()
 
     async def wait_closed(self) -> None:
         if self.closing:

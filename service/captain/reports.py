@@ -6,10 +6,8 @@ from pathlib import Path
 
 from clankie.protocol import LaneInfo, RunReport
 from service.captain import listing
-from service.captain.lane import LaneState
+from service.captain.lane import LIVE
 from service.captain.registry import LaneRegistry
-
-LIVE = (LaneState.STARTING, LaneState.RUNNING)
 
 
 def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:
@@ -17,12 +15,12 @@ def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:
     out = [
         RunReport(
             lane=z.key,
-            run_id=z.run_id,
+            run_id=run_id,
             last_event_age_s=max(0.0, now - z.last_event_boot),
             started_age_s=max(0.0, now - z.run_started_boot),
             turns=0,
         )
-        for z in registry.zombies.values()
+        for run_id, z in registry.zombies.items()
     ]
     for lane in registry.lanes.values():
         m = lane.machine

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,21 @@ class DeliveryContext:
 
 @dataclass
 class TurnCapture:
-    """Host-stamped facts of the live run that tools read: the delivery being answered, media made so far."""
+    """Host-stamped facts of the live run that tools read: the delivery being answered, media made so far.
+
+    The delivery being answered is read from the lane's shell through ``owner_of`` (the shell keeps it, from
+    the lane machine's owner turn): None between runs.
+    """
 
     room: Room
-    owner: DeliveryContext | None = None
+    owner_of: Callable[[], DeliveryContext | None] = field(default=lambda: None)
     actor_id: str = ""
     message_id: str = ""
     media: list[str] = field(default_factory=list)
+
+    @property
+    def owner(self) -> DeliveryContext | None:
+        return self.owner_of()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from types import SimpleNamespace
 
 from clankie import settings as settings_mod
-from clankie.protocol import Room, TypingSignal
-from clankie.testing.clock import FakeClock
-from service.captain.captain import Captain, CaptainDeps
-from service.captain.tools import DeliveryContext, TurnCapture
-from tests.service.captain.harness import run
+from clankie.protocol import TypingSignal
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_anthropic import FakeAnthropic
+from service.app import ServiceApp
+from service.captain.tools import DeliveryContext
+from tests.polling import until
+from tests.service.captain.harness import msg, run, service_env
 
 
 class SlowConn:
@@ -35,17 +36,22 @@ def test_typing_send_is_held_until_done_and_cancelled_on_close(env: dict[str, st
     """A typing signal still being sent is referenced by the captain (not lost to GC) and cancelled when it closes."""
 
     async def body() -> None:
-        captain = Captain(CaptainDeps(settings=settings_mod.load(env), clock=FakeClock(), provider=None))
-        conn = SlowConn()
-        room = Room(guild_id="1", channel_id="2")
-        capture = TurnCapture(room=room, owner=DeliveryContext("m1", room, conn))  # type: ignore[arg-type]  # a stand-in connection that records notifications
-        lane = SimpleNamespace(typing_sent=False, text_so_far="", capture=capture)
-        captain._watch_typing(lane, "hello there")  # type: ignore[arg-type]  # a stand-in lane with only what _watch_typing reads
-        await asyncio.sleep(0)
-        gc.collect()
-        assert [s.delivery_id for s in conn.sent] == ["m1"]
-        assert len(captain.background) == 1
-        await captain.aclose()
-        assert conn.cancelled.is_set() and not captain.background
+        async with FakeAnthropic() as fake:
+            gate = asyncio.Event()
+            fake.script(fa.text("hello there", chunk_size=11, stall_after=3, stall_until=gate))  # one delta, then held
+            app = ServiceApp(settings_mod.load(service_env(env, fake), discord_context_messages=0))
+            captain = app.captain
+            conn = SlowConn()
+            first = msg("m1", "hello?")
+            turn = asyncio.create_task(captain.submit(first, DeliveryContext("m1", first.room, conn)))  # type: ignore[arg-type]  # a stand-in connection that records notifications
+            await until(lambda: conn.sent != [])  # "hello there" can no longer become the silence sentinel
+            gc.collect()
+            assert [s.delivery_id for s in conn.sent] == ["m1"]
+            assert len(captain.background) == 1
+            await captain.aclose()
+            assert conn.cancelled.is_set() and not captain.background
+            gate.set()
+            assert ((await turn).outcome, (await turn).code) == ("failed", "shutting_down")  # left for the restart
+            await app.close()
 
     run(body())

@@ -15,7 +15,7 @@ from service.agent.tools import Tool, ToolContext, ToolResult
 from service.app import ServiceApp
 from service.captain import keys
 from service.captain.captain import TEARDOWN_GRACE, Captain, CaptainDeps
-from service.captain.live import LanePlan
+from service.captain.keys import LanePlan
 from service.captain.tools import DeliveryContext, TurnCapture
 from tests.polling import until
 from tests.service.captain.harness import msg, run, service_env
