@@ -192,3 +192,14 @@ def test_only_the_owner_and_steers_handed_to_the_agent_join_the_run() -> None:
     assert [joining(a) for a in lane.handle(RunEnded(None), 4)] == [()]
     lane.handle(TurnArrived("d4", "r4"), 5)
     assert all(joining(a) == () for a in lane.handle(AbortRequested("stalled"), 6))
+
+
+def test_a_dropped_lane_still_names_its_aborted_run() -> None:
+    """After a stalled abort the lane keeps the aborted run's id (it may go on writing: a zombie is named by it),
+    and nothing else of the run: no owner, no turns attached."""
+    lane = Lane("k")
+    lane.handle(TurnArrived("m1", "r1"), 0)
+    lane.handle(RunStreaming(), 1)
+    lane.handle(AbortRequested("stalled"), 2)
+    assert (lane.state, lane.run_id, lane.owner, lane.attached) == (LaneState.DROPPED, "r1", None, ())
+    assert lane.handle(RunEnded("captain_session_failed"), 3) == [] and lane.run_id == "r1"
