@@ -132,7 +132,7 @@ class Exit:
     signal: int | None
     at: float
     core: bool = False
-    requested: bool = False  # we were stopping it
+    requested: bool = False  # we were stopping it (set by the core from its own state, whatever the shell passed)
     message: str = ""  # the child's last stderr line (shown for EX_CONFIG)
 
     @property
