@@ -1,9 +1,10 @@
 """The lane state machine: who owns a room's run, who is steered into it, and how each turn ends.
 
 Pure and h11-like: :meth:`Lane.handle` takes one event and the current time
-and returns the actions the shell must carry out, in order. An event the
+and returns the actions the shell must carry out, in order; its one caller is
+the lane's shell (:meth:`service.captain.shell.LaneShell.feed`). An event the
 current state does not accept raises :class:`IllegalLaneEvent` and leaves the
-lane exactly as it was. The transition table is :data:`TRANSITIONS`; each
+lane exactly as it was. A dropped lane keeps the id of the run it aborted. The transition table is :data:`TRANSITIONS`; each
 row's handler takes its own event class, and mypy checks every row pairs the
 right one (:func:`_row`).
 
