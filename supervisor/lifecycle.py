@@ -203,6 +203,8 @@ class Lifecycle:
         """
         if (self.state, event) in IGNORED:
             return []
+        if (self.state, event) not in TRANSITIONS:  # refused before any bookkeeping changes
+            raise LifecycleError(f"{event.value} is not valid in state {self.state.value}")
         if event is Event.START:
             return self._start(now)
         if event is Event.READY:

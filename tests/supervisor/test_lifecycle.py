@@ -148,6 +148,17 @@ def test_events_the_table_does_not_list_are_refused() -> None:
     assert life.ready(0.0) is State.STOPPED  # a stray ready is ignored, not a transition
 
 
+def test_a_refused_exit_leaves_the_bookkeeping_as_it_was() -> None:
+    """An exit fed in BACKOFF (no process there) raises and changes neither the last exit nor how it ended."""
+    life = Lifecycle(rand=lambda: 0.0)
+    life.start(0.0)
+    crash(life, 1.0)
+    before = (life.state, life.last_exit, life.ended, life.reason, life.next_start_at, list(life.moves))
+    with pytest.raises(LifecycleError):
+        life.exit(Exit(code=3, signal=None, at=2.0), 2.0)
+    assert (life.state, life.last_exit, life.ended, life.reason, life.next_start_at, list(life.moves)) == before
+
+
 def test_spawn_failure_backs_off_like_a_crash() -> None:
     """ENOENT at exec shows spawn_error with the errno and waits out a backoff."""
     life = Lifecycle(rand=lambda: 1.0)
