@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -102,9 +101,6 @@ class Rooms(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._rooms)
-
-    def __iter__(self) -> Iterator[Room[T]]:
-        return iter(list(self._rooms.values()))
 
     def buffer(self, room: Room[T], item: T, cap: int) -> tuple[T, ...]:
         """Append ``item`` to the room's backlog; past ``cap`` the oldest fall out, and are returned."""
