@@ -205,6 +205,10 @@ class Agent:
                 return await self._loop(state)
             except RunFailed as failed:
                 return self._settle(state, failed.kind)
+            except OSError:  # the disk refused a session line (or an image could not be read): the caller's to name
+                with contextlib.suppress(OSError):  # a disk that refused one line may refuse this one too
+                    self._close_orphans()
+                raise
             except Exception as exc:  # a bug, or a failure nothing classified: end the run, keep the lane
                 tb = "".join(traceback.format_tb(exc.__traceback__))
                 log.error("run %s failed unexpectedly: %s\n%s", state.run_id, type(exc).__name__, tb.rstrip())

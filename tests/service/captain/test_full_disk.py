@@ -52,6 +52,7 @@ def test_a_lane_log_the_disk_refuses_fails_the_turn_in_one_line(env: dict[str, s
     assert [(r.levelname, r.exc_info) for r in about] == [("ERROR", None)], [r.getMessage() for r in about]
     assert "service_disk_full" in about[0].getMessage()
     assert not any(r.exc_info for r in caplog.records)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r is not about[0]]
 
 
 def test_a_session_the_disk_refuses_mid_run_fails_the_turn_in_one_line(env: dict[str, str],
