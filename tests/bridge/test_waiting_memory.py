@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
+from collections.abc import Callable, Sequence
 
 from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_discord import FakeDiscord
-from tests.bridge.harness import GUILD, PERSON, running
+from tests.bridge.harness import GUILD, PERSON, Harness, running
 from tests.bridge.test_e2e_bounds import held_until
 from tests.bridge.test_e2e_turns import addressed
 
@@ -26,6 +27,25 @@ def bridge_bytes(stats: list[tracemalloc.StatisticDiff]) -> int:
         "fake_discord" in f.filename or "/tests/" in f.filename for f in s.traceback))
 
 
+async def allocated_per_message(h: Harness, rooms: Sequence[str], per_room: int, held: Callable[[], int]) -> float:
+    """Send ``per_room`` messages to each of ``rooms``; once ``held()`` counts them all, the bridge's allocations
+    since the first one, per message."""
+    gc.collect()
+    tracemalloc.start(12)
+    try:
+        before = tracemalloc.take_snapshot()
+        for k in range(per_room):
+            for room in rooms:
+                await h.fake.message(room, f"a question about the match, number {k}", author_id=PERSON)
+        count = per_room * len(rooms)
+        await h.until(lambda: held() == count, timeout=60)
+        gc.collect()
+        stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
+    finally:
+        tracemalloc.stop()
+    return bridge_bytes(stats) / count
+
+
 def test_a_waiting_message_costs_the_bridge_under_two_kilobytes(env: dict[str, str]) -> None:
     """300 messages in 60 rooms wait behind one held turn: the bridge's allocations grow by under 2 kB a message
     (the fake Discord's own records, in the same process, are not the bridge's and are left out)."""
@@ -36,21 +56,8 @@ def test_a_waiting_message_costs_the_bridge_under_two_kilobytes(env: dict[str, s
         async with running(env, overrides={"CLANKIE_DISCORD_MAX_TURNS": "1"}, script=held_until(release), fake=fake) as h:
             await h.fake.message("399", "the turn that holds the only slot", author_id=PERSON)
             await h.service.wait_submits(1)
-            gc.collect()
-            tracemalloc.start(12)
-            try:
-                before = tracemalloc.take_snapshot()
-                for k in range(PER_ROOM):
-                    for room in ROOMS:
-                        await h.fake.message(room, f"a question about the match, number {k}", author_id=PERSON)
-                count = PER_ROOM * len(ROOMS)
-                await h.until(lambda: len(h.app.bridge.waiting) == count, timeout=60)
-                gc.collect()
-                stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
-            finally:
-                tracemalloc.stop()
-            mine = bridge_bytes(stats)
-            assert mine / count < BUDGET, f"{mine / count:.0f} B per waiting message"
+            per_message = await allocated_per_message(h, ROOMS, PER_ROOM, lambda: len(h.app.bridge.waiting))
+            assert per_message < BUDGET, f"{per_message:.0f} B per waiting message"
             release.set()
             await h.until(lambda: len(h.app.bridge.waiting) == 0, timeout=60)
 
@@ -75,20 +82,7 @@ def test_a_buffered_message_costs_the_bridge_under_two_kilobytes(env: dict[str, 
                 for text in ("hey clankie", "meh"):
                     m = await h.fake.message(room, text, author_id=PERSON)
                     await h.until(lambda m=m: h.outcomes(str(m["id"]))[-1:] in (["settled"], ["silent"]))  # type: ignore[misc]  # bound per pass
-            gc.collect()
-            tracemalloc.start(12)
-            try:
-                before = tracemalloc.take_snapshot()
-                for k in range(per_room):
-                    for room in rooms:
-                        await h.fake.message(room, f"a question about the match, number {k}", author_id=PERSON)
-                count = per_room * len(rooms)
-                await h.until(lambda: h.app.bridge.pending_triggers == count, timeout=60)
-                gc.collect()
-                stats = tracemalloc.take_snapshot().compare_to(before, "traceback")
-            finally:
-                tracemalloc.stop()
-            mine = bridge_bytes(stats)
-            assert mine / count < BUDGET, f"{mine / count:.0f} B per buffered message"
+            per_message = await allocated_per_message(h, rooms, per_room, lambda: h.app.bridge.pending_triggers)
+            assert per_message < BUDGET, f"{per_message:.0f} B per buffered message"
 
     asyncio.run(main())
