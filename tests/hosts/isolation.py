@@ -6,6 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the browser host goes apart only when the tree runs as root")
+"""Marks a test of the browser host apart from the tree's uid: that happens only in a tree run as root (CI is)."""
+
 
 @dataclass(frozen=True)
 class Seen:

@@ -21,11 +21,10 @@ from clankie.artifacts import resolve_artifact
 from clankie.errors import ConfigError, RemoteError
 from hosts.browser import apart, chromium
 from tests.hosts.hostproc import HostProcess, shoot
-from tests.hosts.isolation import descendants, renderers, seen
+from tests.hosts.isolation import as_root, descendants, renderers, seen
 from tests.hosts.pages import Site
 from tests.polling import until
 
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the browser host goes apart only when the tree runs as root")
 NOBODY = pwd.getpwnam("nobody").pw_uid
 # What Chromium 156 printed, launched sandboxed as root (Playwright's message around it, as the host sees it).
 ROOT_LAUNCH = """BrowserType.launch: Browser logs:

@@ -11,7 +11,6 @@ while the tree's own turns go on.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,11 @@ from clankie import ipc
 from clankie.errors import ChannelBroken, RemoteError
 from clankie.protocol import Author, Record, Room, ScreenshotRequest, Trigger, TurnSubmit
 from clankie.testing import fake_anthropic as fa
-from tests.hosts.isolation import descendants, renderers, seen
+from tests.hosts.isolation import as_root, descendants, renderers, seen
 from tests.integration.tree import CHAN, GUILD, PERSON, real_tree
 from tests.polling import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the browser host goes apart only when the tree runs as root")
 
 
 def forged_turn() -> TurnSubmit:

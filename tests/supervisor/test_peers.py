@@ -15,6 +15,7 @@ from clankie.protocol import Peers, Record
 from supervisor.owner import Owner
 from supervisor.peers import MAX_DEPTH, Announcer, descends_from, outside_the_tree, parent_pid
 from supervisor.process import Child
+from tests.polling import until
 
 DIAL = """
 import asyncio, sys
@@ -65,11 +66,8 @@ def test_control_sock_refuses_a_process_of_the_tree_and_admits_one_outside_it(ru
                 "sh", "-c", f'{sys.executable} -c "$0" "$1" > "$2" 2>&1 &', DIAL, str(path), str(runtime_dir / "out"))
             assert await orphan.wait() == 0
             out = runtime_dir / "out"
-            for _ in range(600):  # until it has said what happened (at most 60 s)
-                if out.exists() and out.read_text().strip():
-                    break
-                await asyncio.sleep(0.1)
-            assert out.read_text().strip() == "admitted"
+            said_now = await until(lambda: out.exists() and out.read_text().strip(), 60, "the orphan dialler's verdict", step=0.1)
+            assert said_now == "admitted"
             assert server.refusals == {"peer_in_tree": 1}
         finally:
             await server.close()
