@@ -49,9 +49,7 @@ def pack(delivery_id: str, room: Room, payload: dict[str, Any]) -> bytes:
     author = trigger.get("author")
     if isinstance(author, dict):
         trigger["author"] = _without(author, _AUTHOR_DEFAULTS)
-    known = {"message_id": delivery_id, "channel_id": room.channel_id, "guild_id": room.guild_id,
-             "author_id": author.get("id") if isinstance(author, dict) else None, "text": trigger.get("text")}
-    out = {"i": _without(inbound, {**_INBOUND_DEFAULTS, **known}),
+    out = {"i": _without(inbound, {**_INBOUND_DEFAULTS, **_known(delivery_id, room, trigger)}),
            "t": _without(trigger, {**_TRIGGER_DEFAULTS, "message_id": delivery_id})}
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -63,11 +61,15 @@ def unpack(delivery_id: str, room: Room, packed: bytes) -> dict[str, Any]:
     author = trigger.get("author")
     if isinstance(author, dict):
         trigger["author"] = {**_wire(_AUTHOR_DEFAULTS), **author}
-    known = {"message_id": delivery_id, "channel_id": room.channel_id, "guild_id": room.guild_id,
-             "author_id": author.get("id") if isinstance(author, dict) else None, "text": trigger.get("text")}
-    inbound = {**_wire(_INBOUND_DEFAULTS), **{k: v for k, v in known.items() if v is not None or k == "guild_id"},
-               **data["i"]}
+    inbound = {**_wire(_INBOUND_DEFAULTS), **_known(delivery_id, room, trigger), **data["i"]}
     return {"inbound": inbound, "trigger": {**_wire(_TRIGGER_DEFAULTS), **trigger}}
+
+
+def _known(delivery_id: str, room: Room, trigger: dict[str, Any]) -> dict[str, Any]:
+    """The inbound values its entry and trigger already hold (a value kept because it differs wins over these)."""
+    author = trigger.get("author")
+    return {"message_id": delivery_id, "channel_id": room.channel_id, "guild_id": room.guild_id,
+            "author_id": author.get("id") if isinstance(author, dict) else None, "text": trigger.get("text")}
 
 
 def _wire(defaults: dict[str, Any]) -> dict[str, Any]:
