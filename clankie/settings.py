@@ -25,6 +25,7 @@ from clankie import shards, urls
 from clankie.errors import ConfigError
 from clankie.paths import process_environment
 from clankie.settings_bounds import MAX_SECONDS, BoundsSettings
+from clankie.settings_browser import BrowserUnitSettings
 from clankie.settings_isolation import IsolationSettings
 from clankie.settings_observability import ObservabilitySettings
 from clankie.settings_spend import SpendSettings
@@ -111,7 +112,9 @@ def _alias(*names: str) -> Any:
     return AliasChoices(*names)
 
 
-class Settings(BaseSettings, BoundsSettings, SpendSettings, ObservabilitySettings, IsolationSettings):
+class Settings(
+    BaseSettings, BoundsSettings, SpendSettings, ObservabilitySettings, IsolationSettings, BrowserUnitSettings
+):
     """Every operator-facing setting (ARCHITECTURE §5). Build it with :func:`load`."""
 
     model_config = SettingsConfigDict(
