@@ -72,7 +72,8 @@ class Server:
     Admission follows :mod:`clankie.limits` (hello deadline, optional idle
     timeout, per-pid and per-uid caps with slots reserved for root, optional
     eviction of the idlest connection). ``max_connections`` alone is the old
-    spelling of ``limits=Limits(max_connections=...)``. ``admit`` checks a
+    spelling of ``limits=Limits(max_connections=...)``. ``uid_rule`` replaces
+    :func:`peer_allowed` (ours or root) as the first gate. ``admit`` checks a
     peer that passed the uid rule (the pids the supervisor named, say); one it
     refuses gets its hello answered with the refusal's code, and
     :attr:`refusals` counts every refusal by code.
@@ -92,6 +93,7 @@ class Server:
         limits: Limits | None = None,
         sock: socket.socket | None = None,
         admit: Admit | None = None,
+        uid_rule: Callable[[int], bool] = peer_allowed,
     ) -> None:
         self.path = path
         self._sock = sock  # inherited: bound and owned by someone else (the supervisor)
@@ -112,6 +114,7 @@ class Server:
         self.refused = 0
         self.refusals: collections.Counter[str] = collections.Counter()
         self._admit = admit
+        self._uid_rule = uid_rule  # the browser host run apart: every uid, then its own rule by uid in ``admit``
         self.evicted = 0
         self.idle_closed = 0
         self._unlogged = 0
@@ -128,7 +131,7 @@ class Server:
 
     def _accepted(self, conn: Connection, transport: asyncio.BaseTransport) -> None:
         pid, uid, _gid = peer_credentials(transport.get_extra_info("socket"))
-        if not peer_allowed(uid):
+        if not self._uid_rule(uid):
             self.refusals[Code.PEER_UID_REFUSED] += 1
             self._refuse(transport, "pid %d runs as uid %d", pid, uid)
             return
