@@ -20,7 +20,6 @@ import contextlib
 import itertools
 import logging
 import os
-import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, overload
 
@@ -36,6 +35,7 @@ from clankie.errors import (
 )
 from clankie.limits import DEFAULT_MAX_INFLIGHT
 from clankie.protocol import Code, Hello, Record
+from clankie.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,6 @@ HELLO_TIMEOUT = 5.0
 # both are counted (``over_cap``) and logged.
 
 _LOG_EVERY = 5.0  # seconds between two "over the in-flight cap" warnings
-
-
-_EAGER: dict[str, bool] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 
 
 async def _no_handler(conn: Connection, method: str, params: Record) -> Record | None:
@@ -90,7 +87,7 @@ class Connection(Channel):
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._handling: dict[int, asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet(f"{role} handlers", max_inflight)
         self._hello_seen: asyncio.Future[None] = self._loop.create_future()
 
     # ------------------------------------------------------------ public API
@@ -315,7 +312,7 @@ class Connection(Channel):
 
     def _at_cap(self, method: str) -> bool:
         """Whether ``max_inflight`` handlers already run; if so, count it and warn (at most once per few seconds)."""
-        if len(self._tasks) < self.max_inflight:
+        if not self._tasks.full:
             return False
         self.over_cap += 1
         now = self._loop.time()
@@ -331,11 +328,7 @@ class Connection(Channel):
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Give a handler its own task; on Python 3.12+ it starts eagerly, inside this call,
         so an answer that needs no waiting costs no extra trip through the event loop."""
-        task: asyncio.Task[None] = asyncio.Task(coro, loop=self._loop, **_EAGER)  # type: ignore[arg-type]  # eager_start exists only on 3.12+
-        if not task.done():  # one that finished eagerly holds nothing and must not count toward max_inflight
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return task
+        return self._tasks.spawn(coro, eager=True)  # one that finished eagerly is not held: not in max_inflight
 
     async def _notify_handler(self, method: str, params: Record) -> None:
         try:
@@ -378,7 +371,6 @@ class Connection(Channel):
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(self._closed_error())
-        for task in list(self._tasks):
-            task.cancel()
+        self._tasks.cancel()
         if not self._hello_seen.done():
             self._hello_seen.cancel()

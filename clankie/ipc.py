@@ -35,6 +35,7 @@ from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
 from clankie.limits import DEFAULT_MAX_INFLIGHT, Held, Limits, Refuse, decide
 from clankie.peers import Refusal
 from clankie.protocol import Code
+from clankie.tasks import TaskSet
 from clankie.waits import within
 
 __all__ = [
@@ -108,7 +109,8 @@ class Server:
         self._max_output = max_output
         self._partial_timeout = partial_frame_timeout
         self._server: asyncio.base_events.Server | None = None
-        self._watchers: set[asyncio.Task[None]] = set()
+        # one watcher per connection, and an evicted connection's for the moment it takes to end
+        self._watchers = TaskSet(f"{role} connection watchers", 2 * limits.max_connections)
         self.connections: set[Connection] = set()
         self._peers: dict[Connection, tuple[int, int]] = {}
         self.refused = 0
@@ -155,11 +157,13 @@ class Server:
             log.info("closing the %s connection idle longest to admit pid %d", self.role, pid)
             self._forget(victim)
             victim.abort("evicted: the idlest connection made room for a new one")
+        if self._watchers.full:  # a flood of evictions: the evicted connections are still ending
+            self.refusals["too_many_connections"] += 1
+            self._refuse(transport, "%d connections still closing (pid %d, uid %d)", len(self._watchers), pid, uid)
+            return
         self.connections.add(conn)
         self._peers[conn] = (pid, uid)
-        task = asyncio.get_running_loop().create_task(self._watch(conn))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
+        self._watchers.spawn(self._watch(conn), name=f"{self.role}-connection")
 
     def _refuse(self, transport: asyncio.BaseTransport | None, fmt: str, *args: object) -> None:
         """Close before reading a byte; log at most once per few seconds (a flood must not flood the journal)."""
@@ -220,8 +224,7 @@ class Server:
             self._server.close()
         for conn in list(self.connections):
             await conn.aclose()
-        for task in list(self._watchers):
-            task.cancel()
+        self._watchers.cancel()
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()

@@ -50,10 +50,12 @@ from typing import Any
 
 from clankie.appender import Appender, DiskError, sync_dir_later
 from clankie.protocol import TurnResult
+from clankie.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
 SEGMENT_BYTES = 4 * 1024 * 1024
+CLOSING_MAX = 16  # rotated segments waiting for their last sync; past it one is closed at once (its sync goes on)
 MAX_RETAINED = 100_000
 _SEGMENT_NAME = re.compile(r"(\d{1,15})\.jsonl")
 _UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)  # JSON, UTF-8 and shape errors alike
@@ -127,7 +129,7 @@ class DeliveryLog:
         self._writer: Appender | None = None
         self._segment: Path | None = None
         self._owner = False  # this store writes the directory: it may migrate and unlink
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing = TaskSet("delivery segments closing", CLOSING_MAX)
         self.expired_at_start = 0
         self.forgotten = 0  # records dropped at max_retained
         self._rebuild(now)
@@ -277,23 +279,24 @@ class DeliveryLog:
         return fresh
 
     def _retire(self, writer: Appender) -> None:
-        """Close a rotated segment once its last lines are on the disk (at once without an event loop)."""
+        """Close a rotated segment once its last lines are on the disk (at once without an event loop, or with
+        :data:`CLOSING_MAX` closing already: :meth:`Appender.close` hands the last lines to the sync threads)."""
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
             writer.close()
             return
-        task = loop.create_task(_close_when_synced(writer))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        if self._closing.full:
+            writer.close()
+            return
+        self._closing.spawn(_close_when_synced(writer), name="segment-close")
 
     async def aclose(self) -> None:
         """Close every segment once its lines are on the disk (a graceful stop); a later write opens a new one."""
         writer, self._writer = self._writer, None
         if writer is not None:
             self._retire(writer)
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        await self._closing.join()
 
     # ------------------------------------------------------------ reading back
 

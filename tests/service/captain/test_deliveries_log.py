@@ -14,7 +14,7 @@ import pytest
 from clankie.protocol import TurnResult
 from clankie.testing.clock import FakeClock
 from service.captain.deliveries import RETENTION_SECONDS, DeliveryStore, Retained, RunIt, reckon
-from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, Entry, legacy_name
+from service.captain.deliveries_log import CLOSING_MAX, MAX_RETAINED, SEGMENT_BYTES, Entry, legacy_name
 from tests.disk import writes_refused_past
 
 FP = "f" * 64
@@ -177,6 +177,29 @@ def test_segments_rotated_under_a_live_loop_close_once_synced(
     assert caplog.text == ""
     again = store_on(directory, clock)
     assert len(again.log.segments()) > 3 and all(again.load(f"d{n}") is not None for n in range(30))
+
+
+def test_rotations_faster_than_the_disk_hold_at_most_closing_max_segments_and_lose_no_line(
+    directory: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past CLOSING_MAX segments waiting for their sync, the next rotated one is closed at once; every line stays."""
+
+    async def main() -> int:
+        store = store_on(directory, clock, segment_bytes=512)
+        n = 0
+        while len(store.log.segments()) <= CLOSING_MAX + 2:  # no await: no segment's sync can finish meanwhile
+            store.accept(f"d{n}", FP)
+            n += 1
+        assert len(store.log._closing) == CLOSING_MAX
+        await store.aclose()
+        assert len(store.log._closing) == 0
+        return n
+
+    with caplog.at_level("ERROR"):
+        written = asyncio.run(main())
+    assert caplog.text == ""
+    again = store_on(directory, clock)
+    assert all(again.load(f"d{n}") is not None for n in range(written))
 
 
 def test_a_segment_goes_as_soon_as_no_record_needs_it(directory: Path, clock: FakeClock) -> None:
