@@ -165,11 +165,12 @@ class HostRuntime:
         listener = inherited_listener(self.host.name, self.environ) or _BOUND.pop(self.host.name, None)
         if listener is None:  # an inherited socket's directory is the supervisor's (and may not be ours to read)
             paths.ensure_private_dir(self.settings.runtime_dir)
+        admit, uid_rule = _ADMISSION.get(self.host.name, (HANDED.admit, ipc.peer_allowed))  # the service only
         self.server = await ipc.serve(
             path, self.host.name, self.handler, max_frame=self.settings.max_frame_bytes, sock=listener,
-            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds), admit=HANDED.admit,  # the service only
+            limits=ipc.Limits(hello_timeout=self.settings.ipc_hello_seconds), admit=admit, uid_rule=uid_rule,
         )
-        log.info("serving on %s", path)
+        log.info("serving on %s", listener.getsockname() if listener is not None else path)
 
     async def prepare(self) -> None:
         """Start the host (Chromium, Node); a warm spare does this before it parks."""
@@ -201,6 +202,15 @@ _BOUND: dict[str, socket.socket] = {}
 def serve_on(name: str, sock: socket.socket) -> None:
     """Serve ``sock`` as if it had been handed over (the browser host apart binds it before it drops root)."""
     _BOUND[name] = sock
+
+
+_ADMISSION: dict[str, tuple[ipc.Admit, Callable[[int], bool]]] = {}
+"""Who a host outside the tree serves instead of the supervisor's pids (:func:`admit_with`)."""
+
+
+def admit_with(name: str, admit: ipc.Admit, uid_rule: Callable[[int], bool]) -> None:
+    """Serve ``name``'s socket with this admission (the browser host run apart: the tree's uid, by its own rule)."""
+    _ADMISSION[name] = (admit, uid_rule)
 
 
 _DIRECTORIES: dict[str, int] = {}

@@ -107,6 +107,12 @@ def go_apart(settings: Settings, environ: Mapping[str, str]) -> Apart | None:
     uid, gid = who
     listener = None if SUBDIR in listen_fds(environ) else bind_now(socket_path(settings.runtime_dir, SUBDIR))
     fd = _hand_over(ensure_private_dir(settings.attachment_root) / SUBDIR, uid, gid)
+    return become(settings, uid, gid, fd, listener)
+
+
+def become(settings: Settings, uid: int, gid: int, artifacts: int, listener: socket.socket | None) -> Apart:
+    """Make the user's temp root, load what the host imports lazily, drop to ``uid:gid`` and check the user can run
+    the driver; ``artifacts`` (an open directory the user owns) and ``listener`` were prepared while still root."""
     tmp_root = Path(tempfile.gettempdir()) / f"clankie-browser.{uid}"
     os.close(_hand_over(tmp_root, uid, gid))
     for name in PRELOAD:
@@ -121,7 +127,8 @@ def go_apart(settings: Settings, environ: Mapping[str, str]) -> Apart | None:
                 "or keep the browser as root (CLANKIE_BROWSER_USER=root, CLANKIE_BROWSER_SANDBOX=off)"
             )
     log.info("running as %s (uid %d, gid %d), no_new_privs", settings.browser_user.strip(), uid, gid)
-    return Apart(user=settings.browser_user.strip(), uid=uid, gid=gid, tmp_root=tmp_root, artifacts=fd, listener=listener)
+    return Apart(user=settings.browser_user.strip(), uid=uid, gid=gid, tmp_root=tmp_root, artifacts=artifacts,
+                 listener=listener)
 
 
 def bind_now(path: Path) -> socket.socket:

@@ -56,6 +56,7 @@ from hosts.runtime import serve_on, write_artifact, write_through
 from . import policy
 from .apart import Apart, go_apart, no_new_privs
 from .chromium import clear_stale, find_chromium, launch_excerpt, sandbox_failure, sandbox_obstacle, sandbox_reason
+from .external import SharedArtifacts, go_external
 from .lifecycle import Lifecycle, idle_due
 from .proxy import MARKER, PolicyProxy, Resolver, Session, system_resolver
 
@@ -92,6 +93,7 @@ class BrowserHost:
         self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver)
         self.sandbox = settings.browser_sandbox == "require"
         self.apart: Apart | None = None
+        self.shared: SharedArtifacts | None = None  # run outside the tree: where the tree reads its screenshots
         self.tmp_root = settings.state_dir / "tmp" / "browser"
         self.life = Lifecycle()
         self._pw: Playwright | None = None
@@ -110,7 +112,6 @@ class BrowserHost:
     def routes(self) -> dict[str, Route]:
         """One typed handler per method of the ``browser`` role."""
         return {"screenshot": self.screenshot}
-
 
     async def start(self) -> None:
         """Clear what dead hosts left in the temp dir, make this process's own, open the proxy and watch for
@@ -162,6 +163,13 @@ class BrowserHost:
             if self.apart.listener is not None:
                 serve_on("browser", self.apart.listener)
 
+    def go_external(self, environ: Mapping[str, str]) -> None:
+        """Run outside the tree, for the tree's uid only (:func:`hosts.browser.external.go_external`)."""
+        external = go_external(self.settings, environ)
+        self.apart, self.shared = external.apart, external.artifacts
+        if self.apart is not None:
+            self.tmp_root = self.apart.tmp_root
+
     @property
     def chromium(self) -> str:
         """``up`` while a Chromium runs (or is closing), else ``down``."""
@@ -199,6 +207,8 @@ class BrowserHost:
         finally:
             self._busy -= 1
             self._last_done = self.clock.monotonic()
+        if self.shared is not None:
+            return await self.shared.store(data, ext)
         return await write_artifact(self.settings.attachment_root, "browser", data, ext)
 
     # ------------------------------------------------------------ policy
@@ -377,9 +387,9 @@ class BrowserHost:
 
 
 def serving_host(settings: Settings, clock: Clock) -> BrowserHost:
-    """The host as its own process builds it: run as root, it goes apart before it serves or starts anything."""
+    """The host as its own process builds it: outside the tree, or run as root, it goes apart before it serves."""
     host = BrowserHost(settings, clock)  # its settings are checked first: a bad one is exit 78 whoever runs it
-    host.go_apart(process_environment())
+    (host.go_external if settings.browser_host == "external" else host.go_apart)(process_environment())
     return host
 
 
