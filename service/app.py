@@ -47,7 +47,7 @@ from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
-from service.captain.hosts import HostClient
+from service.captain.hosts import HostClient, ImportingClient
 from service.captain.keys import CaptainPaths
 from service.captain.listing import count_disk_lanes
 from service.captain.records import Evidence
@@ -89,6 +89,15 @@ def make_provider(settings: Settings) -> Provider | None:
     )
 
 
+def browser_client(settings: Settings, clock: Clock) -> HostClient:
+    """The browser host's client: the supervisor's child at ``<runtime>/browser.sock``, or the host in its own unit
+    at ``CLANKIE_BROWSER_SOCKET``, whose screenshots are verified and copied under our root (docs/operations.md)."""
+    if settings.browser_host == "child":
+        return HostClient("browser", socket_path(settings.runtime_dir, "browser"), clock)
+    return ImportingClient("browser", settings.browser_socket, clock, source=settings.browser_artifacts,
+                           root=settings.attachment_root, max_bytes=settings.discord_upload_limit_bytes)
+
+
 class ServiceApp:
     """Everything the service process runs; usable in-process by tests."""
 
@@ -101,7 +110,7 @@ class ServiceApp:
         self.clock = clock or SystemClock()
         self.provider = provider if provider is not None else make_provider(settings)
         rt = settings.runtime_dir
-        self.browser = HostClient("browser", socket_path(rt, "browser"), self.clock)
+        self.browser = browser_client(settings, self.clock)
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
         paths = CaptainPaths.under(settings.state_dir)
         configure_records(settings)  # lane logs' and evidence's rotation

@@ -3,18 +3,27 @@
 A host that is down is not an error of the turn: the tool tells the model
 ``<host>_unavailable`` so he can say so, and the next call tries again once
 the backoff allows it.
+
+A browser host outside the tree (``CLANKIE_BROWSER_HOST=external``, its own
+unit and user) is dialled at ``CLANKIE_BROWSER_SOCKET`` with the same hello
+and methods; its screenshots are not under our attachment root, so
+:class:`ImportingClient` reads each one from ``CLANKIE_BROWSER_ARTIFACTS``,
+checks it against its hash (:func:`clankie.artifacts.resolve_artifact`) and
+writes it under our root by that same ref, where the tool and the bridge
+find it as they find every other artifact.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
-from clankie import ipc
+from clankie import artifacts, ipc
 from clankie.backoff import Backoff
 from clankie.clock import Clock
-from clankie.errors import ChannelBroken, ChannelClosed, ClankieError
-from clankie.protocol import Record
+from clankie.errors import ChannelBroken, ChannelClosed, ClankieError, RemoteError
+from clankie.protocol import Artifact, Code, Record
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +80,36 @@ class HostClient:
         if self._conn is not None:
             await self._conn.aclose()
             self._conn = None
+
+
+class ImportingClient(HostClient):
+    """A host outside the tree: every artifact it answers is verified by hash and copied under our own root."""
+
+    def __init__(self, name: str, path: Path, clock: Clock, *, source: Path, root: Path, max_bytes: int) -> None:
+        super().__init__(name, path, clock)
+        self.source = source
+        self.root = root
+        self.max_bytes = max_bytes
+
+    async def request(self, method: str, params: Record, timeout: float) -> Record:
+        reply = await super().request(method, params, timeout)
+        if isinstance(reply, Artifact):
+            await asyncio.to_thread(self._import, reply)
+        return reply
+
+    def _import(self, artifact: Artifact) -> None:
+        """``artifact`` read from the host's directory, its hash checked, and written under our root by the same ref;
+        anything wrong is the host's refusal, with the resolver's code."""
+        try:
+            resolved = artifacts.resolve_artifact(self.source, artifact.ref, self.max_bytes)
+            digest, sub, ext = artifacts.parse_ref(artifact.ref)
+        except artifacts.ArtifactError as exc:
+            log.warning("%s artifact refused: %s", self.name, exc.code)
+            raise RemoteError(exc.code, f"the {self.name} host's artifact was refused: {exc}") from None
+        if digest != artifact.sha256:
+            raise RemoteError(Code.ARTIFACT_HASH_MISMATCH, f"the {self.name} host's artifact record names another hash")
+        try:
+            artifacts.write_artifact(self.root, sub, resolved.data, ext)
+        except (OSError, ClankieError):
+            log.exception("cannot copy a %s artifact under the attachment root", self.name)
+            raise RemoteError(Code.ARTIFACT_WRITE_FAILED, "the artifact could not be copied under the attachment root") from None
