@@ -94,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.spec_file is not None:
             specs = load_spec_file(args.spec_file)
         else:
-            specs, missing = default_specs()
+            specs, missing = default_specs(browser=settings.browser_host)
+            if settings.browser_host == "external":
+                log.info("the browser host runs in its own unit; the service dials %s", settings.browser_socket)
             if missing:
                 log.warning("not starting %s: package has no __main__ yet", ", ".join(missing))
         return asyncio.run(_serve(settings, specs, args.stop_budget, stderr))

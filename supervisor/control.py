@@ -40,6 +40,7 @@ from clankie.router import Router
 from clankie.settings import Settings
 from clankie.waits import within
 from supervisor.doctor import run_doctor
+from supervisor.external import external_status
 from supervisor.lifecycle import State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
 from supervisor.peers import outside_the_tree
@@ -216,7 +217,11 @@ class Control:
         tree = self.tree
         day = dt.datetime.fromtimestamp(tree.clock.wall(), dt.UTC).date().isoformat()
         spent = await asyncio.to_thread(spend.of_day, tree.settings.state_dir / "captain", day)
-        return status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
+        reply = status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
+        if tree.settings.browser_host == "external":  # not ours to run; say whether its socket answers
+            browser = await external_status(tree.settings.browser_socket)
+            reply = reply.model_copy(update={"children": (browser, *reply.children)})
+        return reply
 
     async def _control(self, method: str, params: ChildTarget) -> ControlReply:
         tree = self.tree

@@ -1,7 +1,8 @@
 """Child specs are data: what to run, in what order, with which timings.
 
 The default tree is :data:`DEFAULT_CHILDREN`, started in list order and
-stopped in reverse (bridge first). A child whose package has no
+stopped in reverse (bridge first), less the browser when it runs in its own
+unit (``CLANKIE_BROWSER_HOST=external``). A child whose package has no
 ``__main__`` yet is left out of :func:`default_specs` (it lands with its
 issue) and named in the supervisor's start-up log. Tests and the benchmark
 pass their own specs as JSON (``clankie run --spec-file``).
@@ -19,6 +20,7 @@ from typing import Any
 
 from clankie.errors import ConfigError
 from clankie.secrets import VARIABLE
+from clankie.settings_browser import BrowserHostMode
 from supervisor.environment import BRIDGE_PASSTHROUGH, SERVICE_PASSTHROUGH
 from supervisor.lifecycle import Policy
 
@@ -80,10 +82,13 @@ def has_main(module: str) -> bool:
     return False
 
 
-def default_specs() -> tuple[list[ChildSpec], list[str]]:
-    """The default tree, and the names left out because their package is not there yet."""
+def default_specs(*, browser: BrowserHostMode = "child") -> tuple[list[ChildSpec], list[str]]:
+    """The default tree, and the names left out because their package is not there yet. With the browser host
+    ``external`` (its own systemd unit, ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it."""
     specs, missing = [], []
     for name, module in DEFAULT_CHILDREN:
+        if name == "browser" and browser == "external":
+            continue
         if not has_main(module):
             missing.append(name)
             continue
