@@ -27,6 +27,7 @@ from clankie.clock import Clock
 from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
 from clankie.redact import Redactor
 from clankie.settings import Settings
+from clankie.tasks import TaskSet
 from service.agent.agent import AgentConfig
 from service.agent.governor import Governor
 from service.agent.model import Provider
@@ -56,6 +57,8 @@ __all__ = ["SESSION_FAILED", "SHUTDOWN_CODE", "TEARDOWN_GRACE", "Captain", "Capt
 
 log = logging.getLogger(__name__)
 
+BACKGROUND_MAX = 1024  # typing and tool-card sends in flight across the lanes; past it one is skipped (shell._send)
+
 
 @dataclass(frozen=True, kw_only=True)
 class CaptainDeps:
@@ -83,7 +86,7 @@ class Captain:
         self.shutting_down = False
         self.registry = LaneRegistry(deps.settings, deps.clock, self.paths)
         self.redact = Redactor.of(deps.settings)  # the Anthropic key: never in a tool result or a text that leaves
-        self.background: set[asyncio.Task[None]] = set()  # the lanes' fire-and-forget sends, held until done
+        self.background = TaskSet("lane sends", BACKGROUND_MAX)  # the lanes' fire-and-forget sends, held until done
         self._kit = LaneKit(
             settings=deps.settings,
             clock=deps.clock,
@@ -235,8 +238,5 @@ class Captain:
                 lane.owner_task.cancel()  # accepted but not running yet (waiting for history)
             self.registry.drop(lane)
         await self.registry.wait_closed()
-        for task in list(self.background):
-            task.cancel()
-        if self.background:
-            await asyncio.gather(*self.background, return_exceptions=True)
+        await self.background.aclose()
         await self._images.aclose()

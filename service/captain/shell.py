@@ -38,6 +38,7 @@ from clankie.metrics import METER
 from clankie.protocol import Room, ToolActivity, TurnResult, TypingSignal
 from clankie.redact import NOTHING, Redactor
 from clankie.settings import Settings
+from clankie.tasks import TaskSet, TaskSetFull
 from service.agent.agent import Agent, AgentConfig
 from service.agent.content import UnsupportedImage
 from service.agent.events import AgentEvent, ProviderWait, RetryStart, RunEnd, RunStart, TextDelta, ToolEnd, ToolStart, TurnStart
@@ -91,7 +92,7 @@ class LaneKit:
     drop: Callable[[LaneShell], None]  # forget the lane: its next message rebuilds it (the registry's drop)
     joins: Callable[[str, tuple[str, ...]], None] | None  # (run id, delivery ids) before they join that run
     shutting_down: Callable[[], bool]
-    background: set[asyncio.Task[None]]  # fire-and-forget sends (typing, tool cards), held until done
+    background: TaskSet  # fire-and-forget sends (typing, tool cards), held until done
     redact: Redactor  # the Anthropic key never leaves in a reply or a tool card
     config: AgentConfig  # window, compaction budget, session retention
     governor: Governor | None = None  # the service's one provider governor (None: a private one per agent)
@@ -310,10 +311,12 @@ class LaneShell:
             self._send(send_tool(owner.conn, tool_activity(owner.delivery_id, event, self.kit.redact)), "tool")
 
     def _send(self, send: Coroutine[Any, Any, None], name: str) -> None:
-        """A fire-and-forget send, held in the kit's set until done (the captain cancels the rest on close)."""
-        task = asyncio.create_task(send, name=name)
-        self.kit.background.add(task)
-        task.add_done_callback(self.kit.background.discard)
+        """A fire-and-forget send, held in the kit's set until done (the captain cancels the rest on close); with
+        the set full (a body that stopped reading) it is skipped: typing and tool cards only decorate a turn."""
+        try:
+            self.kit.background.spawn(send, name=name)
+        except TaskSetFull:
+            log.debug("lane %s: %s not sent: %d sends already in flight", self.key, name, len(self.kit.background))
 
 
 def tool_activity(delivery_id: str, event: ToolStart | ToolEnd, redact: Redactor = NOTHING) -> ToolActivity:
