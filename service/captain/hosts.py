@@ -94,10 +94,10 @@ class ImportingClient(HostClient):
     async def request(self, method: str, params: Record, timeout: float) -> Record:
         reply = await super().request(method, params, timeout)
         if isinstance(reply, Artifact):
-            await asyncio.to_thread(self._import, reply)
+            await asyncio.to_thread(self.import_artifact, reply)
         return reply
 
-    def _import(self, artifact: Artifact) -> None:
+    def import_artifact(self, artifact: Artifact) -> None:
         """``artifact`` read from the host's directory, its hash checked, and written under our root by the same ref;
         anything wrong is the host's refusal, with the resolver's code."""
         try:

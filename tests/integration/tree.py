@@ -226,7 +226,8 @@ class Tree:
             except (OSError, ChannelBroken):
                 assert loop.time() < end, "the control socket never answered"
                 await asyncio.sleep(0.02)
-        for name in ("browser", "tldraw", "service"):
+        external = self.env.get("CLANKIE_BROWSER_HOST") == "external"  # then not a child of the tree: its own unit
+        for name in ("tldraw", "service") if external else ("browser", "tldraw", "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
         await self.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
                               "bridge", timeout)
