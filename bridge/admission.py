@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from bridge.dedupe import Dedupe, Seen
 from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
 from bridge.fairness import Fairness
+from clankie import allow
 
 __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission is where they are used
 
@@ -240,12 +241,8 @@ class Ingress:
         return len(self.dedupe)
 
     def room_admitted(self, guild_id: str | None, channel_id: str) -> bool:
-        """Steps 3-4 alone: may the bridge act in this guild room at all?"""
-        if guild_id is None:
-            return False
-        if guild_id not in self.policy.guild_ids:
-            return False
-        return not self.policy.channel_ids or channel_id in self.policy.channel_ids
+        """Steps 3-4 alone: may the bridge act in this guild room at all? (:mod:`clankie.allow`)"""
+        return allow.admits(self.policy.guild_ids, self.policy.channel_ids, guild_id, channel_id)
 
     # -------------------------------------------------------------- admission
 
@@ -266,10 +263,9 @@ class Ingress:
             if code:
                 return Drop(code)
         else:
-            if msg.guild_id not in p.guild_ids:
-                return Drop("guild_not_allowlisted")
-            if p.channel_ids and msg.channel_id not in p.channel_ids:
-                return Drop("channel_not_allowlisted")
+            refused = allow.refusal(p.guild_ids, p.channel_ids, msg.guild_id, msg.channel_id)
+            if refused is not None:
+                return Drop(refused)
         self._rooms.expire(now)  # an idle room's engagement is gone before it is looked at
         addressed = self.addressed(msg)
         live_policy = p.reply_policy == "all" or msg.guild_id is None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from clankie import ipc
+from clankie import allow, ipc
 from clankie.artifacts import ArtifactError, resolve_artifact
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import Artifact, DiagramRequest, Room, ScreenshotRequest, TextUpdate, TextUpdateReply
@@ -74,15 +74,13 @@ class TurnCapture:
 
 @dataclass(frozen=True, kw_only=True)
 class Admission:
-    """The rooms a channel write may target (the bridge's admission lists)."""
+    """The rooms a channel write may target: the bridge's admission lists, read by the one rule (:mod:`clankie.allow`)."""
 
     guild_ids: tuple[str, ...]
     channel_ids: tuple[str, ...]
 
     def admits(self, room: Room) -> bool:
-        if room.guild_id is None or room.guild_id not in self.guild_ids:
-            return False
-        return not self.channel_ids or room.channel_id in self.channel_ids
+        return allow.admits(self.guild_ids, self.channel_ids, room.guild_id, room.channel_id)
 
 
 def _error(text: str) -> ToolResult:
