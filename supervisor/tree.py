@@ -37,6 +37,7 @@ from clankie.logs import stderr_is_journal
 from clankie.paths import child_log_dir, make_private_dirs, socket_path
 from clankie.protocol import AbortReply, AbortRun
 from clankie.settings import Settings
+from clankie.tasks import TaskSet
 from supervisor import statusline
 from supervisor.environment import minimal
 from supervisor.forward import StderrQueue
@@ -59,6 +60,9 @@ STOP_BUDGET = 25.0
 
 SPARE_DELAY = 0.5
 """Seconds after a child is ready before its next spare is spawned (its imports then miss the first turns)."""
+
+BACKGROUND_PER_CHILD = 64
+"""Background tasks per child (activations, shutdown notes, spare timers, stall aborts: a handful each at once)."""
 
 
 class Tree:
@@ -118,7 +122,7 @@ class Tree:
             self.children[spec.name] = Child(spec, self, heartbeat_timeout=settings.heartbeat_timeout_seconds, rand=rand)
         self.order = [s.name for s in specs]
         self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = TaskSet("supervisor background", BACKGROUND_PER_CHILD * max(1, len(specs)))
         self.adopted_reaped = 0
         self.watchdog_aborts = 0  # stalled runs sent abort_run (clankie_watchdog_aborts_total)
         self.metrics: MetricsServer | None = None
@@ -246,18 +250,15 @@ class Tree:
         self._move(TreeEvent.DONE)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """Run ``coro`` in the background, keeping a reference until it ends; shutdown cancels it."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
+        """Run ``coro`` in the background, keeping a reference until it ends; shutdown cancels it.
+
+        Raises :class:`~clankie.tasks.TaskSetFull` past :data:`BACKGROUND_PER_CHILD` tasks per child: each of
+        these ends within a stop timeout, so that many at once is a leak, and a loud one.
+        """
+        return self._background.spawn(coro, name=name)
 
     async def _cancel_background(self) -> None:
-        pending = list(self._background)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=1.0)
+        await self._background.aclose(timeout=1.0)
 
     # ------------------------------------------------------------ reaping
 
