@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge.admission import Inbound, Ingress, Policy, Run
 from bridge.dedupe import Dedupe, Seen
 from bridge.journal import Journal
-from clankie.protocol import Author, Room, Trigger, TurnSubmit
+from clankie.protocol import Author, Room, Trigger, TurnOutcome, TurnSubmit
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
 SNOW = 1_300_000_000_000_000_000
@@ -91,7 +91,7 @@ async def bench_bridge(count: int, *, old: bool) -> dict[str, float]:
         assert isinstance(decision, Run)
         trigger = Trigger(message_id=did, author=author, text=TEXT, at=now)
         journal.admit(TurnSubmit(delivery_id=did, room=room, trigger=trigger), inbound.fingerprint, now, catching_up=False)
-        journal.close(did, "settled", now + 2.0, message_ids=(str(int(did) + 1),))
+        journal.close(did, TurnOutcome.SETTLED, now + 2.0, message_ids=(str(int(did) + 1),))
         while journal._compacting is not None:  # a compaction fired: let it finish, as a running bridge would
             await asyncio.sleep(0.001)
     total = held() - base

@@ -37,7 +37,7 @@ from service.captain import deliveries as new_module
 REPO = Path(__file__).resolve().parents[1]
 OLD_REF = "9d47750"
 FP = "f" * 64
-RESULT = TurnResult(outcome="settled", turn_id="turn-1-x", text="word " * 280)
+RESULT = TurnResult.settled("word " * 280, turn_id="turn-1-x")
 
 
 def old_module(ref: str) -> ModuleType:

@@ -98,7 +98,7 @@ async def bridge_alone(base_env: dict[str, str], fake: FakeDiscord, rooms: list[
         assert isinstance(params, TurnSubmit)
         submits.append(time.monotonic())
         results.append(time.monotonic())
-        return TurnResult(outcome="settled", turn_id="t", text="ok")
+        return TurnResult.settled("ok", turn_id="t")
 
     settings_rt = Path(base_env["CLANKIE_RUNTIME_DIR"])
     server = await ipc.serve(paths.socket_path(settings_rt, "service"), "service", handler)

@@ -50,7 +50,7 @@ REQUEST = TurnSubmit.model_validate(
         },
     }
 )
-REPLY = TurnResult(outcome="settled", turn_id="t-1", text="Eight, same lobby as last week. " * 3)
+REPLY = TurnResult.settled("Eight, same lobby as last week. " * 3, turn_id="t-1")
 FRAME = framing.encode(protocol.request(1, "turn.submit", REQUEST.to_wire()))
 KINDS = ("rpc", "raw", "http")
 Call = Callable[[], Awaitable[object]]

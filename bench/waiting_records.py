@@ -61,10 +61,10 @@ async def measure(kind: str, rooms: int, per_room: int, tmp: Path) -> dict[str, 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if kind == "waiting":
             await release.wait()
-            return TurnResult(outcome="settled", turn_id="t", text="done")
+            return TurnResult.settled("done", turn_id="t")
         if "clankie" in sub.trigger.text:
-            return TurnResult(outcome="settled", turn_id="t", text="hi!")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.settled("hi!", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     def held(h: Harness) -> int:
         return len(h.app.bridge.waiting) if kind == "waiting" else h.app.bridge.pending_triggers

@@ -29,9 +29,10 @@ counts toward ``since_reply``. A message that arrives while the room has a
 live run (the caller says so: ``live_run``) is always a Run, which the
 service steers into that run, and does not count: the count moves only with
 outcomes, so a burst gets one answer instead of a live one plus a catch-up
-turn for its tail (ADR 0118). A
-``settled`` or ``absorbed`` result resets it and clears the backlog; a
-``silent`` (declined) or failed result does not, so after ``window``
+turn for its tail (ADR 0118). An
+answered result (:attr:`clankie.protocol.TurnOutcome.answered`: ``settled`` or
+``absorbed``) resets it and clears the backlog; a ``silent`` (declined) or
+failed result does not, so after ``window``
 messages without an answer the room drifts and unaddressed chatter is
 buffered instead of read live. The catch-up timer takes each room's backlog
 whole (:class:`CatchUp`) and the shell builds one turn of it (newest message
@@ -60,6 +61,7 @@ from bridge.dedupe import Dedupe, Seen
 from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
 from bridge.fairness import Fairness
 from clankie import allow
+from clankie.protocol import TurnOutcome
 
 __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission is where they are used
 
@@ -325,12 +327,13 @@ class Ingress:
 
     # -------------------------------------------------------------- results
 
-    def settle(self, channel_id: str, outcome: str, now: float) -> tuple[str, ...]:
-        """Record a turn's outcome for its room at ``now``. Returns the ids an answer took out of the room's backlog:
-        the room was answered meanwhile, so they get no catch-up turn (the shell closes them, ``absorbed``)."""
+    def settle(self, channel_id: str, outcome: TurnOutcome, now: float) -> tuple[str, ...]:
+        """Record a turn's outcome for its room at ``now`` (:attr:`TurnOutcome.answered` or not). Returns the ids an
+        answer took out of the room's backlog: the room was answered meanwhile, so they get no catch-up turn (the
+        shell closes them, ``absorbed``)."""
         self._rooms.expire(now)
         before = self.engagement(channel_id)
-        event = RoomEvent.ANSWERED if outcome in ("settled", "absorbed") else RoomEvent.DECLINED
+        event = RoomEvent.ANSWERED if outcome.answered else RoomEvent.DECLINED
         room = self._rooms.touch(channel_id, now, create=event is RoomEvent.ANSWERED)
         cleared: tuple[str, ...] = ()
         if event is RoomEvent.ANSWERED:

@@ -12,8 +12,9 @@ per event, appended through :class:`clankie.appender.Appender`:
 ``wait``     a message admitted while every turn slot was taken, waiting for one (:mod:`bridge.waiting`);
              like ``buffer``, it carries the message, and its ``admit`` (the turn that joins it, as the
              trigger or as a fold) ends its wait
-``close``    the outcome (``settled``, ``absorbed``, ``silent``, ``failed``, ``expired``) and
-             the ids of the messages posted
+``close``    the outcome (a :class:`clankie.protocol.TurnOutcome` value, or ``expired``) and
+             the ids of the messages posted; a message the turn folded in gets its own line,
+             with :attr:`~clankie.protocol.TurnOutcome.folded` (``expired`` with its turn)
 ``gap``      from ``since`` on, the gateway may have sent messages nobody heard (the process
              started, or a session dropped); ``caught_up`` with ``through`` closes every gap
              that began by then, once history has been read back. A gap a bridge died
@@ -42,11 +43,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from bridge.journal_state import JournalState, admit_line
+from bridge.journal_state import EXPIRED, JournalState, admit_line
 from clankie.appender import Appender, DiskError, sync_dir, sync_pool
 from clankie.jsonl import read_lines, replace_file
 from clankie.paths import ensure_private_dir
-from clankie.protocol import Room, TurnSubmit
+from clankie.protocol import Room, TurnOutcome, TurnSubmit
 from clankie.quiet import Quiet
 
 log = logging.getLogger(__name__)
@@ -125,13 +126,22 @@ class Journal:
                       "room": room.to_wire(), "inbound": inbound, "trigger": trigger})
         self._appender.sync_soon()
 
-    def close(self, did: str, outcome: str, at: float, *, code: str | None = None,
+    def close(self, did: str, outcome: TurnOutcome, at: float, *, code: str | None = None,
               message_ids: tuple[str, ...] = ()) -> None:
-        """Record a delivery's one outcome, and the same for every buffered message it folded in. A line the disk
-        refuses is one log line for the stretch (:class:`clankie.quiet.Quiet`), never an error to the caller."""
+        """Record a delivery's one outcome, and :attr:`~TurnOutcome.folded` for every buffered message it folded in.
+        A line the disk refuses is one log line for the stretch (:class:`clankie.quiet.Quiet`), never an error to the
+        caller."""
+        self._close(did, outcome, outcome.folded, at, code, message_ids)
+
+    def expire(self, did: str, at: float) -> None:
+        """Close a delivery, and every buffered message it folded in, ``expired``: unanswered, past the horizon or out
+        of a full backlog (as :meth:`close` when the disk refuses)."""
+        self._close(did, EXPIRED, EXPIRED, at, None, ())
+
+    def _close(self, did: str, outcome: str, folded: str, at: float, code: str | None,
+               message_ids: tuple[str, ...]) -> None:
         entry = self.state.entries.get(did)
         lines = [_close_line(did, outcome, at, code, message_ids)]
-        folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
         for fold in entry.folds if entry is not None else ():
             lines.append(_close_line(fold, folded, at, None, ()))
         try:  # the outcome stands in memory; only a restart, reading the journal back, would run it again

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.packing import pack, unpack
-from clankie.protocol import Room, TurnSubmit
+from clankie.protocol import Room, TurnOutcome, TurnSubmit
 
-OUTCOMES = frozenset({"settled", "absorbed", "silent", "failed", "expired"})
+EXPIRED = "expired"  # closed unanswered: past the recovery horizon, or out of a full backlog (never a turn's outcome)
+OUTCOMES: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), EXPIRED})
+"""What a ``close`` line may say; any other line is skipped as unreadable."""
+
 
 @dataclass(slots=True)
 class Entry:

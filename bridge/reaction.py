@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 
 from bridge.port import DiscordPort, PostError
+from clankie.protocol import TurnOutcome
 
 log = logging.getLogger(__name__)
 
 
-def wants_reaction(outcome: str, *, unprompted: bool, catching_up: bool, emoji: str) -> bool:
+def wants_reaction(outcome: TurnOutcome, *, unprompted: bool, catching_up: bool, emoji: str) -> bool:
     """Whether a turn's end earns the failure reaction (pure)."""
-    return outcome == "failed" and not unprompted and not catching_up and bool(emoji)
+    return outcome is TurnOutcome.FAILED and not unprompted and not catching_up and bool(emoji)
 
 
 async def react(port: DiscordPort, channel_id: str, message_id: str, emoji: str) -> str | None:

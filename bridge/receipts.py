@@ -19,10 +19,11 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from clankie.appender import Appender, DiskError
 from clankie.paths import ensure_private_dir, receipts_dir
+from clankie.protocol import TurnOutcome
 from clankie.quiet import Quiet
 from clankie.rotation import Rotation
 from clankie.settings import Settings
@@ -33,10 +34,12 @@ FILENAME = "bridge.jsonl"
 ROTATION = Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024)
 _CODE = re.compile(r"[^a-z0-9_]+")
 _ID = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
-OUTCOMES = frozenset(
-    {"dropped", "buffered", "waiting", "deduplicated", "accepted", "settled", "absorbed", "silent", "failed",
-     "reply_failed", "expired", "recovered", "reacted"}
-)
+Step = Literal["dropped", "buffered", "waiting", "deduplicated", "accepted", "reply_failed", "expired", "recovered",
+               "reacted"]
+"""What a receipt says besides a turn's outcome: admission's verdicts and the steps of a delivery."""
+Outcome = TurnOutcome | Step
+"""A receipt's ``outcome``: how a turn ended (its :class:`TurnOutcome`), or one step of a message's way."""
+OUTCOMES: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), *get_args(Step)})
 
 
 def audit_rotation(settings: Settings) -> Rotation:
@@ -66,7 +69,7 @@ class Receipts:
 
     def record(
         self,
-        outcome: str,
+        outcome: Outcome,
         *,
         delivery_id: str,
         channel_id: str,

@@ -102,7 +102,7 @@ def expire(bridge: Bridge, entry: Entry, now: float) -> None:
     bridge.counters.expired += 1
     for did in (entry.delivery_id, *entry.folds):
         bridge.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id, guild_id=entry.room.guild_id)
-    bridge.journal.close(entry.delivery_id, "expired", now)
+    bridge.journal.expire(entry.delivery_id, now)
 
 
 def restore_buffered(bridge: Bridge, entry: Entry) -> None:

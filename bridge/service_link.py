@@ -112,5 +112,5 @@ class ServiceLink:
                 # a full disk is the service's to say (once, in its own line); anything else is worth a warning here
                 level = logging.INFO if exc.code in (Code.SERVICE_DISK_FULL, Code.SERVICE_DISK_ERROR) else logging.WARNING
                 log.log(level, "service refused delivery %s: %s", record.delivery_id, exc.code)
-                return TurnResult(outcome="failed", code=reason_code(exc.code))
+                return TurnResult.failed(reason_code(exc.code))
             return result

@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypedDict, assert_never
+from typing import Any, TypedDict
 
 from bridge.admission import (
     BACKLOG_FULL,
@@ -57,10 +57,7 @@ from clankie.protocol import (
     Code,
     Room,
     Trigger,
-    TurnAbsorbed,
-    TurnFailed,
-    TurnSettled,
-    TurnSilent,
+    TurnOutcome,
     TurnSubmit,
 )
 from clankie.redact import NOTHING, Redactor
@@ -179,13 +176,14 @@ class Bridge:
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=BACKLOG_FULL, delivery_id=message_id, channel_id=room.channel_id,
                                  guild_id=room.guild_id)
-            self.journal.close(message_id, "expired", self.clock.wall())
+            self.journal.expire(message_id, self.clock.wall())
 
     def _answered_meanwhile(self, message_ids: Iterable[str], room: Room) -> None:
         """Close buffered messages an answer in their room took out of its backlog: ``absorbed``, no catch-up turn."""
         for message_id in message_ids:
-            self.receipts.record("absorbed", delivery_id=message_id, channel_id=room.channel_id, guild_id=room.guild_id)
-            self.journal.close(message_id, "absorbed", self.clock.wall())
+            self.receipts.record(TurnOutcome.ABSORBED, delivery_id=message_id, channel_id=room.channel_id,
+                                 guild_id=room.guild_id)
+            self.journal.close(message_id, TurnOutcome.ABSORBED, self.clock.wall())
 
     @property
     def pending_triggers(self) -> int:
@@ -289,17 +287,17 @@ class Bridge:
         except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
             log.error("delivery %s: journal refused it (%s)", did, exc.code)
             self.disk.refused(exc.code)
-            if wants_reaction("failed", unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
+            if wants_reaction(TurnOutcome.FAILED, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
                               emoji=self.failure_reaction):  # asked for: the ⚠️ says so, as for any failed turn
                 self._react_refused(held.room.channel_id, held.trigger_id, self.failure_reaction)
             await self.cards.end(did)
             self.ingress.forget(did)
-            self.receipts.record("failed", reason=exc.code, **self._ids(held))
+            self.receipts.record(TurnOutcome.FAILED, reason=exc.code, **self._ids(held))
         except Exception:  # a bug here must not take other deliveries down
             log.exception("delivery %s failed inside the bridge", did)
             await self.cards.end(did)
             self.ingress.forget(did)
-            self._close(held, "failed", code=Code.BRIDGE_INTERNAL_ERROR)
+            self._close(held, TurnOutcome.FAILED, code=Code.BRIDGE_INTERNAL_ERROR)
         finally:
             held.stop_typing()
             self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
@@ -322,24 +320,19 @@ class Bridge:
         self._answered_meanwhile(self.ingress.settle(room.channel_id, result.outcome, self.clock.wall()), room)
         await self.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = Delivered(())
-        match result.kind:
-            case TurnSettled(text=text, media=media):
-                held.move(Phase.DELIVERING)
-                # a recovered delivery may have been answered just before the crash: look before posting
-                already = await posted_before(self.port, self.clock, self.retry, room.channel_id, held.trigger_id,
-                                              did) if recovered is not None else ()
-                delivered = await deliver_reply(
-                    self.port, self.clock, self.retry,
-                    delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
-                    reply_to=held.trigger_id, text=self.redact(text), media=media,
-                    attachment_root=self.attachment_root,
-                    upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
-                    already=already,
-                )
-            case TurnSilent() | TurnAbsorbed() | TurnFailed():
-                pass  # nothing to post; a failure may get the reaction below
-            case unreachable:
-                assert_never(unreachable)
+        if result.outcome.visible:  # only a settled turn posts; a failure may get the reaction below
+            held.move(Phase.DELIVERING)
+            # a recovered delivery may have been answered just before the crash: look before posting
+            already = await posted_before(self.port, self.clock, self.retry, room.channel_id, held.trigger_id,
+                                          did) if recovered is not None else ()
+            delivered = await deliver_reply(
+                self.port, self.clock, self.retry,
+                delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
+                reply_to=held.trigger_id, text=self.redact(result.text), media=result.media,
+                attachment_root=self.attachment_root,
+                upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
+                already=already,
+            )
         held.stop_typing()
         if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
                           emoji=self.failure_reaction):
@@ -354,15 +347,15 @@ class Bridge:
             self.counters.reply_failures += 1
             self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **self._ids(held))
 
-    def _close(self, held: Held, outcome: str, *, code: str | None = None, turn_id: str | None = None,
+    def _close(self, held: Held, outcome: TurnOutcome, *, code: str | None = None, turn_id: str | None = None,
                message_ids: tuple[str, ...] = ()) -> None:
-        """The delivery's one outcome: its receipt, its folded messages' receipts, and the journal line."""
+        """The delivery's one outcome: its receipt, its folded messages' receipts (:attr:`TurnOutcome.folded`), and
+        the journal lines."""
         if is_disk_code(code):
             self.disk.refused(code)
         self.receipts.record(outcome, reason=code, turn_id=turn_id, message_ids=message_ids, **self._ids(held))
-        folded = "absorbed" if outcome in ("settled", "absorbed") else outcome
         for fold in held.folds:
-            self.receipts.record(folded, reason=code, turn_id=turn_id, **self._ids(held, fold))
+            self.receipts.record(outcome.folded, reason=code, turn_id=turn_id, **self._ids(held, fold))
         self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
 
     # ------------------------------------------------------------ shutdown

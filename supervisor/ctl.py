@@ -47,6 +47,7 @@ from clankie.protocol import (
     LogsRequest,
     Record,
     StatusReply,
+    TurnOutcome,
     TurnResult,
 )
 from clankie.settings import runtime_dir
@@ -183,7 +184,7 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
             print(json.dumps(_dump(res)), file=out)
         else:
             print(format_turn(res), file=out)
-        return EX_FAILED if res.outcome == "failed" else EX_OK
+        return EX_FAILED if res.outcome is TurnOutcome.FAILED else EX_OK
     if cmd == "budget":
         budget = await _call(conn, "budget", args.params, timeout, BudgetReply)
         print(json.dumps(_dump(budget)) if args.json else format_budget(budget), file=out)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal, assert_never
+import enum
+from typing import assert_never
 
 from pydantic import Field, model_validator
 
@@ -54,7 +55,52 @@ class TurnSubmit(Record):
     backlog: tuple[HistoryMessage, ...] = Field(default=(), max_length=50)
 
 
-Outcome = Literal["settled", "silent", "absorbed", "failed"]
+class TurnOutcome(enum.StrEnum):
+    """How a turn ended. The value is the wire string (``TurnResult.outcome``, journal and receipt lines).
+
+    The predicates are the one place that says what each outcome means for the room; code reads them
+    (or ``match``es on the member with ``assert_never``) and never compares outcome strings.
+    """
+
+    SETTLED = "settled"  # the turn answered with a reply of its own
+    SILENT = "silent"  # the captain chose not to answer
+    ABSORBED = "absorbed"  # folded into another turn's answer (a steered message, a catch-up's fold)
+    FAILED = "failed"  # the turn could not be run or finished; ``TurnResult.code`` says why
+
+    @property
+    def answered(self) -> bool:
+        """The room got an answer to this message: ``settled``, or ``absorbed`` into a turn that answered.
+
+        Engagement resets on it (:meth:`bridge.admission.Ingress.settle`), and a message folded into the
+        turn is closed with :attr:`folded`."""
+        match self:
+            case TurnOutcome.SETTLED | TurnOutcome.ABSORBED:
+                return True
+            case TurnOutcome.SILENT | TurnOutcome.FAILED:
+                return False
+            case unreachable:
+                assert_never(unreachable)
+
+    @property
+    def visible(self) -> bool:
+        """The turn posts something in the room itself: only ``settled``, whose reply the bridge delivers.
+
+        ``absorbed`` is answered by another turn's post, ``silent`` posts nothing, and ``failed`` posts
+        nothing either (an addressed failure gets the failure reaction on its trigger,
+        :mod:`bridge.reaction`, which is not a message)."""
+        match self:
+            case TurnOutcome.SETTLED:
+                return True
+            case TurnOutcome.SILENT | TurnOutcome.ABSORBED | TurnOutcome.FAILED:
+                return False
+            case unreachable:
+                assert_never(unreachable)
+
+    @property
+    def folded(self) -> TurnOutcome:
+        """The outcome of a buffered message this turn folded in: ``absorbed`` when the turn answered, else the
+        turn's own (a fold of a silent turn is silent, of a failed one failed)."""
+        return TurnOutcome.ABSORBED if self.answered else self
 
 
 class TurnSettled(Record):
@@ -82,14 +128,16 @@ TurnKind = TurnSettled | TurnSilent | TurnAbsorbed | TurnFailed
 
 
 class TurnResult(Record):
-    """How a turn ended: a tagged union on ``outcome``, flat on the wire.
+    """How a turn ended: a tagged union on ``outcome`` (a :class:`TurnOutcome`), flat on the wire.
 
-    ``text``/``media`` only for ``settled``; ``code`` only (and always) for ``failed``.
-    Consumers branch on :attr:`kind` with ``match`` (one typed record per outcome) and
+    ``text``/``media`` only for ``settled``; ``code`` only (and always) for ``failed``. Producers build one
+    through its kind's constructor (:meth:`settled`, :meth:`silent`, :meth:`absorbed`, :meth:`failed`), which
+    cannot mix the fields up; consumers read :attr:`outcome`'s predicates, or branch with ``match`` on it or
+    on :attr:`kind` (one typed record per outcome, when the branch needs the kind's fields) and
     ``assert_never``, so a fifth outcome fails the type check where it is not handled.
     """
 
-    outcome: Outcome
+    outcome: TurnOutcome
     turn_id: str | None = None
     text: str = ""
     media: tuple[str, ...] = ()
@@ -97,38 +145,43 @@ class TurnResult(Record):
 
     @model_validator(mode="after")
     def _fields_fit_the_outcome(self) -> TurnResult:
-        if (self.outcome == "failed") != (self.code is not None):
+        if (self.outcome is TurnOutcome.FAILED) != (self.code is not None):
             raise ValueError("code is set exactly when the outcome is failed")
-        if self.outcome != "settled" and (self.text or self.media):
+        if self.outcome is not TurnOutcome.SETTLED and (self.text or self.media):
             raise ValueError("only a settled turn carries text or media")
         return self
+
+    @classmethod
+    def settled(cls, text: str, media: tuple[str, ...] = (), *, turn_id: str | None = None) -> TurnResult:
+        """The turn answered with ``text`` and the refs of its ``media``."""
+        return cls(outcome=TurnOutcome.SETTLED, turn_id=turn_id, text=text, media=media)
+
+    @classmethod
+    def silent(cls, *, turn_id: str | None = None) -> TurnResult:
+        """The captain chose not to answer."""
+        return cls(outcome=TurnOutcome.SILENT, turn_id=turn_id)
+
+    @classmethod
+    def absorbed(cls, *, turn_id: str | None = None) -> TurnResult:
+        """The message was folded into another turn's answer."""
+        return cls(outcome=TurnOutcome.ABSORBED, turn_id=turn_id)
+
+    @classmethod
+    def failed(cls, code: str, *, turn_id: str | None = None) -> TurnResult:
+        """The turn failed with a wire ``code`` (``clankie.protocol.Code``)."""
+        return cls(outcome=TurnOutcome.FAILED, turn_id=turn_id, code=code)
 
     @property
     def kind(self) -> TurnKind:
         match self.outcome:
-            case "settled":
+            case TurnOutcome.SETTLED:
                 return TurnSettled(text=self.text, media=self.media)
-            case "silent":
+            case TurnOutcome.SILENT:
                 return TurnSilent()
-            case "absorbed":
+            case TurnOutcome.ABSORBED:
                 return TurnAbsorbed()
-            case "failed":
+            case TurnOutcome.FAILED:
                 return TurnFailed(code=self.code or "")
-            case unreachable:
-                assert_never(unreachable)
-
-    @classmethod
-    def of(cls, kind: TurnKind, turn_id: str | None = None) -> TurnResult:
-        """The wire record for one kind."""
-        match kind:
-            case TurnSettled(text=text, media=media):
-                return cls(outcome="settled", turn_id=turn_id, text=text, media=media)
-            case TurnSilent():
-                return cls(outcome="silent", turn_id=turn_id)
-            case TurnAbsorbed():
-                return cls(outcome="absorbed", turn_id=turn_id)
-            case TurnFailed(code=code):
-                return cls(outcome="failed", turn_id=turn_id, code=code)
             case unreachable:
                 assert_never(unreachable)
 

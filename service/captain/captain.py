@@ -123,7 +123,7 @@ class Captain:
         """Run (or attach) one turn and return how it ended; never raises for model trouble."""
         room, trigger = submit.room, submit.trigger
         if self.shutting_down:
-            return TurnResult(outcome="failed", code=SHUTDOWN_CODE)
+            return TurnResult.failed(SHUTDOWN_CODE)
         try:
             LaneLog(self.paths.lane_log(room), room, self._clock).heard(prompt.heard(trigger))
         except OSError as exc:  # a full disk is a state, not a stack trace: one line, and the turn fails with its code
@@ -131,9 +131,9 @@ class Captain:
             if code is None:
                 raise
             log.error("delivery %s not run: its lane log line was refused (%s: %s)", submit.delivery_id, code, exc.strerror)
-            return TurnResult(outcome="failed", code=code)
+            return TurnResult.failed(code)
         if self._provider is None:
-            return TurnResult(outcome="failed", code=UNCONFIGURED)
+            return TurnResult.failed(UNCONFIGURED)
         # fetched before the lane decision (it awaits), so a steered message carries its pictures too; a
         # catch-up's backlog pictures were said to him now, so they are fetched as well (cold history's are not)
         images = await self._images.fetch_turn(trigger.attachments, submit.backlog)
@@ -143,7 +143,7 @@ class Captain:
         await self.registry.settled(key)
         # -- from here to the decision: no await, so the idle check and the run start are one step
         if self._stopping():  # aclose began while we awaited: open no lane it would not close
-            return TurnResult(outcome="failed", code=SHUTDOWN_CODE)
+            return TurnResult.failed(SHUTDOWN_CODE)
         lane = self.registry.lane(plan, key, room, self._open)
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         turn = NewTurn(delivery=delivery, trigger=trigger, backlog=submit.backlog, future=future, images=images)

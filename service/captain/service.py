@@ -27,13 +27,14 @@ import functools
 import logging
 import uuid
 from dataclasses import dataclass, replace
+from typing import assert_never
 
 from clankie import ipc, journald
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.metrics import METER
-from clankie.protocol import Author, Code, SayRequest, Trigger, TurnResult, TurnSubmit
+from clankie.protocol import Author, Code, SayRequest, Trigger, TurnOutcome, TurnResult, TurnSubmit
 from clankie.router import Router
 from service import telemetry
 from service.captain import dropped, keys
@@ -46,7 +47,6 @@ log = logging.getLogger(__name__)
 
 # the disk refused a delivery's record: the turn is not run, since what it did could not be remembered
 DISK_FULL_CODE, DISK_ERROR_CODE = Code.SERVICE_DISK_FULL, Code.SERVICE_DISK_ERROR
-EVIDENCE_EVENT = {"settled": "settled", "absorbed": "absorbed", "silent": "declined", "failed": "failed"}
 OPERATOR = Author(id="operator", name="operator")
 
 
@@ -135,7 +135,7 @@ class TurnService:
 
     def _poison(self, submit: TurnSubmit, record: Retained, lane: str) -> TurnResult:
         did = submit.delivery_id
-        result = TurnResult(outcome="failed", code=SESSION_FAILED)
+        result = TurnResult.failed(SESSION_FAILED)
         log.warning("delivery %s is a poison message: part of %d runs the service crashed in; failing it and "
                     "dropping it from its room", did, len(record.crashed_runs))
         messages = (submit.trigger.message_id, *(m.id for m in submit.backlog))
@@ -159,7 +159,7 @@ class TurnService:
                     result = await self.captain.submit(submit, delivery)
                 except Exception:
                     log.exception("delivery %s: captain failed", did)
-                    result = TurnResult(outcome="failed", code=SESSION_FAILED)
+                    result = TurnResult.failed(SESSION_FAILED)
                 span.ended(result.outcome, result.code)
             if result.code != SHUTDOWN_CODE:
                 METER.count("clankie_turns_total", result.outcome, result.code or "")
@@ -171,7 +171,7 @@ class TurnService:
                 log.info("delivery %s interrupted by shutdown; left for the restarted service", did)
                 return result
             self._retain(did, result)
-            self.evidence.record(did, EVIDENCE_EVENT[result.outcome], lane=lane, code=result.code, turn_id=result.turn_id)
+            self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=result.code, turn_id=result.turn_id)
             log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "",
                      extra={"code": result.code} if result.code else None)  # CODE= in the journal
             return result
@@ -204,6 +204,17 @@ class TurnService:
             trigger=Trigger(message_id=message_id, author=OPERATOR, text=request.text, at=self._clock.wall()),
         )
         return await self.submit(submit, None)
+
+
+def evidence_event(outcome: TurnOutcome) -> str:
+    """The evidence line a turn's outcome ends with: a silent turn is ``declined`` there, the rest keep their name."""
+    match outcome:
+        case TurnOutcome.SILENT:
+            return "declined"
+        case TurnOutcome.SETTLED | TurnOutcome.ABSORBED | TurnOutcome.FAILED:
+            return outcome.value
+        case unreachable:
+            assert_never(unreachable)
 
 
 def _answer(result: TurnResult) -> TurnResult:

@@ -186,7 +186,7 @@ class LaneShell:
                     self._finish(owner, steerers)
                 case Fail(turn_ids=turn_ids, code=code):
                     for turn_id in turn_ids:
-                        self._resolve(turn_id, TurnResult(outcome="failed", turn_id=turn_id, code=code))
+                        self._resolve(turn_id, TurnResult.failed(code, turn_id=turn_id))
                 case DropLane():
                     self.kit.drop(self)
                 case _:
@@ -245,11 +245,11 @@ class LaneShell:
         if not text:
             missing = FAILURE_CODES[OutcomeKind.RESPONSE_MISSING]
             for turn_id in (owner, *steerers):
-                self._resolve(turn_id, TurnResult(outcome="failed", turn_id=turn_id, code=missing))
+                self._resolve(turn_id, TurnResult.failed(missing, turn_id=turn_id))
             return
         if prompt.is_silent(text):
             for turn_id in (owner, *steerers):
-                self._resolve(turn_id, TurnResult(outcome="silent", turn_id=turn_id))
+                self._resolve(turn_id, TurnResult.silent(turn_id=turn_id))
             return
         media = tuple(self.capture.media[-1:])
         text = self.kit.redact(text)
@@ -257,9 +257,9 @@ class LaneShell:
             self.lane_log.said(text)
         except OSError as exc:  # the answer stands; only its line in the lane log is lost
             log.error("lane %s: reply to turn %s not in the lane log (%s)", self.key, owner, disk_failure(exc) or exc.strerror)
-        self._resolve(owner, TurnResult(outcome="settled", turn_id=owner, text=text, media=media))
+        self._resolve(owner, TurnResult.settled(text, media, turn_id=owner))
         for turn_id in steerers:
-            self._resolve(turn_id, TurnResult(outcome="absorbed", turn_id=turn_id))
+            self._resolve(turn_id, TurnResult.absorbed(turn_id=turn_id))
 
     def _resolve(self, turn_id: str, result: TurnResult) -> None:
         slot = self.slots.pop(turn_id, None)

@@ -27,7 +27,7 @@ Script = Callable[[ipc.Connection, TurnSubmit], Awaitable[TurnResult]]
 
 
 async def settled_echo(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
-    return TurnResult(outcome="settled", turn_id=f"turn-{sub.delivery_id}", text=f"heard you ({len(sub.trigger.text)})")
+    return TurnResult.settled(f"heard you ({len(sub.trigger.text)})", turn_id=f"turn-{sub.delivery_id}")
 
 
 class FakeService:

@@ -16,6 +16,7 @@ from bridge.admission import (
     Run,
     Waiting,
 )
+from clankie.protocol import TurnOutcome
 
 G, C, C2, OTHER_G = "1", "11", "12", "2"
 OWNER, FRIEND, STRANGER = "900", "901", "902"
@@ -147,9 +148,9 @@ def test_at_the_turn_cap_a_buffered_message_is_still_buffered() -> None:
     """Buffering holds no turn, so a drifted room's chatter is buffered at the cap as below it."""
     ing = addressed(window=1)
     assert isinstance(ing.admit(msg("a", text="clankie?"), 0.0), Run)
-    ing.settle(C, "settled", 1.0)
+    ing.settle(C, TurnOutcome.SETTLED, 1.0)
     ing.admit(msg("b", text="chat"), 2.0)
-    ing.settle(C, "silent", 3.0)
+    ing.settle(C, TurnOutcome.SILENT, 3.0)
     assert ing.admit(msg("c", text="more chat"), 4.0, turns=10**6) == Buffered(1)
 
 
@@ -169,10 +170,10 @@ def test_absorbed_keeps_him_in_the_room() -> None:
     """Scenario 2: after a settled turn and two absorbed ones, unaddressed chatter is still read live."""
     ing = addressed()
     assert isinstance(ing.admit(msg("1", text="clankie?"), 0), Run)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     for mid in ("2", "3"):
         assert isinstance(ing.admit(msg(mid, text="more"), 0), Run)
-        ing.settle(C, "absorbed", 0)
+        ing.settle(C, TurnOutcome.ABSORBED, 0)
     assert ing.engagement(C) is Engagement.ENGAGED
     assert isinstance(ing.admit(msg("4", text="and another thing"), 0), Run)
 
@@ -181,10 +182,10 @@ def test_silence_ages_the_room_out() -> None:
     """Scenario 3: two declines after a reply and the next unaddressed message is buffered, not read."""
     ing = addressed()
     ing.admit(msg("1", text="clankie?"), 0)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     for mid in ("2", "3"):
         assert isinstance(ing.admit(msg(mid, text="chatter"), 0), Run)
-        ing.settle(C, "silent", 0)
+        ing.settle(C, TurnOutcome.SILENT, 0)
     assert ing.engagement(C) is Engagement.DRIFTED
     assert ing.admit(msg("4", text="more chatter"), 0) == Buffered(1)
     # a direct address in a drifted room is still answered live
@@ -195,17 +196,17 @@ def test_a_message_during_a_live_run_is_steered_whatever_the_count() -> None:
     """Issue 16: with the room at the edge of drifting, a burst's tail during a live run is a Run and does not count."""
     ing = addressed(window=3)
     ing.admit(msg("1", text="clankie?"), 0)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     for mid in ("2", "3"):
         ing.admit(msg(mid, text="chatter"), 0)
-        ing.settle(C, "silent", 0)
+        ing.settle(C, TurnOutcome.SILENT, 0)
     assert isinstance(ing.admit(msg("4", text="the burst begins"), 0), Run)  # third heard: the room is now at the edge
     assert ing.engagement(C) is Engagement.DRIFTED
     tail = ing.admit(msg("5", text="and its tail"), 0, live_run=True)
     assert isinstance(tail, Run) and tail.unprompted
     assert ing.backlog(C) == 0
-    ing.settle(C, "settled", 0)  # the owner answers; the steered one is absorbed
-    ing.settle(C, "absorbed", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)  # the owner answers; the steered one is absorbed
+    ing.settle(C, TurnOutcome.ABSORBED, 0)
     assert ing.engagement(C) is Engagement.ENGAGED and ing.catch_up() == []
 
 
@@ -214,13 +215,13 @@ def test_engagement_follows_replies_per_room() -> None:
     ing = addressed()
     assert ing.engagement(C) is Engagement.UNTRACKED
     ing.admit(msg("1", text="clankie hi"), 0)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     assert ing.engagement(C) is Engagement.ENGAGED
     assert ing.engagement(C2) is Engagement.UNTRACKED
     ing.admit(msg("2", text="x"), 0)
-    ing.settle(C, "failed", 0)
+    ing.settle(C, TurnOutcome.FAILED, 0)
     ing.admit(msg("3", text="y"), 0)
-    ing.settle(C, "silent", 0)
+    ing.settle(C, TurnOutcome.SILENT, 0)
     assert ing.engagement(C) is Engagement.DRIFTED
 
 
@@ -228,15 +229,15 @@ def test_catch_up_answers_a_backlog_in_one_turn() -> None:
     """Scenario 43: three buffered messages become one catch-up turn on the newest, the rest as context."""
     ing = addressed(window=1)
     ing.admit(msg("1", text="clankie hi"), 0)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     ing.admit(msg("2", text="x"), 0)
-    ing.settle(C, "silent", 0)
+    ing.settle(C, TurnOutcome.SILENT, 0)
     for mid in ("3", "4", "5"):
         assert isinstance(ing.admit(msg(mid, text="chat"), 0), Buffered)
     # the newest (5) triggers it, the rest (3, 4) are its context; tests/bridge/test_waiting.py builds the turn
     assert ing.catch_up() == [CatchUp(C, ("3", "4", "5"))]
     assert ing.catch_up() == []  # backlog cleared even before the turn answers
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     assert ing.engagement(C) is Engagement.ENGAGED
 
 
@@ -244,7 +245,7 @@ def test_backlog_is_bounded() -> None:
     """A drifted room keeps only its newest twenty buffered messages."""
     ing = addressed(window=1)
     ing.admit(msg("0", text="clankie"), 0)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     ing.admit(msg("x", text="x"), 0)
     for i in range(30):
         ing.admit(msg(f"b{i}", text="chat"), 0)
@@ -262,14 +263,14 @@ def test_buffered_messages_that_leave_a_backlog_without_a_catch_up_are_reported_
     """
     ing = addressed(window=1)
     ing.admit(msg("0", text="clankie"), 0)
-    ing.settle(C, "settled", 0)
+    ing.settle(C, TurnOutcome.SETTLED, 0)
     ing.admit(msg("x", text="x"), 0)
-    ing.settle(C, "silent", 0)
+    ing.settle(C, TurnOutcome.SILENT, 0)
     fell_out = [ing.admit(msg(f"b{i}", text="chat"), 0) for i in range(22)]
     assert [d.fell_out for d in fell_out if isinstance(d, Buffered) and d.fell_out] == [("b0",), ("b1",)]
     assert ing.buffered == 20
     ing.admit(msg("y", text="clankie, still there?"), 0)
     # answered live: the twenty buffered ones will get no catch-up turn
-    assert ing.settle(C, "settled", 0) == tuple(f"b{i}" for i in range(2, 22))
-    assert ing.settle(C, "settled", 0) == ()
+    assert ing.settle(C, TurnOutcome.SETTLED, 0) == tuple(f"b{i}" for i in range(2, 22))
+    assert ing.settle(C, TurnOutcome.SETTLED, 0) == ()
     assert ing.backlog(C) == 0 and ing.buffered == 0 and ing.catch_up() == []

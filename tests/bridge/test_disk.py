@@ -73,8 +73,8 @@ def test_a_turn_the_disk_refused_leaves_the_waiting_messages_in_the_journal_unti
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if sub.trigger.text.endswith("first"):
             await release.wait()
-            return TurnResult(outcome="failed", turn_id="t1", code="service_disk_full")
-        return TurnResult(outcome="settled", turn_id=f"t-{sub.delivery_id}", text="answered")
+            return TurnResult.failed("service_disk_full", turn_id="t1")
+        return TurnResult.settled("answered", turn_id=f"t-{sub.delivery_id}")
 
     def ends(h: Harness, did: str) -> list[str]:
         return [o for o in h.outcomes(did) if o in CLOSING]

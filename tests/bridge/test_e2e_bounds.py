@@ -24,7 +24,7 @@ def held_until(release: asyncio.Event) -> Script:
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await release.wait()
-        return TurnResult(outcome="settled", turn_id=f"turn-{sub.delivery_id}", text=f"done {sub.delivery_id}")
+        return TurnResult.settled(f"done {sub.delivery_id}", turn_id=f"turn-{sub.delivery_id}")
 
     return script
 
@@ -129,8 +129,8 @@ def test_buffered_messages_leaving_a_backlog_are_closed_visibly(env: dict[str, s
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if "clankie" in sub.trigger.text:
-            return TurnResult(outcome="settled", turn_id="t", text="hi!")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.settled("hi!", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script, clock=clock, overrides=addressed(declines=1)) as h:

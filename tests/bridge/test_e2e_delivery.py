@@ -24,7 +24,7 @@ MSGS = "POST /channels/{id}/messages"
 
 def reply_with(text: str, media: tuple[str, ...] = ()) -> Callable[[ipc.Connection, TurnSubmit], Awaitable[TurnResult]]:
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
-        return TurnResult(outcome="settled", turn_id="turn-1-" + sub.delivery_id, text=text, media=media)
+        return TurnResult.settled(text, media, turn_id="turn-1-" + sub.delivery_id)
 
     return script
 
@@ -87,10 +87,10 @@ def test_burst_of_three_gets_one_reply_threaded_to_the_first(env: dict[str, str]
         if not first_id:
             first_id.append(sub.delivery_id)
             await all_in.wait()
-            return TurnResult(outcome="settled", turn_id="turn-1", text="one answer for all of that")
+            return TurnResult.settled("one answer for all of that", turn_id="turn-1")
         if len(h.service.submits) == 3:
             all_in.set()
-        return TurnResult(outcome="absorbed", turn_id="turn-1")
+        return TurnResult.absorbed(turn_id="turn-1")
 
     async def main() -> None:
         nonlocal h
@@ -128,8 +128,7 @@ def test_pictures_ride_with_the_words_or_the_words_go_alone_with_a_note(env: dic
     by_text = {f"show {k}": v for k, v in refs.items()}
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
-        return TurnResult(outcome="settled", turn_id="t", text=f"here it is: {sub.trigger.text}",
-                          media=(by_text[sub.trigger.text],))
+        return TurnResult.settled(f"here it is: {sub.trigger.text}", (by_text[sub.trigger.text],), turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script, overrides={"CLANKIE_DISCORD_UPLOAD_LIMIT_BYTES": "4096"}) as h:
@@ -251,7 +250,7 @@ def test_a_slow_picture_read_does_not_hold_up_other_rooms(env: dict[str, str], m
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         media = (ref,) if sub.room.channel_id == CHAN else ()
-        return TurnResult(outcome="settled", turn_id="t", text=f"reply in {sub.room.channel_id}", media=media)
+        return TurnResult.settled(f"reply in {sub.room.channel_id}", media, turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script) as h:

@@ -36,7 +36,7 @@ def test_the_token_is_redacted_in_cards_text_updates_and_replies_cut_across_it(e
         reply = await conn.request("text_update", TextUpdate(delivery_id=sub.delivery_id, text=f"my token: {token}"))
         assert isinstance(reply, TextUpdateReply)
         long = "x" * (CUT - len(token) // 2) + token + " and that is all"  # a cut at 2,000 splits the raw token
-        return TurnResult(outcome="settled", turn_id="t", text=long)
+        return TurnResult.settled(long, turn_id="t")
 
     async def main() -> None:
         nonlocal h

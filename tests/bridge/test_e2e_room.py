@@ -23,13 +23,13 @@ def test_an_addressed_burst_after_two_declines_gets_exactly_one_answer(env: dict
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if "clankie" in sub.trigger.text:
-            return TurnResult(outcome="settled", turn_id="t0", text="hi!")
+            return TurnResult.settled("hi!", turn_id="t0")
         if sub.trigger.text == "so the lobby":
             await tail_decided.wait()  # the owner's run is live while the tail arrives
-            return TurnResult(outcome="settled", turn_id="t1", text="one answer for both")
+            return TurnResult.settled("one answer for both", turn_id="t1")
         if sub.trigger.text == "is at eight":
-            return TurnResult(outcome="absorbed", turn_id="t1")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.absorbed(turn_id="t1")
+        return TurnResult.silent(turn_id="t")
 
     async def main() -> None:
         h: Harness
@@ -56,8 +56,8 @@ def test_an_addressed_burst_after_two_declines_gets_exactly_one_answer(env: dict
 
 async def failing(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
     if sub.trigger.text == "say something":
-        return TurnResult(outcome="settled", turn_id="t0", text="something")
-    return TurnResult(outcome="failed", turn_id="t1", code="captain_model_failed")
+        return TurnResult.settled("something", turn_id="t0")
+    return TurnResult.failed("captain_model_failed", turn_id="t1")
 
 
 def test_an_addressed_failure_gets_one_reaction_and_an_unaddressed_one_stays_quiet(env: dict[str, str]) -> None:
@@ -107,9 +107,9 @@ def tool(sub: TurnSubmit, call_id: str, name: str, host: str | None = None, *, a
 @pytest.mark.parametrize(
     ("ending", "posted"),
     [
-        (TurnResult(outcome="settled", turn_id="t", text="here it is"), ["here it is"]),
-        (TurnResult(outcome="silent", turn_id="t"), []),
-        (TurnResult(outcome="failed", turn_id="t", code="captain_model_failed"), []),
+        (TurnResult.settled("here it is", turn_id="t"), ["here it is"]),
+        (TurnResult.silent(turn_id="t"), []),
+        (TurnResult.failed("captain_model_failed", turn_id="t"), []),
     ],
 )
 def test_a_slow_tool_turn_shows_the_card_edits_it_and_removes_it_at_the_end(
@@ -163,7 +163,7 @@ def test_an_unsolicited_tool_turn_gets_no_card_and_no_typing(env: dict[str, str]
         await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=1))
         assert CARD_DELAY_S not in clock.slept[armed[0]:] and not h.app.bridge.cards.live
         clock.advance(10 * CARD_DELAY_S)
-        return TurnResult(outcome="settled", turn_id="t", text="neat link")
+        return TurnResult.settled("neat link", turn_id="t")
 
     async def main() -> None:
         nonlocal h
@@ -186,7 +186,7 @@ def test_the_card_setting_turns_cards_off(env: dict[str, str]) -> None:
         await conn.notify("tool", tool(sub, "c1", "draw_sequence_diagram"))
         await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=1))
         assert CARD_DELAY_S not in clock.slept[armed:] and not h.app.bridge.cards.live
-        return TurnResult(outcome="settled", turn_id="t", text="drawn")
+        return TurnResult.settled("drawn", turn_id="t")
 
     async def main() -> None:
         nonlocal h

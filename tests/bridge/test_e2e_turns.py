@@ -39,13 +39,13 @@ def test_typing_lights_a_spoken_turn_until_it_settles(env: dict[str, str]) -> No
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if sub.trigger.text == "thanks":
-            return TurnResult(outcome="silent", turn_id="t2")
+            return TurnResult.silent(turn_id="t2")
         await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
         await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))  # a second signal adds no loop
         await h.until(lambda: h.fake.typing_in(CHAN) >= 1 and clock.sleepers >= 1)
         clock.advance(8.0)  # one refresh while still composing
         await h.until(lambda: h.fake.typing_in(CHAN) >= 2)
-        return TurnResult(outcome="settled", turn_id="t", text="sure")
+        return TurnResult.settled("sure", turn_id="t")
 
     async def main() -> None:
         nonlocal h
@@ -67,7 +67,7 @@ def test_silent_turn_never_types_and_posts_nothing(env: dict[str, str]) -> None:
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await conn.notify("typing", TypingSignal(delivery_id="123456"))  # not a delivery the bridge holds
-        return TurnResult(outcome="silent", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script) as h:
@@ -86,7 +86,7 @@ def test_typing_works_in_a_dm(env: dict[str, str]) -> None:
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
         await h.until(lambda: h.fake.typing_in(sub.room.channel_id) >= 1)
-        return TurnResult(outcome="settled", turn_id="t", text="sure thing")
+        return TurnResult.settled("sure thing", turn_id="t")
 
     async def main() -> None:
         nonlocal h
@@ -116,7 +116,7 @@ def test_text_update_and_history_are_served_on_the_same_connection(env: dict[str
             await conn.request("text_update", TextUpdate(delivery_id="999", text="not mine"))
         except RemoteError as exc:
             seen["unheld"] = exc.code
-        return TurnResult(outcome="settled", turn_id="t", text="found it")
+        return TurnResult.settled("found it", turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script, overrides={"CLANKIE_DISCORD_REPLY_POLICY": "all"}) as h:
@@ -147,7 +147,7 @@ def test_text_update_is_refused_in_a_dm(env: dict[str, str]) -> None:
             await conn.request("text_update", TextUpdate(delivery_id=sub.delivery_id, text="one sec"))
         except RemoteError as exc:
             codes.append(exc.code)
-        return TurnResult(outcome="settled", turn_id="t", text="ok")
+        return TurnResult.settled("ok", turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script) as h:
@@ -193,7 +193,7 @@ def test_duplicate_delivery_gets_one_turn_and_one_reply(env: dict[str, str]) -> 
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await release.wait()
-        return TurnResult(outcome="settled", turn_id="t", text="once")
+        return TurnResult.settled("once", turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script) as h:
@@ -223,8 +223,8 @@ def test_declined_room_ages_out_and_buffered_room_is_caught_up_in_one_turn(env: 
             if sub.backlog:
                 await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
                 typing_refused.append(sub.delivery_id)
-            return TurnResult(outcome="settled", turn_id="t", text="caught up" if sub.backlog else "hi!")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.settled("caught up" if sub.backlog else "hi!", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     overrides = addressed(declines=2)
 
@@ -281,7 +281,7 @@ def test_typing_stops_at_the_first_failed_post_and_the_turn_still_settles(env: d
         held = h.app.bridge.held[sub.delivery_id]
         await h.until(lambda: held.typing is not None and held.typing.done())  # the loop ended by itself
         clock.advance(30.0)
-        return TurnResult(outcome="settled", turn_id="t", text="done anyway")
+        return TurnResult.settled("done anyway", turn_id="t")
 
     async def main() -> None:
         nonlocal h
@@ -353,7 +353,7 @@ def test_replies_in_two_rooms_go_to_their_own_triggers_when_the_second_settles_f
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if sub.room.channel_id == CHAN:
             await first_may_finish.wait()
-        return TurnResult(outcome="settled", turn_id="t-" + sub.delivery_id, text=f"answer for {sub.room.channel_id}")
+        return TurnResult.settled(f"answer for {sub.room.channel_id}", turn_id="t-" + sub.delivery_id)
 
     async def main() -> None:
         async with running(env, script=script) as h:
@@ -384,8 +384,8 @@ def test_a_buffered_image_without_words_reaches_the_catch_up_turn(env: dict[str,
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if "clankie" in sub.trigger.text or sub.backlog or sub.trigger.attachments:
-            return TurnResult(outcome="settled", turn_id="t", text="nice picture")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.settled("nice picture", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     overrides = addressed(declines=1)
 
@@ -418,8 +418,8 @@ def test_a_buffered_image_that_is_not_the_newest_keeps_its_picture_in_the_backlo
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if "clankie" in sub.trigger.text or sub.backlog:
-            return TurnResult(outcome="settled", turn_id="t", text="nice chart")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.settled("nice chart", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     overrides = addressed(declines=1)
 
@@ -456,7 +456,7 @@ def test_history_replies_carry_each_messages_images(env: dict[str, str]) -> None
         hist = await conn.request("history", HistoryRequest(delivery_id=sub.delivery_id, room=sub.room, limit=5))
         assert isinstance(hist, HistoryReply)
         seen["history"] = [(m.text, [a.filename for a in m.attachments]) for m in hist.messages]
-        return TurnResult(outcome="settled", turn_id="t", text="ok")
+        return TurnResult.settled("ok", turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script, overrides={"CLANKIE_DISCORD_REPLY_POLICY": "all"}) as h:

@@ -7,6 +7,7 @@ import asyncio
 from bridge.admission import Buffered, Drop, Engagement, Inbound, Ingress, Policy, Run
 from bridge.app import BridgeApp
 from bridge.engagement import Rooms
+from clankie.protocol import TurnOutcome
 from clankie.settings import load
 from clankie.testing.clock import FakeClock
 
@@ -24,7 +25,7 @@ def ingress(*, idle: float = 3600.0, rooms: int = 10_000, window: int = 3) -> In
 
 def answered(ing: Ingress, channel: str, now: float) -> None:
     assert isinstance(ing.admit(msg(f"{channel}-hi-{now}", channel, "clankie?"), now), Run)
-    ing.settle(channel, "settled", now)
+    ing.settle(channel, TurnOutcome.SETTLED, now)
 
 
 def test_within_the_bounds_every_room_stays_engaged_far_past_the_old_cap_of_64() -> None:
@@ -71,7 +72,7 @@ def test_a_room_with_buffered_messages_is_never_forgotten_before_its_catch_up_tu
     ing = ingress(idle=100.0, rooms=1, window=1)
     answered(ing, "A", 0.0)
     assert isinstance(ing.admit(msg("a1", "A"), 1.0), Run)
-    ing.settle("A", "silent", 1.0)
+    ing.settle("A", TurnOutcome.SILENT, 1.0)
     assert ing.admit(msg("a2", "A"), 2.0) == Buffered(1)
     answered(ing, "B", 500.0)  # past both bounds, but A holds a backlog: it stays
     assert ing.backlog("A") == 1 and ing.engaged_rooms == 2

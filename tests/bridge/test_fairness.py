@@ -87,7 +87,7 @@ def test_a_spammer_is_slowed_with_one_hourglass_while_another_person_is_answered
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if sub.trigger.text == "hold":
             await release.wait()
-        return TurnResult(outcome="settled", turn_id=f"turn-{sub.delivery_id}", text="ok")
+        return TurnResult.settled("ok", turn_id=f"turn-{sub.delivery_id}")
 
     async def main() -> None:
         overrides = {"CLANKIE_USER_TURNS_PER_MINUTE": "6", "CLANKIE_ROOM_TURNS_PER_MINUTE": "100"}

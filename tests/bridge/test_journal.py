@@ -14,7 +14,7 @@ from bridge.journal import COMPACT_MIN_LINES, Journal
 from bridge.journal_state import JournalState
 from clankie.appender import DiskError
 from clankie.jsonl import read_lines
-from clankie.protocol import Author, Room, Trigger, TurnSubmit
+from clankie.protocol import Author, Room, Trigger, TurnOutcome, TurnSubmit
 from tests.disk import writes_refused_past
 
 ROOM = Room(guild_id="100", channel_id="101", name="general")
@@ -94,8 +94,8 @@ def test_compaction_forgets_only_closed_deliveries_past_the_retention(tmp_path: 
         j.admit(submit("1"), "fp1", 10.0, catching_up=False)
         j.admit(submit("2"), "fp2", 20.0, catching_up=False)
         j.admit(submit("3"), "fp3", 150.0, catching_up=False)
-        j.close("1", "settled", 11.0, message_ids=("900",))
-        j.close("3", "silent", 151.0)
+        j.close("1", TurnOutcome.SETTLED, 11.0, message_ids=("900",))
+        j.close("3", TurnOutcome.SILENT, 151.0)
         left = await j.compact(now=160.0)  # "1" closed and admitted before 60: forgotten
         assert left == 2
         j.aclose()
@@ -136,7 +136,7 @@ def test_a_crash_mid_line_costs_only_that_line(tmp_path: Path) -> None:
             fh.write(b'{"v":1,"op":"admit","id":"2","at":2.0,"fp":"f')
         again = Journal(tmp_path, retention=100.0)
         assert [e.delivery_id for e in again.state.open_entries()] == ["1"]
-        again.close("1", "settled", 3.0)
+        again.close("1", TurnOutcome.SETTLED, 3.0)
         again.aclose()
         assert [line["op"] for line in read_lines(j.path)] == ["admit", "close"]
 
@@ -153,7 +153,7 @@ def test_a_long_run_compacts_as_it_goes_so_entries_past_the_retention_leave_memo
         for i in range(1, 20_001):  # one delivery a second for 20,000 s: 200 times the retention
             did = str(i)
             j.admit(submit(did), f"fp{did}", float(i), catching_up=False)
-            j.close(did, "settled", float(i))
+            j.close(did, TurnOutcome.SETTLED, float(i))
             if j._compacting is not None:
                 await j._compacting
             most = max(most, len(j.state.entries))
@@ -193,12 +193,12 @@ def test_compaction_saves_the_dedupe_memory_first_and_a_refused_save_keeps_every
     async def main() -> None:
         j = Journal(tmp_path, retention=100.0, remembered=Saved(b"ids"))
         j.admit(submit("1"), "fp1", 10.0, catching_up=False)
-        j.close("1", "settled", 11.0)
+        j.close("1", TurnOutcome.SETTLED, 11.0)
         assert j.read_seen() is None
         assert await j.compact(now=200.0) == 0
         assert j.read_seen() == b"ids" and stat.S_IMODE(os.stat(j.seen_path).st_mode) == 0o600
         j.admit(submit("2"), "fp2", 210.0, catching_up=False)
-        j.close("2", "settled", 211.0)
+        j.close("2", TurnOutcome.SETTLED, 211.0)
         with writes_refused_past(len(b"ids")):
             j.remembered = Saved(b"more ids")
             with pytest.raises(DiskError):

@@ -10,6 +10,7 @@ import pytest
 
 from bridge.receipts import Receipts, audit_rotation, code
 from clankie.jsonl import read_lines as read
+from clankie.protocol import TurnOutcome
 from clankie.rotation import Rotation, read_all, segments
 from clankie.settings import load
 
@@ -17,9 +18,9 @@ from clankie.settings import load
 def test_receipt_lines_carry_ids_and_codes_only(state_dir: Path) -> None:
     """A receipt names ids, the outcome and a code; odd reasons are normalised, never passed through."""
     r = Receipts(state_dir, wall=lambda: 12.0)
-    r.record("failed", delivery_id="42", channel_id="7", guild_id="1", reason="Clankie API 502: {secret body}",
+    r.record(TurnOutcome.FAILED, delivery_id="42", channel_id="7", guild_id="1", reason="Clankie API 502: {secret body}",
              turn_id="turn-1-42")
-    r.record("settled", delivery_id="43", channel_id="7", message_ids=("99", "100"))
+    r.record(TurnOutcome.SETTLED, delivery_id="43", channel_id="7", message_ids=("99", "100"))
     lines = read(r.path)
     assert lines[0] == {"v": 1, "at": 12.0, "outcome": "failed", "delivery_id": "42", "guild_id": "1",
                         "channel_id": "7", "reason": "clankie_api_502_secret_body", "turn_id": "turn-1-42"}
@@ -51,15 +52,15 @@ def test_torn_last_line_is_skipped_and_appends_continue(state_dir: Path) -> None
     with open(r.path, "a") as fh:
         fh.write('{"v": 1, "outcome": "sett')
     r2 = Receipts(state_dir)
-    r2.record("silent", delivery_id="3", channel_id="2")
-    r2.record("silent", delivery_id="4", channel_id="2")
+    r2.record(TurnOutcome.SILENT, delivery_id="3", channel_id="2")
+    r2.record(TurnOutcome.SILENT, delivery_id="4", channel_id="2")
     assert [x["delivery_id"] for x in read(r2.path)] == ["1", "3", "4"]
 
 
 def test_unknown_outcome_is_a_bug(state_dir: Path) -> None:
     """Recording an outcome outside the vocabulary is refused; reasons always become codes."""
     with pytest.raises(ValueError):
-        Receipts(state_dir).record("posted_text", delivery_id="1", channel_id="2")
+        Receipts(state_dir).record("posted_text", delivery_id="1", channel_id="2")  # type: ignore[arg-type]  # an untyped caller
     assert code("") == "unknown"
     assert code("Delivery ID Conflict!") == "delivery_id_conflict"
 
@@ -69,7 +70,7 @@ def test_receipts_rotate_by_size_under_a_total_cap_and_lose_no_line_between(stat
     rotation = Rotation(rotate_bytes=4096, keep_bytes=16_384)
     r = Receipts(state_dir, wall=lambda: 12.0, rotation=rotation)
     for n in range(1000):
-        r.record("settled", delivery_id=str(n), channel_id="7")
+        r.record(TurnOutcome.SETTLED, delivery_id=str(n), channel_id="7")
         total = sum(p.stat().st_size for p in r.path.parent.iterdir())
         assert total <= rotation.keep_bytes + 200
     r.close()

@@ -92,7 +92,7 @@ def test_an_open_delivery_past_the_horizon_is_expired_not_answered_late(env: dic
 
     async def never(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await hang.wait()
-        return TurnResult(outcome="silent", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     async def main() -> None:
         discord = fake()
@@ -117,7 +117,7 @@ def test_an_open_delivery_inside_the_horizon_is_resubmitted_by_its_id(env: dict[
 
     async def never(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await hang.wait()
-        return TurnResult(outcome="silent", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     async def main() -> None:
         discord = fake()

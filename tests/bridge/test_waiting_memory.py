@@ -73,8 +73,8 @@ def test_a_buffered_message_costs_the_bridge_under_two_kilobytes(env: dict[str, 
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         if "clankie" in sub.trigger.text:
-            return TurnResult(outcome="settled", turn_id="t", text="hi!")
-        return TurnResult(outcome="silent", turn_id="t")
+            return TurnResult.settled("hi!", turn_id="t")
+        return TurnResult.silent(turn_id="t")
 
     async def main() -> None:
         async with running(env, script=script, clock=FakeClock(), overrides=addressed(declines=1), fake=fake) as h:

@@ -36,12 +36,12 @@ async def echo_service(conn: ipc.Connection, method: str, params: protocol.Recor
     if params.trigger.text == "ask-back":
         reply = await conn.request("history", HistoryRequest(delivery_id=params.delivery_id, room=ROOM))
         assert isinstance(reply, HistoryReply)
-        return TurnResult(outcome="settled", text=f"{len(reply.messages)} messages")
+        return TurnResult.settled(f"{len(reply.messages)} messages")
     if params.trigger.text == "forever":
         for parked in WAITING:
             parked.set()
         await asyncio.Event().wait()
-    return TurnResult(outcome="settled", turn_id=params.delivery_id, text=params.trigger.text)
+    return TurnResult.settled(params.trigger.text, turn_id=params.delivery_id)
 
 
 def run(coro_fn: Callable[[Path], Awaitable[Any]], runtime_dir: Path) -> Any:
@@ -141,7 +141,7 @@ def test_handlers_run_in_their_own_task(runtime_dir: Path) -> None:
     async def handler(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
         assert asyncio.current_task() is not None
         async with asyncio.timeout(5):
-            return TurnResult(outcome="silent")
+            return TurnResult.silent()
 
     async def main(path: Path) -> None:
         async with ipc.Server(path, "service", handler):
@@ -233,7 +233,7 @@ def test_a_client_that_never_reads_is_dropped_and_others_keep_working(runtime_di
     """A peer that stops reading costs its own connection, never the server."""
 
     async def big(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
-        return TurnResult(outcome="settled", text="x" * 7000)
+        return TurnResult.settled("x" * 7000)
 
     async def main(path: Path) -> None:
         server = ipc.Server(path, "service", big, max_output=64 * 1024)
@@ -410,7 +410,7 @@ def test_a_reply_too_big_for_a_frame_is_answered_with_an_error(runtime_dir: Path
     async def handler(conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
         assert isinstance(params, TurnSubmit)
         size = 10_000 if params.trigger.text == "huge" else 1
-        return TurnResult(outcome="settled", text="x" * size)
+        return TurnResult.settled("x" * size)
 
     async def main(path: Path) -> None:
         async with ipc.Server(path, "service", handler, max_frame=4096):

@@ -33,7 +33,7 @@ class LiveServer:
 
     async def _handler(self, conn: ipc.Connection, method: str, params: protocol.Record) -> protocol.Record | None:
         assert isinstance(params, TurnSubmit)
-        return TurnResult(outcome="settled", text=params.trigger.text)
+        return TurnResult.settled(params.trigger.text)
 
     def __enter__(self) -> LiveServer:
         self._thread.start()

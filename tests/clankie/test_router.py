@@ -83,7 +83,7 @@ def test_handlers_get_the_typed_record_and_requests_come_back_typed(tmp_path: Pa
         seen.append(req)
         reply = await conn.request("text_update", TextUpdate(delivery_id=req.delivery_id, text="hi"),
                                    expect=TextUpdateReply)
-        return TurnResult(outcome="settled", text=reply.message_id or "")
+        return TurnResult.settled(reply.message_id or "")
 
     async def main() -> None:
         path = tmp_path / "s.sock"
@@ -166,7 +166,8 @@ def describe(result: TurnResult) -> str:
 def test_turn_result_is_a_tagged_union_of_four_kinds() -> None:
     kinds: list[TurnKind] = [TurnSettled(text="hi", media=("a.png",)), TurnSilent(), TurnAbsorbed(),
                              TurnFailed(code=Code.CAPTAIN_MODEL_FAILED)]
-    results = [TurnResult.of(kind, turn_id="t1") for kind in kinds]
+    results = [TurnResult.settled("hi", ("a.png",), turn_id="t1"), TurnResult.silent(turn_id="t1"),
+               TurnResult.absorbed(turn_id="t1"), TurnResult.failed(Code.CAPTAIN_MODEL_FAILED, turn_id="t1")]
     assert [describe(r) for r in results] == ["settled hi 1", "silent", "absorbed", "failed captain_model_failed"]
     assert [r.kind for r in results] == kinds
     # flat on the wire, as before: the failed code is the plain string

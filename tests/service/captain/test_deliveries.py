@@ -25,8 +25,8 @@ from tests.disk import writes_refused_past
 
 FP = "f" * 64
 TREE = "tree-1"  # the supervised tree every process of these tests belongs to, unless one says otherwise
-SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="hi")
-FAILED = TurnResult(outcome="failed", code="captain_session_failed")
+SETTLED = TurnResult.settled("hi", turn_id="turn-1-d1")
+FAILED = TurnResult.failed("captain_session_failed")
 
 
 def record(*, run: str | None = None, crashed: tuple[str, ...] = (), result: TurnResult | None = None,

@@ -19,7 +19,7 @@ from tests.disk import writes_refused_past
 
 FP = "f" * 64
 TREE = "tree-1"  # every store here is a process of one supervised tree
-SETTLED = TurnResult(outcome="settled", turn_id="turn-1-d1", text="eight o'clock, same lobby")
+SETTLED = TurnResult.settled("eight o'clock, same lobby", turn_id="turn-1-d1")
 
 
 @pytest.fixture
