@@ -36,13 +36,14 @@ import os
 import pwd
 import socket
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from clankie import artifacts
 from clankie.errors import ConfigError, RemoteError
 from clankie.handover import LISTEN_FDS_ENV, inherited_listener
+from clankie.paths import process_environment
 from clankie.peers import Refusal
 from clankie.protocol import Artifact, Code
 from clankie.settings import Settings
@@ -103,8 +104,10 @@ def systemd_listener(environ: Mapping[str, str], pid: int | None = None) -> sock
     if sock is None:
         raise ConfigError("systemd handed over fd 3, but it is not a listening Unix stream socket "
                           "(clankie-browser.socket needs ListenStream= with a path)")
-    for name in SD_VARIABLES:
-        os.environ.pop(name, None)
+    env = process_environment()
+    if isinstance(env, MutableMapping):
+        for name in SD_VARIABLES:
+            env.pop(name, None)
     return sock
 
 
