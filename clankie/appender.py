@@ -19,6 +19,12 @@ With a :class:`~clankie.rotation.Rotation` the file is rotated by size
 ``rotate_bytes``, under the lock every append takes. The rotated file's
 descriptor is kept until the next sync round has synced it, so
 :meth:`Appender.durable` still covers the lines written before the rotation.
+
+:func:`append_once` is the unheld form, for files too many to hold open: each
+call opens, appends whole lines the same way, rotates the same way and closes;
+its sync, when asked for, goes to the same threads (:mod:`clankie.disksync`).
+Every append-only file in the tree is written by one of the two, except the
+children's output logs (:mod:`supervisor.output`), which are bytes, not lines.
 """
 
 from __future__ import annotations
@@ -30,36 +36,38 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from clankie.disksync import (
+    SYNC_THREADS,
+    sync_and_close_later,
+    sync_dir,
+    sync_dir_later,
+    sync_fd_later,
+    sync_path_later,
+    sync_pool,
+)
 from clankie.errors import ClankieError
-from clankie.jsonl import encode_line, write_all
+from clankie.jsonl import append_all, encode_line, write_all
 from clankie.rotation import Rotation, rotate
+
+__all__ = [  # the sync helpers live in clankie.disksync; older importers still find them here
+    "SYNC_THREADS",
+    "Appender",
+    "DiskError",
+    "append_once",
+    "sync_dir",
+    "sync_dir_later",
+    "sync_fd_later",
+    "sync_path_later",
+    "sync_pool",
+]
 
 log = logging.getLogger(__name__)
 
 Sync = Callable[[int], None]
-SYNC_THREADS = 2
-
-_pool: ThreadPoolExecutor | None = None
-
-
-def sync_pool() -> ThreadPoolExecutor:
-    """The process's sync threads, shared by every appender (created on first use, anew after a fork)."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=SYNC_THREADS, thread_name_prefix="clankie-sync")
-    return _pool
-
-
-def _forget_pool() -> None:
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
+_ONCE = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class DiskError(ClankieError):
@@ -75,6 +83,48 @@ def _open(path: Path) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     os.fchmod(fd, 0o600)
     return fd
+
+
+_rotating = threading.Lock()  # an unheld line of a rotated file and the rotation after it, one at a time
+
+
+def append_once(path: Path, data: bytes, *, create: bool = True, rotation: Rotation | None = None,
+                sync: bool = False) -> None:
+    """Append ``data`` (whole lines) to ``path`` through a descriptor opened for this write alone; raises ``OSError``.
+
+    The unheld form of :class:`Appender`, for files too many or too short-lived
+    to hold open (a lane log per room, a session tree per lane, a ledger per
+    day): open descriptors never grow with them. The file is created at 0600
+    when missing (unless ``create`` is false: then a missing file raises), no
+    symlink is followed, and a write that fails part-way is cut back, so it
+    leaves no torn line. With ``rotation`` the file is rotated right after the
+    line that reached ``rotation.rotate_bytes``. With ``sync`` its fsync (and
+    a rotated segment's and the directory's) is handed to the sync threads,
+    merged per path, holding no descriptor while it waits
+    (:func:`clankie.disksync.sync_path_later`).
+    """
+    segment = None
+    if rotation is None:
+        _write_once(path, data, create)
+    else:
+        with _rotating:
+            if _write_once(path, data, create) >= rotation.rotate_bytes:
+                segment = rotate(path, rotation)
+    if not sync:
+        return
+    sync_path_later(path if segment is None else segment)
+    if segment is not None:
+        sync_dir_later(path.parent)
+
+
+def _write_once(path: Path, data: bytes, create: bool) -> int:
+    """One whole write through a descriptor of its own; returns the file's size after it."""
+    fd = os.open(path, _ONCE | os.O_CREAT if create else _ONCE, 0o600)
+    try:
+        append_all(fd, data)
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 class Appender:
@@ -258,7 +308,7 @@ class Appender:
         """Close the file; its last lines reach the disk on the sync threads, not on the caller's."""
         if self._fd >= 0:
             for fd in self._retired:
-                sync_pool().submit(_sync_and_close, fd)
+                sync_and_close_later(fd)
             self._retired = []
             sync_fd_later(self._fd)
             os.close(self._fd)
@@ -299,81 +349,6 @@ def _read_from(path: Path, offset: int) -> bytes:
         return fh.read()
 
 
-def sync_dir(directory: Path) -> None:
-    """Make renames and new names in ``directory`` durable now (on the caller's thread)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _log_failure(future: asyncio.Future[None]) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.error("background sync failed: %s", future.exception())
-
-
-
-def sync_fd_later(fd: int) -> None:
-    """fsync what was written through ``fd`` soon, on the sync threads; the caller may close ``fd`` at once.
-
-    For files written whole on the event loop (a record replaced by rename, a
-    lane log line, a session tree at a turn boundary): a crash of this process
-    cannot lose what reached the kernel, and the disk catches up without the
-    loop ever waiting on it. Errors are logged, not raised.
-    """
-    sync_pool().submit(_sync_and_close, os.dup(fd))
-
-
-def sync_dir_later(directory: Path) -> None:
-    """Make renames and new names in ``directory`` durable soon (see :func:`sync_fd_later`)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        sync_fd_later(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_and_close(fd: int) -> None:
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        log.error("background sync failed: %s", exc.strerror)
-    finally:
-        os.close(fd)
-
-
-_pending_paths: set[Path] = set()
-_pending_lock = threading.Lock()
-
-
-def sync_path_later(path: Path) -> None:
-    """fsync the file at ``path`` soon, on the sync threads, holding no descriptor until then.
-
-    For files written by open-write-close (one lane log per room): requests
-    for a path already waiting are merged, and the file is opened only while
-    its sync runs, so a backlog of syncs never holds descriptors open, however
-    many lines or rooms there are. fsync flushes the file whichever descriptor
-    wrote it. A file gone by then (rotated away, removed) needs nothing.
-    """
-    with _pending_lock:
-        if path in _pending_paths:
-            return
-        _pending_paths.add(path)
-    sync_pool().submit(_sync_path, path)
-
-
-def _sync_path(path: Path) -> None:
-    with _pending_lock:
-        _pending_paths.discard(path)  # a line written from now on asks for a sync of its own
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        log.error("background sync of %s failed: %s", path.name, exc.strerror)
-        return
-    _sync_and_close(fd)
-
-
-os.register_at_fork(after_in_child=_pending_paths.clear)

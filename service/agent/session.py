@@ -23,9 +23,9 @@ either the old file current or the new one complete. Old files are pruned by
 :mod:`service.agent.retention`.
 
 **Writing.** The file is not held open: each line is one open–append–close on
-``O_APPEND`` (a short write is continued, a failed one is cut back and raises
-``OSError``); :meth:`sync` hands an fsync to the sync threads
-(:mod:`clankie.appender`) at turn boundaries. Open descriptors therefore do
+``O_APPEND`` (:func:`clankie.appender.append_once`: a short write is continued,
+a failed one is cut back and raises ``OSError``); :meth:`sync` hands an fsync
+to the sync threads (:func:`clankie.disksync.sync_path_later`) at turn boundaries. Open descriptors therefore do
 not grow with the number of lanes.
 
 **A run that never ended** (its process died) is cut off the live branch
@@ -49,9 +49,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import sync_dir_later, sync_pool
+from clankie.appender import append_once
 from clankie.clock import Clock
-from clankie.jsonl import append_all, encode_line, write_all
+from clankie.disksync import sync_dir_later, sync_path_later
+from clankie.jsonl import encode_line, write_all
 from clankie.paths import make_private_dirs
 from service.agent.branch import SessionCorrupt, live_branch, load, unfinished_tail
 from service.agent.branch import last_model as _last_model
@@ -65,7 +66,6 @@ log = logging.getLogger(__name__)
 
 VERSION = 1
 SUFFIX = ".jsonl"
-_WRITE = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def _iso(epoch: float) -> str:
@@ -188,14 +188,11 @@ class SessionTree:
             raise ValueError("session tree is closed")
         entry = self._entry(entry_type, fields)
         line = encode_line(entry)
-        fd = os.open(self.path, _WRITE)
         try:
-            append_all(fd, b"\n" + line if self._torn else line)
+            append_once(self.path, b"\n" + line if self._torn else line, create=False)  # created with its header
         except OSError:
             self._torn = True  # the next line starts fresh; this half one is skipped on load
             raise
-        finally:
-            os.close(fd)
         self._torn = False
         self._dirty = True
         self._adopt(entry)
@@ -279,7 +276,7 @@ class SessionTree:
         if not self._dirty:
             return
         self._dirty = False
-        sync_pool().submit(_sync_path, self.path)  # opened on the sync thread: no descriptor waits in the queue
+        sync_path_later(self.path)  # opened on the sync thread: no descriptor waits in the queue
 
     def prune(self) -> list[str]:
         """Delete this lane's session files past the retention bounds (never the current one)."""
@@ -336,20 +333,6 @@ def _new_file(directory: Path, now: float, *, previous: str | None, model: str |
     if model is not None:
         header["model"] = model
     return directory / f"{name}_{session_id[:8]}{SUFFIX}", header
-
-
-def _sync_path(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as exc:
-        log.error("session %s: cannot open for sync: %s", path.name, exc.strerror)
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        log.error("session %s: background sync failed: %s", path.name, exc.strerror)
-    finally:
-        os.close(fd)
 
 
 def _write_whole(path: Path, records: list[dict[str, Any]]) -> None:

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import Appender, DiskError, sync_dir_later
+from clankie.appender import Appender, DiskError
+from clankie.disksync import sync_dir_later
 from clankie.protocol import TurnResult
 from clankie.tasks import TaskSet
 

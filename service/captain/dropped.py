@@ -31,7 +31,7 @@ import logging
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from clankie.appender import sync_dir_later
+from clankie.disksync import sync_dir_later
 from clankie.jsonl import replace_file
 from clankie.paths import make_private_dirs
 from clankie.protocol import Author, HistoryMessage, Room

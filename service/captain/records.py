@@ -1,10 +1,10 @@
 """The captain's small append-only files: the lane log and content-free delivery evidence.
 
-Each line is one ``write`` on an ``O_APPEND`` descriptor opened for that line
-and closed at once; its fsync runs on the sync threads
-(:func:`clankie.appender.sync_path_later`), never on the event loop, and no
-descriptor is held while it waits, so open files never grow with turns or
-rooms. A crash leaves at most a torn last line, which readers skip.
+Each line is written by :func:`clankie.appender.append_once`: one ``write``
+on an ``O_APPEND`` descriptor opened for that line and closed at once; its
+fsync runs on the sync threads, never on the event loop, and no descriptor is
+held while it waits, so open files never grow with turns or rooms. A crash
+leaves at most a torn last line, which readers skip.
 
 Both files rotate by size (:mod:`clankie.rotation`), right after a whole
 line: a lane log at ``CLANKIE_LANE_LOG_ROTATE_BYTES`` with one cap for all
@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import DiskError, sync_dir_later, sync_path_later
+from clankie.appender import DiskError, append_once
 from clankie.clock import Clock
-from clankie.jsonl import append_all, encode_line
+from clankie.jsonl import encode_line
 from clankie.paths import make_private_dirs
 from clankie.protocol import Code, Room
 from clankie.quiet import Quiet
-from clankie.rotation import Rotation, read_all, read_tail, rotate
+from clankie.rotation import Rotation, read_all, read_tail
 from clankie.settings import Settings
 from service.captain.keys import target_id
 
@@ -47,7 +45,6 @@ _rotations = {
     "audit": Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024),
 }
 read_lines = read_all  # a rotated file read whole: its kept segments, oldest first, then the live file
-_lock = threading.Lock()  # a line and the rotation after it, one at a time
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _BROKEN = frozenset({errno.EIO, errno.EROFS})
 
@@ -72,22 +69,8 @@ def append_line(path: Path, record: dict[str, Any], rotation: Rotation | None = 
 
     ``rotation`` defaults to the lane logs'.
     """
-    rotation = rotation or _rotations["lane"]
     make_private_dirs(path.parent)
-    data = encode_line(record)
-    with _lock:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            append_all(fd, data)
-            size = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-        segment = rotate(path, rotation) if size >= rotation.rotate_bytes else None
-    if segment is None:
-        sync_path_later(path)
-        return
-    sync_path_later(segment)
-    sync_dir_later(path.parent)
+    append_once(path, encode_line(record), rotation=rotation or _rotations["lane"], sync=True)
 
 
 class LaneLog:

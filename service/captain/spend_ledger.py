@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clankie import spend
-from clankie.jsonl import append_all, encode_line, read_lines
+from clankie.appender import append_once
+from clankie.jsonl import encode_line, read_lines
 from clankie.paths import ensure_private_dir
 from clankie.pricing import ModelPrice, price_of
 from clankie.quiet import Quiet
@@ -76,11 +76,7 @@ class Ledger:
         """One line, in the kernel before this returns; a refused write is logged once a stretch, never raised."""
         try:
             ensure_private_dir(self.directory)
-            fd = os.open(self.path(day), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            try:
-                append_all(fd, encode_line(record))
-            finally:
-                os.close(fd)
+            append_once(self.path(day), encode_line(record))
         except OSError as exc:
             self._quiet.refused(exc.strerror or type(exc).__name__)
             return
