@@ -1,19 +1,24 @@
-"""The bridge's core: admitted messages become held turns, results become replies.
+"""The bridge's core: which admitted message becomes which turn, and when each turn starts.
 
 :class:`Bridge` sits between the Discord client (which hands it inbound
-messages) and the service link (which runs turns). It owns the deliveries it
-is holding: each one is journaled before it is submitted (:mod:`bridge.journal`),
-submitted once (re-submitted by id after a reconnect, or after a restart of
-the bridge itself), gets exactly one outcome and at most one reply, and may be
-lit with a typing indicator by the service while it is held. A message that
-waits (in a drifted room's backlog for its catch-up turn, or for a turn slot)
-has one record, its journal entry (:mod:`bridge.journal_state`): admission's
-backlog and the slot queue (:mod:`bridge.waiting`) hold only its id, and its
-turn is built from the entries (:func:`bridge.waiting.joined`). The service's
-calls on the same connection (``history``, ``typing``, ``tool``, the
-tool-activity card of :mod:`bridge.card`, and ``text_update``) are served by
-:class:`bridge.service_calls.ServiceCalls` over the same held deliveries; a
-held delivery and its phases are :mod:`bridge.held`.
+messages) and the service link (which runs turns). It carries out
+admission's verdict on each message (:mod:`bridge.admission`): a drop or a
+duplicate gets its receipt (a refusal for backpressure or pace, a reaction),
+a message for a drifted room is buffered for its room's catch-up turn, one
+that finds every turn slot taken waits for a slot, and the rest start a turn
+at once. A message that waits (in a backlog or for a slot) has one record,
+its journal entry (:mod:`bridge.journal_state`): admission's backlog and the
+slot queue (:mod:`bridge.waiting`) hold only its id, and its turn is built
+from the entries (:func:`bridge.waiting.joined`) when a slot frees, when the
+catch-up timer fires, or after a restart (:mod:`bridge.recovery`). At most
+``max_turns`` turns run at once, each in its own task.
+
+What happens to a turn once it has started (journaled, submitted, its reply
+posted, its one outcome recorded) is :class:`bridge.turn.TurnHolder`'s job.
+The service's calls on the same connection (``history``, ``typing``,
+``tool``, the tool-activity card of :mod:`bridge.card`, and ``text_update``)
+are served by :class:`bridge.service_calls.ServiceCalls` over the same held
+deliveries; a held delivery and its phases are :mod:`bridge.held`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import contextlib
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from bridge.admission import (
     BACKLOG_FULL,
@@ -39,27 +44,22 @@ from bridge.admission import (
     Waiting,
 )
 from bridge.card import Cards
-from bridge.delivery import Delivered, RetryPolicy, deliver_reply, posted_before
-from bridge.disk import DiskHold, is_disk_code
+from bridge.delivery import RetryPolicy
+from bridge.disk import DiskHold
 from bridge.held import Counters, Held, Phase
 from bridge.journal import Journal
 from bridge.journal_state import Entry
 from bridge.port import DiscordPort
-from bridge.reaction import react, wants_reaction
+from bridge.reaction import react
 from bridge.receipts import Receipts
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
+from bridge.turn import TurnHolder
 from bridge.waiting import Joined, WaitQueue, joined
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.metrics import METER
-from clankie.protocol import (
-    Code,
-    Room,
-    Trigger,
-    TurnOutcome,
-    TurnSubmit,
-)
+from clankie.protocol import Room, Trigger, TurnSubmit
 from clankie.redact import NOTHING, Redactor
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ class _ReceiptIds(TypedDict):
 
 
 class Bridge:
+    """Carries out admission's verdict on each message and starts each turn when a slot is free (module docstring);
+    a started turn is :attr:`holder`'s."""
+
     def __init__(
         self,
         *,
@@ -99,24 +102,25 @@ class Bridge:
         redact: Redactor = NOTHING,
     ) -> None:
         self.ingress = ingress
-        self.redact = redact  # redacted whole, before a reply is cut into messages (a cut could split a secret)
         self.port = port
         self.receipts = receipts
         self.journal = journal
         self.clock = clock
-        self.attachment_root = attachment_root
-        self.upload_limit = upload_limit
-        self.retry = retry or RetryPolicy()
         self.failure_reaction = failure_reaction
         self.cards = Cards(port, clock, enabled=tool_card)
         self.held: dict[str, Held] = {}
-        self.calls = ServiceCalls(held=self.held, ingress=ingress, port=port, clock=clock, retry=self.retry,
-                                  cards=self.cards)
+        retry = retry or RetryPolicy()
+        self.calls = ServiceCalls(held=self.held, ingress=ingress, port=port, clock=clock, retry=retry, cards=self.cards)
         self.handle = self.calls.router()
         self.link = ServiceLink(service_path, self.handle, clock)
         self.counters = Counters()
         self.waiting = WaitQueue()  # ids only: a waiting message's one record is its journal entry
         self.disk = disk or DiskHold(journal.path.parent, clock)  # a full disk holds what waits (bridge.disk)
+        self.holder = TurnHolder(held=self.held, counters=self.counters, ingress=ingress, link=self.link, port=port,
+                                 receipts=receipts, journal=journal, clock=clock, cards=self.cards, disk=self.disk,
+                                 retry=retry, redact=redact, attachment_root=attachment_root,
+                                 upload_limit=upload_limit, failure_reaction=failure_reaction,
+                                 react_refused=self._react_refused)
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         self._tasks: set[asyncio.Task[None]] = set()
         self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
@@ -178,13 +182,6 @@ class Bridge:
                                  guild_id=room.guild_id)
             self.journal.expire(message_id, self.clock.wall())
 
-    def _answered_meanwhile(self, message_ids: Iterable[str], room: Room) -> None:
-        """Close buffered messages an answer in their room took out of its backlog: ``absorbed``, no catch-up turn."""
-        for message_id in message_ids:
-            self.receipts.record(TurnOutcome.ABSORBED, delivery_id=message_id, channel_id=room.channel_id,
-                                 guild_id=room.guild_id)
-            self.journal.close(message_id, TurnOutcome.ABSORBED, self.clock.wall())
-
     @property
     def pending_triggers(self) -> int:
         """Buffered messages held for a catch-up turn: ids in the backlogs (each payload is its journal entry's)."""
@@ -208,7 +205,7 @@ class Bridge:
         task.add_done_callback(self._reactions.discard)
 
     def _spawn(self, held: Held) -> None:
-        task = asyncio.get_running_loop().create_task(self._turn(held), name=f"turn-{held.submit.delivery_id}")
+        task = asyncio.get_running_loop().create_task(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")
         self._tasks.add(task)
         task.add_done_callback(self._turn_done)
 
@@ -269,94 +266,6 @@ class Bridge:
     def _entries(self, message_ids: Iterable[str]) -> list[Entry]:
         entries = self.journal.state.entries
         return [e for i in message_ids if (e := entries.get(i)) is not None]
-
-    # ------------------------------------------------------------ one turn
-
-    def _ids(self, held: Held, did: str | None = None) -> dict[str, Any]:
-        return {"delivery_id": did or held.submit.delivery_id, "channel_id": held.room.channel_id,
-                "guild_id": held.room.guild_id}
-
-    async def _turn(self, held: Held) -> None:
-        did = held.submit.delivery_id
-        self.held[did] = held
-        self.counters.admitted += 1
-        try:
-            await self._hold(held)
-        except asyncio.CancelledError:
-            raise
-        except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
-            log.error("delivery %s: journal refused it (%s)", did, exc.code)
-            self.disk.refused(exc.code)
-            if wants_reaction(TurnOutcome.FAILED, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
-                              emoji=self.failure_reaction):  # asked for: the ⚠️ says so, as for any failed turn
-                self._react_refused(held.room.channel_id, held.trigger_id, self.failure_reaction)
-            await self.cards.end(did)
-            self.ingress.forget(did)
-            self.receipts.record(TurnOutcome.FAILED, reason=exc.code, **self._ids(held))
-        except Exception:  # a bug here must not take other deliveries down
-            log.exception("delivery %s failed inside the bridge", did)
-            await self.cards.end(did)
-            self.ingress.forget(did)
-            self._close(held, TurnOutcome.FAILED, code=Code.BRIDGE_INTERNAL_ERROR)
-        finally:
-            held.stop_typing()
-            self.cards.abandon(did)  # only a cancelled turn still has one here: it runs again after a restart
-            self.held.pop(did, None)
-
-    async def _hold(self, held: Held) -> None:
-        """Journal, submit, wait for the result however long it takes, deliver it, record it."""
-        did, room = held.submit.delivery_id, held.room
-        recovered = held.recovered
-        if recovered is None:
-            self.journal.admit(held.submit, held.fingerprint, self.clock.wall(),
-                               catching_up=held.catching_up, folds=held.folds)
-        submit = asyncio.get_running_loop().create_task(self.link.submit(held.submit))
-        await asyncio.sleep(0)  # let the submission reach the socket before the receipt is written
-        self.receipts.record("accepted" if recovered is None else "recovered", **self._ids(held))
-        try:
-            result = await submit
-        finally:
-            submit.cancel()
-        self._answered_meanwhile(self.ingress.settle(room.channel_id, result.outcome, self.clock.wall()), room)
-        await self.cards.end(did)  # however the turn ended, before its reply goes out
-        delivered = Delivered(())
-        if result.outcome.visible:  # only a settled turn posts; a failure may get the reaction below
-            held.move(Phase.DELIVERING)
-            # a recovered delivery may have been answered just before the crash: look before posting
-            already = await posted_before(self.port, self.clock, self.retry, room.channel_id, held.trigger_id,
-                                          did) if recovered is not None else ()
-            delivered = await deliver_reply(
-                self.port, self.clock, self.retry,
-                delivery_id=did, channel_id=room.channel_id, guild_id=room.guild_id,
-                reply_to=held.trigger_id, text=self.redact(result.text), media=result.media,
-                attachment_root=self.attachment_root,
-                upload_limit=min(self.upload_limit, self.port.upload_limit(room.guild_id)),
-                already=already,
-            )
-        held.stop_typing()
-        if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
-                          emoji=self.failure_reaction):
-            if await react(self.port, room.channel_id, held.trigger_id, self.failure_reaction) is None:
-                self.receipts.record("reacted", reason=result.code, turn_id=result.turn_id, **self._ids(held))
-        held.move(Phase.DONE)
-        self.counters.by_outcome[result.outcome] = self.counters.by_outcome.get(result.outcome, 0) + 1
-        self._close(held, result.outcome, code=result.code, turn_id=result.turn_id, message_ids=delivered.message_ids)
-        if delivered.message_ids:
-            self.counters.replies += 1
-        if delivered.error is not None:
-            self.counters.reply_failures += 1
-            self.receipts.record("reply_failed", reason=delivered.error, turn_id=result.turn_id, **self._ids(held))
-
-    def _close(self, held: Held, outcome: TurnOutcome, *, code: str | None = None, turn_id: str | None = None,
-               message_ids: tuple[str, ...] = ()) -> None:
-        """The delivery's one outcome: its receipt, its folded messages' receipts (:attr:`TurnOutcome.folded`), and
-        the journal lines."""
-        if is_disk_code(code):
-            self.disk.refused(code)
-        self.receipts.record(outcome, reason=code, turn_id=turn_id, message_ids=message_ids, **self._ids(held))
-        for fold in held.folds:
-            self.receipts.record(outcome.folded, reason=code, turn_id=turn_id, **self._ids(held, fold))
-        self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
 
     # ------------------------------------------------------------ shutdown
 
