@@ -130,7 +130,10 @@ def _write_once(path: Path, data: bytes, create: bool) -> int:
 class Appender:
     """The only writer of one append-only JSONL file."""
 
-    def __init__(self, path: Path, *, sync: Sync = os.fdatasync, rotation: Rotation | None = None) -> None:
+    def __init__(self, path: Path, *, sync: Sync = os.fdatasync, rotation: Rotation | None = None,
+                 mend: bool = True) -> None:
+        """Open ``path`` (0600, created if missing, no symlink followed; raises ``OSError``). ``mend``: end a torn
+        last line first (JSONL); false for a byte log whose last line may be unfinished by design."""
         self.path = path
         self._sync = sync
         self._rotation = rotation
@@ -145,7 +148,8 @@ class Appender:
         self._again = False  # a sync_soon arrived while a round ran: sync again when it ends
         self.failures = 0
         self.last_error: str | None = None
-        self._end_torn_line()
+        if mend:
+            self._end_torn_line()
 
     @property
     def size(self) -> int:
@@ -180,7 +184,13 @@ class Appender:
 
         With a rotation, the file is rotated right after the line that reached its size.
         """
-        data = b"".join(encode_line(r) for r in records)
+        return self.write(b"".join(encode_line(r) for r in records))
+
+    def write(self, data: bytes) -> int:
+        """Write ``data`` in one write, cut back if it fails part-way; returns the sequence number to wait on.
+
+        :meth:`append` for bytes that are not JSON records (a child's output): whole lines are the caller's to keep.
+        """
         with self._lock:
             self._write(data)
             self._written += 1

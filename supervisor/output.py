@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from clankie.jsonl import append_all
+from clankie.appender import Appender, DiskError
 from clankie.paths import make_private_dirs
 from supervisor.forward import StderrQueue
 
@@ -36,9 +36,10 @@ LINE_MAX = 65536
 class RotatingLog:
     """An append-only log file that rolls to ``.1`` … ``.N`` past ``max_bytes`` and survives a full disk.
 
-    A write that fails (``ENOSPC``, ``EIO``, a vanished directory) never
-    raises: the file is cut back to its length before the write
-    (:func:`clankie.jsonl.append_all`), the bytes are counted as lost,
+    The file is written through a :class:`clankie.appender.Appender` (bytes,
+    not records; no symlink followed). A write that fails (``ENOSPC``, ``EIO``,
+    a vanished directory) never raises: the file is cut back to its length
+    before the write, the bytes are counted as lost,
     :attr:`problem` says why (shown by ``status`` and systemd's ``STATUS=``)
     and ``on_problem`` is called. The first write that works again puts a
     ``[clankie: N bytes … were not written …]`` line in front of its data and
@@ -59,34 +60,31 @@ class RotatingLog:
         self.problem = ""  # why writes fail right now ("" while they work)
         self.lost_bytes = 0  # bytes not written since the problem began
         self.lost_total = 0
-        self._fd = -1
-        self._size = 0
+        self._file: Appender | None = None
         self._ends_line = True
         try:
             self._open()
         except OSError as exc:
             self._failed(exc, 0)
 
-    def _open(self) -> None:
+    def _open(self) -> Appender:
         make_private_dirs(self.path.parent)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._fd, self._size = fd, os.fstat(fd).st_size
+        self._file = Appender(self.path, mend=False)  # bytes unchanged: an unfinished last line stays as it is
+        return self._file
 
     def write(self, data: bytes) -> None:
         payload = data
         try:
-            if self._fd < 0:
-                self._open()
+            file = self._file or self._open()
             if self.problem:
                 payload = self._gap_notice() + data
-            if self._size and self._size + len(payload) > self.max_bytes:
+            if file.size and file.size + len(payload) > self.max_bytes:
                 self.rotate()
-                self._open()
-            append_all(self._fd, payload)
-        except OSError as exc:
+                file = self._open()
+            file.write(payload)
+        except (OSError, DiskError) as exc:
             self._failed(exc, len(data))
             return
-        self._size += len(payload)
         self._ends_line = payload.endswith(b"\n")
         if self.problem:
             log.info("writing %s again; %d bytes of its output were not written", self.path.name, self.lost_bytes)
@@ -98,10 +96,10 @@ class RotatingLog:
         lead = b"" if self._ends_line else b"\n"
         return lead + f"[clankie: {self.lost_bytes} bytes of output were not written here: {self.problem}]\n".encode()
 
-    def _failed(self, exc: OSError, lost: int) -> None:
+    def _failed(self, exc: OSError | DiskError, lost: int) -> None:
         self.lost_bytes += lost
         self.lost_total += lost
-        why = exc.strerror or type(exc).__name__
+        why = os.strerror(exc.errno) if isinstance(exc, DiskError) else exc.strerror or type(exc).__name__
         if why == self.problem:
             return
         first = not self.problem
@@ -113,9 +111,7 @@ class RotatingLog:
 
     def rotate(self) -> None:
         """Roll the files; the caller opens the new one. Raises ``OSError`` (handled by :meth:`write`)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self.close()
         if self.backups > 0:
             for i in range(self.backups - 1, 0, -1):
                 older = self.path.with_name(f"{self.path.name}.{i}")
@@ -125,13 +121,13 @@ class RotatingLog:
                 self.path.replace(self.path.with_name(f"{self.path.name}.1"))
         else:
             self.path.unlink(missing_ok=True)
-        self._size = 0
 
     def close(self) -> None:
-        if self._fd >= 0:
+        """Close the file (its last bytes reach the disk on the sync threads); the next write opens it again."""
+        file, self._file = self._file, None
+        if file is not None:
             with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = -1
+                file.close()
 
 
 class Forwarder:

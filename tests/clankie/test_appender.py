@@ -189,3 +189,27 @@ def test_a_line_asked_to_sync_during_a_sync_gets_its_own_round(tmp_path: Path) -
         a.close()
 
     asyncio.run(main())
+
+
+def test_write_takes_bytes_that_are_not_records_and_cuts_back_a_refused_one(tmp_path: Path, small_files: None) -> None:
+    """A child's output goes through the same writer: its bytes as they came, no torn write left on a refusal."""
+    a = Appender(tmp_path / "child.log", sync=CountingSync())
+    a.write(b"\xff not utf-8\n")
+    size = os.path.getsize(a.path)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4, resource.RLIM_INFINITY))
+    with pytest.raises(DiskError):
+        a.write(b"a line too long to fit\n")
+    assert os.path.getsize(a.path) == size
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    a.write(b"half a line")
+    a.close()
+    assert (tmp_path / "child.log").read_bytes() == b"\xff not utf-8\nhalf a line"
+
+
+def test_without_mending_an_unfinished_last_line_is_left_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "child.log"
+    path.write_bytes(b"a line\nhalf")
+    a = Appender(path, mend=False)
+    a.write(b" and the rest\n")
+    a.close()
+    assert path.read_bytes() == b"a line\nhalf and the rest\n"
