@@ -23,8 +23,9 @@ descriptor is kept until the next sync round has synced it, so
 :func:`append_once` is the unheld form, for files too many to hold open: each
 call opens, appends whole lines the same way, rotates the same way and closes;
 its sync, when asked for, goes to the same threads (:mod:`clankie.disksync`).
-Every append-only file in the tree is written by one of the two, except the
-children's output logs (:mod:`supervisor.output`), which are bytes, not lines.
+Every append-only file in the tree is written by one of the two; the
+children's output logs (:mod:`supervisor.output`) through :meth:`Appender.write`,
+since they are bytes, not records.
 """
 
 from __future__ import annotations
