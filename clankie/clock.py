@@ -1,6 +1,6 @@
-"""Injected time.
+"""Injected time: the :class:`Clock` every shell takes, and the system's.
 
-Pure cores take ``now`` as an argument; async shells take a :class:`Clock`.
+A pure core takes ``now`` as an argument; an async shell takes a :class:`Clock`.
 Durations use ``monotonic``; ages that must count time spent suspended (the
 stall watchdog, heartbeat ages) use ``boottime`` (``CLOCK_BOOTTIME``), which
 keeps running while the host sleeps. ``wall`` is for timestamps only.

@@ -1,4 +1,4 @@
-"""The error tree, split by who is at fault.
+"""The error tree, split by who is at fault (pure: classes only, so every pure core may raise them).
 
 Every error Clankie raises on purpose descends from :class:`ClankieError`.
 The split follows h11 and trio: an error is either *ours* (a local bug or a

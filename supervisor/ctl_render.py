@@ -1,6 +1,7 @@
 """What ``clankiectl`` prints: the human renderings of the supervisor's replies.
 
-Pure functions of a reply (and ``now`` where an age is shown); the ``--json``
+Functions of a reply (and ``now`` where an age is shown), with no I/O of their own; not a pure core, since
+the attachment-root agreement comes from :mod:`supervisor.doctor`. The ``--json``
 shapes are the records' own dumps and are not built here.
 """
 

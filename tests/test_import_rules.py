@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("clankie", "supervisor", "service", "bridge", "hosts")
@@ -18,6 +21,30 @@ def imports_of(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module)
+    return names
+
+
+def runtime_imports_of(path: Path) -> set[str]:
+    """Like :func:`imports_of`, without the imports under ``if TYPE_CHECKING:`` (names for annotations, never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name | ast.Attribute)
+        and (node.test.id if isinstance(node.test, ast.Name) else node.test.attr) == "TYPE_CHECKING"
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            package = ROOT / node.module.replace(".", "/")
+            subs = {f"{node.module}.{a.name}" for a in node.names if (package / f"{a.name}.py").exists()}
+            names |= subs if subs and len(subs) == len(node.names) else {node.module}  # `from clankie import allow`
     return names
 
 
@@ -66,51 +93,97 @@ def test_third_party_clients_stay_in_their_one_home() -> None:
                     assert allowed(rel), f"{rel} imports {lib}"
 
 
-PURE_CORES = (
-    "service/captain/lane.py",  # the lane state machine
-    "supervisor/lifecycle.py",  # the child lifecycle
-    "supervisor/sparelife.py",  # the warm spare's slot
-    "supervisor/treestate.py",  # the tree's own state
-    "supervisor/watchdog.py",  # heartbeat liveness and the stall watchdog's rule
-    "bridge/admission.py",
-    "bridge/dedupe.py",  # the de-duplication memory
-    "bridge/engagement.py",  # engagement by age and count
-    "bridge/fairness.py",  # turns per person and per room
-    "bridge/waiting.py",  # messages waiting for a turn slot
-    "bridge/journal_state.py",  # the journal folded into entries
-    "bridge/packing.py",  # a waiting message packed in memory
-    "bridge/chunks.py",
-    "clankie/backoff.py",
-    "clankie/framing.py",
-    "clankie/errors.py",
-)
-"""The pure cores: no I/O, no clock; they may import each other and nothing else of the project."""
+def _codemap() -> ModuleType:
+    """``scripts/codemap.py``, the one reader of what the modules' docstrings claim (shared with ``scripts/gen-docs``)."""
+    spec = importlib.util.spec_from_file_location("codemap", ROOT / "scripts" / "codemap.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("codemap", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+codemap = _codemap()
+PURE_CORES: tuple[str, ...] = tuple(codemap.pure_modules())
+"""The pure cores: every module whose docstring says it is pure (``docs/architecture.md``, "Module docstrings"), read
+from the docstrings so a new one is covered when it says so. No I/O, no clock; they may import each other and nothing
+else of the project."""
 
 IO_MODULES = frozenset(
     {"asyncio", "socket", "os", "time", "logging", "subprocess", "threading", "select", "selectors", "pathlib",
      "shutil", "io", "tempfile", "datetime", "psutil", "ssl", "http", "urllib", "ctypes", "sqlite3", "mmap"}
 )
+NO_IO_PARTS = {"urllib.parse": "string parsing", "pathlib": "paths as values", "datetime": "dates as values"}
+"""Parts of the modules above a pure core may import, because the uses that would be I/O or a clock are caught by name
+below (a filesystem call on a path, a clock read)."""
 CLOCK_CALLS = frozenset({"monotonic", "time", "now", "utcnow", "today", "perf_counter", "sleep", "boottime", "wall"})
+FILE_CALLS = frozenset({"open", "read_text", "read_bytes", "write_text", "write_bytes", "exists", "is_file", "is_dir",
+                        "mkdir", "unlink", "rmdir", "stat", "lstat", "iterdir", "glob", "rglob", "resolve", "touch",
+                        "chmod", "samefile", "expanduser", "home", "cwd", "fromtimestamp"})
+"""Calls on a path (or a date) that reach the disk or the clock; ``fromtimestamp`` reads the local zone unless given one,
+so a pure core converts with ``datetime.fromtimestamp(t, UTC)``, which is allowed."""
+
+
+def impurities(rel: str, pure: set[str]) -> list[str]:
+    """What keeps ``rel`` from being a pure core: an I/O import, an impure project import, a clock or file call."""
+    path = ROOT / rel
+    names = runtime_imports_of(path)
+    found = [f"imports {n}" for n in sorted(names) if top(n) in IO_MODULES and not _no_io_part(n)]
+    found += [f"imports {n}, which is not a pure core" for n in sorted(names) if top(n) in PACKAGES and n not in pure]
+    touches_files = bool({"pathlib", "datetime"} & {top(n) for n in names})  # the file calls are read only where a path or date can be
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr = node.func.attr
+            zoned = attr == "fromtimestamp" and len(node.args) + len(node.keywords) >= 2
+            if attr in CLOCK_CALLS or (attr in FILE_CALLS and not zoned and touches_files):
+                found.append(f"line {node.lineno} calls .{attr}()")
+    return found
+
+
+def _no_io_part(name: str) -> bool:
+    return any(name == part or name.startswith(part + ".") for part in NO_IO_PARTS)
+
+
+def _dotted(rel: str) -> str:
+    return rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+
+
+def test_the_pure_cores_are_read_from_the_docstrings() -> None:
+    """The list is the docstrings' and it is not empty: every state machine, the watchdog and the browser's
+    lifecycle say they are pure and so are checked below."""
+    named = {m.module for m in codemap.MACHINES} | {"supervisor/watchdog.py", "hosts/browser/lifecycle.py", "bridge/admission.py"}
+    assert named <= set(PURE_CORES), named - set(PURE_CORES)
+    assert "supervisor/process.py" not in PURE_CORES, "a shell does not say it is pure"
 
 
 def test_pure_cores_do_no_io() -> None:
-    """Each pure core (lane, lifecycle, admission, chunks, backoff, protocol, framing) imports no I/O module,
-    no impure module of the project, and calls no clock: time comes in as ``now``."""
+    """Each pure core imports no I/O module, no impure module of the project, and calls no clock: time comes in as
+    ``now``. The protocol package is pure as a whole (records and the method table)."""
     protocol = tuple(str(p.relative_to(ROOT)) for p in sources("clankie/protocol"))
     assert protocol, "the protocol package is where the rule looks"
     cores = (*PURE_CORES, *protocol)
-    pure = {rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for rel in cores}
-    pure |= {"clankie.protocol"}
-    for rel in cores:
-        path = ROOT / rel
-        names = imports_of(path)
-        bad = {n for n in names if top(n) in IO_MODULES}
-        assert not bad, f"{rel} imports {bad}"
-        impure = {n for n in names if top(n) in PACKAGES and n not in pure}
-        assert not impure, f"{rel} imports {impure}, which is not a pure core"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                assert node.func.attr not in CLOCK_CALLS, f"{rel}:{node.lineno} calls .{node.func.attr}()"
+    pure = {_dotted(rel) for rel in cores} | {"clankie.protocol"}
+    found = {rel: bad for rel in cores if (bad := impurities(rel, pure))}
+    assert found == {}, found
+
+
+def test_the_purity_rule_sees_io(tmp_path: Path) -> None:
+    """The rule names an I/O import, a clock read and a disk call, and lets a path value and a parse pass."""
+    global ROOT
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import time\nfrom pathlib import Path\nfrom urllib.parse import quote\nimport service.captain.shell\n"
+        "def f(p: Path) -> bytes:\n    return (p / quote('x')).read_bytes()\ndef g() -> float:\n    return time.monotonic()\n",
+        encoding="utf-8",
+    )
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert impurities("probe.py", set()) == [
+            "imports time", "imports service.captain.shell, which is not a pure core", "line 6 calls .read_bytes()",
+            "line 8 calls .monotonic()",
+        ]
+    finally:
+        ROOT = saved
 
 
 def environ_reads(path: Path) -> list[int]:

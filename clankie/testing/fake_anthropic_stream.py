@@ -11,9 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clankie.testing.fake_anthropic_scenarios import Reply
+if TYPE_CHECKING:
+    from clankie.testing.fake_anthropic_scenarios import Reply
 
 _ids = itertools.count(1)
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from service.agent.content import Message
 from service.agent.outcome import Usage
 from service.agent.transcript import SUMMARY_PREFIX, Entry
+
+if TYPE_CHECKING:
+    from service.agent.content import Message
 
 IMAGE_TOKENS = 1200
 

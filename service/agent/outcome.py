@@ -1,4 +1,4 @@
-"""How a run ends: the classified outcome the captain maps to failure codes, and token usage."""
+"""How a run ends: the classified outcome the captain maps to failure codes, and token usage (pure records)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which old session files of one lane to delete: by age and by count (pure choice, thin shell).
+"""Which old session files of one lane to delete, by age and by count, and deleting them.
 
 A lane's directory holds its session files, named ``<UTC stamp>Z_<id8>.jsonl``
 by the injected clock, newest last: the current one plus the ones it
@@ -6,7 +6,8 @@ continued at each compaction (and files moved aside as ``.broken``). A file's
 age is the time since the next file started (when it stopped being written),
 so no file-system time is mixed with the clock. Files older than
 ``max_age_seconds`` go, and beyond ``max_files`` the oldest go. The current
-file is never deleted; names that carry no stamp are left alone.
+file is never deleted; names that carry no stamp are left alone. :func:`choose` is the pure rule (names and
+``now`` in, names out); :func:`prune` is the thin shell that lists the directory and deletes.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ a ``tool_use`` without a result gets a synthetic error result, and a
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from service.agent.content import Block, Message
+if TYPE_CHECKING:
+    from service.agent.content import Block, Message
 
 Entry = dict[str, Any]
 """One session-tree line (see :mod:`service.agent.session`)."""

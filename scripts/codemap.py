@@ -1,0 +1,242 @@
+"""What the source tree says about itself, read statically: its modules, their docstrings, which claim to be pure, and
+where each state machine is fed.
+
+Nothing here imports the code it reads (``ast`` only), so it answers the same on any checkout. Three readers share it:
+``scripts/gen-docs`` (the module tables and the shape section), ``scripts/shape`` and ``tests/test_import_rules.py``
+(the pure cores are the modules whose docstrings say so).
+
+The conventions it reads, recorded in ``docs/architecture.md`` ("Module docstrings"):
+
+* a module's **summary** is its docstring's first paragraph; it is the module's row in its package's table;
+* a module **says it is pure** when its summary says "pure" or "sans-IO", or a sentence of a later paragraph opens
+  with "Pure" ("Pure: no I/O, no clock."); a module with only a pure part names the part mid-sentence
+  (":func:`x` is the pure rule; :func:`y` the shell");
+* a **state machine** is a module that says it is pure and whose summary says "state machine"; :data:`MACHINES` names
+  each one's entries, and the check fails when a module says it is a machine and is not named there.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("clankie", "supervisor", "service", "bridge", "hosts")
+"""The five packages of the product; ``clankie/testing`` is among them (its table is in ``docs/testing.md``)."""
+
+_PURE_SUMMARY = re.compile(r"\b(pure|sans-io)\b", re.IGNORECASE)
+_PURE_SENTENCE = re.compile(r"(?:^|[.!?]\s)Pure\b")
+_MACHINE = re.compile(r"\bstate machine\b", re.IGNORECASE)
+_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj):`~?([^`]+)`")
+
+
+def modules(root: Path = ROOT) -> list[str]:
+    """Every module of the five packages, as a path relative to ``root`` (``service/captain/lane.py``), sorted."""
+    return sorted(p.relative_to(root).as_posix() for pkg in PACKAGES for p in (root / pkg).rglob("*.py"))
+
+
+def package_of(rel: str) -> str:
+    """The directory a module sits in: its package (``service/captain``)."""
+    return rel.rsplit("/", 1)[0]
+
+
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def docstring(rel: str, root: Path = ROOT) -> str:
+    """The module's docstring, cleaned of its indentation; empty when it has none."""
+    return ast.get_docstring(_tree(root / rel)) or ""
+
+
+def empty(rel: str, root: Path = ROOT) -> bool:
+    """The module holds nothing at all (an empty ``__init__.py``, a package marker): it needs no docstring."""
+    return not _tree(root / rel).body
+
+
+def paragraphs(rel: str, root: Path = ROOT) -> list[str]:
+    """The docstring's paragraphs, each on one line."""
+    return [" ".join(p.split()) for p in docstring(rel, root).split("\n\n") if p.strip()]
+
+
+def summary(rel: str, root: Path = ROOT) -> str:
+    """The docstring's first paragraph as Markdown on one line (reST roles and double backquotes become code)."""
+    first = next(iter(paragraphs(rel, root)), "")
+    return _ROLE.sub(r"`\1`", first).replace("``", "`")
+
+
+def says_pure(rel: str, root: Path = ROOT) -> bool:
+    """The module's docstring claims the whole module is pure (see the module docstring for the convention)."""
+    paras = paragraphs(rel, root)
+    return bool(paras) and (bool(_PURE_SUMMARY.search(paras[0])) or any(_PURE_SENTENCE.search(p) for p in paras[1:]))
+
+
+def pure_modules(root: Path = ROOT) -> list[str]:
+    """Every module whose docstring says it is pure."""
+    return [rel for rel in modules(root) if says_pure(rel, root)]
+
+
+def says_machine(rel: str, root: Path = ROOT) -> bool:
+    """The module says it is a pure state machine."""
+    return says_pure(rel, root) and bool(_MACHINE.search(next(iter(paragraphs(rel, root)), "")))
+
+
+# ---------------------------------------------------------------- the state machines and who feeds them
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A pure state machine and the callables that move it: a method set of ``cls``, or module functions."""
+
+    module: str  # path, e.g. "service/captain/lane.py"
+    name: str  # what the docs call it
+    entries: tuple[str, ...]  # the names whose calls feed it an event
+    cls: str | None = None  # the class whose instances hold the state; None when the entries are functions
+
+    @property
+    def dotted(self) -> str:
+        return self.module.removesuffix(".py").replace("/", ".")
+
+
+MACHINES = (
+    Machine("service/captain/lane.py", "the lane", ("handle",), "Lane"),
+    Machine("supervisor/lifecycle.py", "a child's lifecycle",
+            ("handle", "start", "ready", "stop", "kill", "spawn_failed", "exit"), "Lifecycle"),
+    Machine("supervisor/sparelife.py", "a child's spare slot", ("want", "parked", "take", "exit", "due", "drop"), "SpareLife"),
+    Machine("supervisor/treestate.py", "the tree", ("move",)),
+    Machine("hosts/browser/lifecycle.py", "the browser", ("apply",), "Lifecycle"),
+)
+"""Every module that says it is a pure state machine, with its entries (``scripts/gen-docs`` checks the list is whole).
+The watchdog (``supervisor/watchdog.py``) is pure but not a machine: it has rules over time, no table of states."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """One call that feeds a machine an event: where it is and which entry it calls."""
+
+    module: str
+    line: int
+    entry: str
+    caller: str  # the qualified name of the function the call is in ("LaneShell.feed"), or "<module>"
+
+
+def _bindings(tree: ast.Module, cls: str) -> tuple[set[str], set[str], list[tuple[str, str]]]:
+    """Names and attributes ``tree`` binds to an instance of ``cls`` (``self.life = SpareLife(...)``, ``life: Lifecycle``,
+    ``machine=Lane(key)``, ``def f(lane: Lane)``, ``machine = lane.machine``), and those it binds to some other call."""
+
+    def mentions(expr: ast.expr | None) -> bool:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return re.search(rf"\b{re.escape(cls)}\b", expr.value) is not None
+        return expr is not None and any((isinstance(n, ast.Name) and n.id == cls) or (isinstance(n, ast.Attribute) and n.attr == cls)
+                                        for n in ast.walk(expr))
+
+    ours: set[str] = set()
+    other: set[str] = set()
+    aliases: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = [n for n in map(_name_of, node.targets if isinstance(node, ast.Assign) else [node.target]) if n]
+            if isinstance(node.value, ast.Call):
+                (ours if mentions(node.value.func) else other).update(targets)
+            elif (held := _name_of(node.value)) is not None:
+                aliases += [(held, t) for t in targets]
+        if isinstance(node, ast.AnnAssign) and mentions(node.annotation):
+            ours.update(n for n in [_name_of(node.target)] if n)
+        elif isinstance(node, ast.arg) and mentions(node.annotation):
+            ours.add(node.arg)
+        elif isinstance(node, ast.keyword) and node.arg and isinstance(node.value, ast.Call) and mentions(node.value.func):
+            ours.add(node.arg)
+    return ours, other - ours, aliases
+
+
+def _name_of(expr: ast.expr) -> str | None:
+    return expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else None
+
+
+def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
+    """Every call of one of the machine's entries outside its own module and outside the tests.
+
+    A function entry counts when called by its imported name or through its module. A method entry counts when it is
+    called on a name or attribute that holds an instance of the machine's class: one its own module binds to one, or
+    one any module of the same package binds to one (a field ``lane: Lane``, a keyword ``machine=Lane(key)``) and
+    this module does not bind to something else. Static and by name, so a rename that hides a holder hides its calls:
+    the tests pin the figures of today's tree.
+    """
+    top = machine.module.split("/")[0]
+    scope = [rel for rel in modules(root) if rel.split("/")[0] == top]
+    bindings = {rel: _bindings(_tree(root / rel), machine.cls) for rel in scope} if machine.cls else {}
+    shared: set[str] = set().union(*(ours for ours, _, _ in bindings.values())) if bindings else set()
+    sites: list[Site] = []
+    for rel in scope:
+        if rel == machine.module:
+            continue
+        tree = _tree(root / rel)
+        if machine.cls is None:
+            imported = _imports_machine(tree, machine, rel)
+            direct = imported & set(machine.entries)
+            via_module = {machine.dotted.rsplit(".", 1)[1]} & imported
+            holders: set[str] = set()
+        else:
+            ours, other, aliases = bindings[rel]
+            direct, via_module = set(), set()
+            holders = set(ours) | (shared - other)
+            holders |= {target for held, target in aliases if held in holders}
+        for node, caller in _calls(tree):
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in direct:
+                sites.append(Site(rel, node.lineno, func.id, caller))
+            elif isinstance(func, ast.Attribute) and func.attr in machine.entries:
+                held = _name_of(func.value)
+                if held is not None and (held in holders or held in via_module):
+                    sites.append(Site(rel, node.lineno, func.attr, caller))
+    return sorted(sites, key=lambda s: (s.module, s.line))
+
+
+def _imports_machine(tree: ast.Module, machine: Machine, rel: str) -> set[str]:
+    """The local names under which ``tree`` holds the machine's module or its names (empty: it does not import it)."""
+    names: set[str] = set()
+    package = package_of(rel).replace("/", ".")
+    target = machine.dotted
+    leaf = target.rsplit(".", 1)[1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            for alias in node.names:
+                if base == target:
+                    names.add(alias.asname or alias.name)
+                elif f"{base}.{alias.name}" == target:
+                    names.add(alias.asname or leaf)
+        elif isinstance(node, ast.Import):
+            names.update(alias.asname or alias.name for alias in node.names if alias.name == target)
+    return names
+
+
+def _calls(tree: ast.Module) -> list[tuple[ast.Call, str]]:
+    """Every call in ``tree`` with the qualified name of the function or class body it is written in."""
+    out: list[tuple[ast.Call, str]] = []
+
+    def visit(node: ast.AST, scope: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit(child, (*scope, child.name))
+                continue
+            if isinstance(child, ast.Call):
+                out.append((child, ".".join(scope) or "<module>"))
+            visit(child, scope)
+
+    visit(tree, ())
+    return out
+
+
+def undeclared_machines(root: Path = ROOT) -> list[str]:
+    """Modules that say they are a pure state machine but are not in :data:`MACHINES` (or the other way round)."""
+    said = {rel for rel in modules(root) if says_machine(rel, root)}
+    declared = {m.module for m in MACHINES}
+    return sorted(said ^ declared)

@@ -1,0 +1,161 @@
+"""The shape section of ``docs/architecture.md``: the figures issue 28's "Done when" names, measured, as Markdown.
+
+Two blocks, for two kinds of figure:
+
+* ``<!-- shape: static -->``: what the source says without running it and what changes only when the shape does (each
+  state machine's feeding sites, the module count, the modules over the cap, whether the median is within its bound).
+  ``scripts/gen-docs`` writes it and ``--check`` fails when it drifts, like the state-machine tables.
+* ``<!-- shape: measured -->``: exact sizes and the turn path, which change with most commits and (the turn path)
+  need a run. ``scripts/shape --write REV ...`` measures each revision in a git worktree of its own and writes the
+  block with the revisions named; it is rerun by hand, and the check leaves it alone.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import codemap
+
+ROOT = codemap.ROOT
+CAP = 400
+"""The module-size cap (``scripts/module-sizes --limit``)."""
+MEDIAN_BOUND = 150
+"""Issue 28: the median module stays at or under this many lines."""
+
+
+def _load(script: str) -> ModuleType:
+    """A script of ``scripts/`` (no ``.py`` suffix) as a module."""
+    loader = importlib.machinery.SourceFileLoader(script.replace("-", "_"), str(ROOT / "scripts" / script))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+_sizes = _load("module-sizes")
+
+
+def sizes(root: Path = ROOT) -> dict[str, int]:
+    """Line count of every module of the five packages, as ``scripts/module-sizes`` counts them."""
+    table: dict[str, int] = {}
+    for rel in codemap.modules(root):
+        with (root / rel).open(encoding="utf-8") as fh:
+            table[rel] = sum(1 for _ in fh)
+    return table
+
+
+def _sites_cell(sites: list[codemap.Site]) -> str:
+    callers: dict[tuple[str, str], int] = {}
+    for s in sites:
+        callers[(s.module, s.caller)] = callers.get((s.module, s.caller), 0) + 1
+    return "; ".join(f"`{m}` `{c}`" + (f" ×{n}" if n > 1 else "") for (m, c), n in sorted(callers.items()))
+
+
+def static_block(root: Path = ROOT) -> str:
+    """The checked block: feeding sites, module count, modules over the cap, the median against its bound."""
+    rows = []
+    for m in codemap.MACHINES:
+        sites = codemap.feeding_sites(m, root)
+        entries = ", ".join(f"`{e}`" for e in m.entries)
+        rows.append(f"| {m.name} (`{m.module}`) | {entries} | {len(sites)} | {_sites_cell(sites)} |")
+    table = sizes(root)
+    over = sorted(((n, p) for p, n in table.items() if n > CAP), reverse=True)
+    median = statistics.median(table.values())
+    out = [
+        "| state machine | its entries | feeding sites | where (module, function; ×calls) |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+        f"Modules: {len(table)}. Over {CAP} lines: {len(over)}"
+        + (" (" + ", ".join(f"`{p}` {n}" for n, p in over) + ")" if over else "")
+        + f". Median at most {MEDIAN_BOUND} lines: {'yes' if median <= MEDIAN_BOUND else 'no'}.",
+    ]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- measured at a revision
+
+
+@dataclass(frozen=True)
+class Measure:
+    """The figures of one revision."""
+
+    rev: str
+    label: str
+    sites: dict[str, int | None]  # machine name -> feeding sites (None: no such module at that revision)
+    modules: int
+    median: float
+    p90: int
+    largest: tuple[int, str]
+    over: int
+    turn: dict[str, int]  # scripts/turn-path's last line: files, cross_file_calls, steps, returns, reentries
+
+
+def measure(rev: str, label: str) -> Measure:
+    """Measure ``rev`` in a detached worktree of its own (removed after), running that revision's ``turn-path``."""
+    with tempfile.TemporaryDirectory(prefix="shape-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tree), rev], check=True)
+        try:
+            done = subprocess.run([sys.executable, str(tree / "scripts" / "turn-path")], cwd=tree, capture_output=True,
+                                  text=True, check=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            last = done.stdout.strip().splitlines()[-1]
+            turn = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", last)}
+            table = sizes(tree)
+            values = list(table.values())
+            largest = max(table, key=lambda p: table[p])
+            return Measure(
+                rev=rev, label=label,
+                sites={m.name: len(codemap.feeding_sites(m, tree)) if (tree / m.module).exists() else None for m in codemap.MACHINES},
+                modules=len(values), median=statistics.median(values), p90=int(_sizes.percentile(values, 0.9)),
+                largest=(table[largest], largest), over=sum(1 for n in values if n > CAP), turn=turn,
+            )
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+
+
+def short(rev: str) -> str:
+    """The abbreviated commit id of ``rev`` (kept as written if it is already one)."""
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def measured_block(columns: list[Measure]) -> str:
+    """The measured block: one column per revision."""
+    head = "| | " + " | ".join(f"{c.label} (`{short(c.rev)}`)" for c in columns) + " |"
+    rows = [head, "|---|" + "---|" * len(columns)]
+
+    def row(name: str, cells: list[str]) -> None:
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+
+    for m in codemap.MACHINES:
+        row(f"feeding sites: {m.name}", ["—" if c.sites[m.name] is None else str(c.sites[m.name]) for c in columns])
+    row("modules", [str(c.modules) for c in columns])
+    row("median lines", [f"{c.median:g}" for c in columns])
+    row("p90 lines", [str(c.p90) for c in columns])
+    row("largest", [f"{c.largest[0]} (`{c.largest[1]}`)" for c in columns])
+    row(f"modules over {CAP} lines", [str(c.over) for c in columns])
+    for key, name in (("files", "files one turn enters"), ("cross_file_calls", "distinct cross-file calls"),
+                      ("steps", "cross-file steps"), ("returns", "steps into a file entered before"),
+                      ("reentries", "re-entries (into a file still on the stack)")):
+        row(name, [str(c.turn.get(key, "?")) for c in columns])
+    return "\n".join(rows) + "\n"
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """``text`` with the block between ``<!-- shape: NAME -->`` and ``<!-- /shape -->`` replaced by ``body``."""
+    pattern = re.compile(rf"(<!-- shape: {re.escape(name)}[^>]*-->\n)(.*?)(<!-- /shape -->)", re.DOTALL)
+    if not pattern.search(text):
+        raise LookupError(f"no <!-- shape: {name} --> block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(3), text, count=1)
