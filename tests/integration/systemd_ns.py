@@ -169,6 +169,7 @@ class NamespacedSystemd:
         self.pid: int | None = None  # systemd's pid, as the host sees it
         self.console = stage / "console.log"
         self._cgroup: Path | None = None
+        self._users: list[tuple[str, int]] = []
 
     # ------------------------------------------------------------ staging
 
@@ -176,6 +177,28 @@ class NamespacedSystemd:
         path = self.units / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
+
+    def add_user(self, name: str, uid: int) -> None:
+        """A static system user (and its group, same id) that exists inside the namespace only: the namespace sees
+        copies of the host's ``/etc/passwd`` and ``/etc/group`` with it added, bound over them in its private mount
+        namespace; the host's files are never written (what ``systemd-sysusers`` would do on a real host)."""
+        self._users.append((name, uid))
+
+    def _accounts(self) -> list[str]:
+        """Shell lines that bind the namespace's own passwd and group (staged here, read before /tmp is covered)."""
+        if not self._users:
+            return []
+        passwd = Path("/etc/passwd").read_text() + "".join(
+            f"{name}:x:{uid}:{uid}:{name}:/nonexistent:/usr/sbin/nologin\n" for name, uid in self._users)
+        group = Path("/etc/group").read_text() + "".join(f"{name}:x:{uid}:\n" for name, uid in self._users)
+        lines = []
+        for name, text in (("passwd", passwd), ("group", group)):
+            staged = self.stage / name
+            staged.write_text(text)
+            staged.chmod(0o644)
+            lines += [f"cp {shlex.quote(str(staged))} /run/clankie-{name}",
+                      f"mount --bind /run/clankie-{name} /etc/{name}"]
+        return lines
 
     def _script(self, target: str) -> str:
         lines = ["set -eu"]
@@ -197,6 +220,7 @@ class NamespacedSystemd:
             "mount -t tmpfs -o mode=0755 clankie-test-run /run",
             "mkdir -p /run/systemd/system",
             f"cp -r {shlex.quote(str(self.units))}/. /run/systemd/system/",
+            *self._accounts(),
             "mkdir /run/clankie-carry",
         ]
         for i, (point, _inside) in enumerate(moves):
