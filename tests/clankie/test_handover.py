@@ -12,6 +12,7 @@ from clankie import ipc
 from clankie.handover import LISTEN_FDS_ENV, SPARE_ENV, inherited_listener, is_spare, listen_fds_value
 from clankie.link import supervisor_link
 from clankie.protocol import Empty, Record
+from tests.polling import until
 
 
 def test_an_inherited_listener_is_found_by_name_and_made_close_on_exec(runtime_dir: Path) -> None:
@@ -77,8 +78,7 @@ def test_a_spare_parks_on_its_link_until_activated_or_stopped() -> None:
         async with supervisor_link("fixture", env=env, interval=0.05) as link:
             sup = await sup_task
             waiting = asyncio.ensure_future(link.activation())
-            while "parked" not in heard:
-                await asyncio.sleep(0.005)
+            await until(lambda: "parked" in heard, what="the spare to park", step=0.005)
             assert not waiting.done()
             await sup.notify("activate" if activate else "shutdown", Empty() if activate else _stopping())
             result = await waiting

@@ -16,6 +16,7 @@ import pytest
 from clankie import framing, ipc, protocol
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
 from clankie.protocol import HistoryReply, HistoryRequest, Room, TurnResult, TurnSubmit
+from tests.polling import until
 
 ROOM = Room(guild_id="1", channel_id="2")
 WAITING: list[asyncio.Event] = []  # set by echo_service when a "forever" call is parked
@@ -246,11 +247,7 @@ def test_a_client_that_never_reads_is_dropped_and_others_keep_working(runtime_di
         await loop.sock_sendall(sock, framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}]))
         body = b"".join(framing.encode([0, i, "turn.submit", submit(f"d{i}").to_wire()]) for i in range(1, 400))
         await loop.sock_sendall(sock, body)
-        for _ in range(200):
-            if not server.connections:
-                break
-            await asyncio.sleep(0.02)
-        assert not server.connections, "the non-reading client should have been dropped"
+        await until(lambda: not server.connections, what="the non-reading client to be dropped", step=0.02)
         other = await ipc.connect(path, "bridge")
         result = await other.request("turn.submit", submit("fine"))
         assert isinstance(result, TurnResult)
@@ -271,10 +268,7 @@ def test_connections_past_the_cap_are_refused_and_the_rest_keep_working(runtime_
                 await ipc.connect(path, "bridge", timeout=2)
             assert server.refused == 1
             await idle[0].aclose()
-            for _ in range(100):
-                if len(server.connections) < 5:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: len(server.connections) < 5, what="the closed connection to leave the server")
             again = await ipc.connect(path, "bridge")
             result = await again.request("turn.submit", submit("d", "after"))
             assert isinstance(result, TurnResult) and result.text == "after"

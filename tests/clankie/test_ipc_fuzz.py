@@ -8,7 +8,6 @@ import os
 import socket
 import struct
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 
 from clankie import framing, ipc, protocol
 from clankie.protocol import TurnResult, TurnSubmit
+from tests.polling import until_sync
 
 HELLO = framing.encode([0, 0, "hello", {"role": "bridge", "pid": 1, "protocol": 1}])
 
@@ -99,10 +99,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
 
 
 def settle(live: LiveServer) -> None:
-    deadline = time.monotonic() + 10
-    while live.connections() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert live.connections() == 0
+    until_sync(lambda: live.connections() == 0, 10, lambda: f"every connection closed ({live.connections()} open)", 0.01)
 
 
 frames = st.one_of(

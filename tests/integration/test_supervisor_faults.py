@@ -86,7 +86,7 @@ def test_a7_a9_grandchildren_die_with_their_parent_and_do_not_delay_the_restart(
     """A child with 5 grandchildren (holding its stdout) is SIGKILLed: all 6 are gone, the restart is prompt."""
     ev = tmp_path / "ev"
     with supervisor(tmp_path, runtime_dir, [fixture("svc", "--grandchildren", "5", events=ev)]) as sup:
-        grand = wait_for(lambda: len(g := events(ev, "GRANDCHILD")) == 5 and g, 10, "grandchildren")
+        grand = wait_for(lambda: g if len(g := events(ev, "GRANDCHILD")) == 5 else None, 10, "grandchildren")
         pid = sup.child("svc").pid
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: sup.child("svc").pid not in (None, pid), 5, "restart")

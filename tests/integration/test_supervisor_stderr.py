@@ -6,11 +6,12 @@ import fcntl
 import itertools
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
+from clankie.protocol import StatusReply
+from tests.polling import until_sync
 from tests.supervisor.harness import events, fixture, supervisor, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -18,19 +19,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 LINES = 200_000
 
 
-def read_available(fd: int, until: float, want: bytes) -> bytes:
-    """Read a non-blocking pipe until ``want`` shows up or the deadline passes."""
-    got = b""
-    while want not in got and time.monotonic() < until:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            time.sleep(0.02)
-            continue
-        if not chunk:
-            break
-        got += chunk
-    return got
+def read_until(fd: int, want: bytes, timeout: float) -> bytes:
+    """Read a non-blocking pipe until ``want`` shows up (or it ends); fail with its tail after ``timeout`` s."""
+    got = bytearray()
+
+    def seen() -> bool:
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return want in got
+            if not chunk:
+                return True  # the writer is gone: what came is all there is
+            got.extend(chunk)
+
+    until_sync(seen, timeout, lambda: f"{want!r} on stderr; its tail: {bytes(got[-500:])!r}")
+    return bytes(got)
 
 
 def test_a_wedged_stderr_never_wedges_the_supervisor(tmp_path: Path, runtime_dir: Path) -> None:
@@ -55,19 +59,21 @@ def test_a_wedged_stderr_never_wedges_the_supervisor(tmp_path: Path, runtime_dir
             # A supervisor wedged on its stderr would answer nothing and read no heartbeat: status answers (each
             # within the call's deadline) and steady's heartbeat age keeps falling back, so heartbeats are read.
             ages: list[float] = []
-            while sum(later < earlier for earlier, later in itertools.pairwise(ages)) < 3:
+
+            def heartbeats_read() -> StatusReply | None:
                 st = sup.status()
                 for c in st.children:
                     assert c.state == "running" and c.restarts == 0, c
                 steady = next(c for c in st.children if c.name == "steady")
                 assert steady.last_heartbeat_age_s is not None
                 ages.append(steady.last_heartbeat_age_s)
-                assert len(ages) < 300, f"steady's heartbeats stopped being read: ages {ages[-10:]}"
-                time.sleep(0.05)
+                return st if sum(later < earlier for earlier, later in itertools.pairwise(ages)) >= 3 else None
+
+            st = until_sync(heartbeats_read, 30, lambda: f"steady's heartbeats to be read: ages {ages[-10:]}", 0.05)
             dropped = st.supervisor.stderr_dropped
             assert dropped > 0
             os.set_blocking(r, False)
-            out = read_available(r, time.monotonic() + 15, b"lines (")
+            out = read_until(r, b"lines (", 15)
             notice = re.search(rb"dropped (\d+) lines \((\d+) since start\)", out)
             assert notice is not None, out[-500:]
             assert int(notice.group(2)) >= dropped

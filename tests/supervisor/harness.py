@@ -9,14 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from clankie import ipc
 from clankie.errors import ChannelBroken
 from clankie.protocol import Empty, Record, StatusReply
+from tests.polling import until_sync
 
 FIXTURE = Path(__file__).parent / "fixtures" / "child.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -32,16 +32,8 @@ def fixture(name: str, *flags: str, events: Path | None = None, **spec: Any) -> 
     return base
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll a real-world condition until it holds (real processes: no event to await)."""
-    end = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+wait_for = until_sync
+"""Poll a real-world condition until it holds (real processes, no event loop here: :func:`tests.polling.until_sync`)."""
 
 
 def events(path: Path, kind: str | None = None) -> list[tuple[str, int, int]]:
