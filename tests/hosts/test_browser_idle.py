@@ -23,6 +23,7 @@ from hosts.browser.host import BrowserHost
 from hosts.browser.lifecycle import Lifecycle, idle_due
 from tests.hosts.hostproc import HostProcess, shoot
 from tests.hosts.pages import Site
+from tests.polling import until, until_probe
 
 
 def _chromium_children(pid: int) -> list[int]:
@@ -91,8 +92,7 @@ def test_concurrent_first_requests_start_once_and_a_request_during_the_close_wai
                 await asyncio.sleep(0.05)  # sleep: Chromium must not close in this window (1 s short of idle)
                 assert _state(host) == "up"
                 clock.advance(10)
-                while _state(host) == "up":
-                    await asyncio.sleep(0)
+                await until(lambda: _state(host) != "up", what="the idle close to begin", step=0)
                 assert _state(host) == "stopping"
                 again = await host.screenshot(req)  # waits for the close, then starts Chromium again
                 assert isinstance(again, Artifact) and again.size > 0
@@ -115,20 +115,23 @@ def test_chromium_stops_when_idle_and_starts_again_on_demand(env: dict[str, str]
         "CLANKIE_HEARTBEAT_SECONDS": "0.2",
     }
 
-    async def until(host: HostProcess, chromium: str) -> dict[str, object]:
-        while True:  # bounded by the test's timeout; no timing is asserted
+    async def reported(host: HostProcess, chromium: str) -> dict[str, object]:
+        async def beat_saying() -> dict[str, object] | None:
             beat = await host.next_heartbeat()
-            if beat.report["chromium"] == chromium:
-                assert beat.detail.startswith(f"chromium {chromium}")
-                return beat.report
+            if beat.report["chromium"] != chromium:
+                return None
+            assert beat.detail.startswith(f"chromium {chromium}")
+            return beat.report
+
+        return await until_probe(beat_saying, 60, f"a heartbeat saying chromium {chromium}", step=0)
 
     async def main() -> None:
         async with Site() as site, HostProcess("browser", host_env, tmp_path / "host.log") as host:
             assert host.proc is not None
-            report = await until(host, "down")
+            report = await reported(host, "down")
             assert report["launches"] == 0 and _chromium_children(host.proc.pid) == []
             assert (await shoot(host, site.origin + "/")).size > 0
-            report = await until(host, "down")
+            report = await reported(host, "down")
             assert report["launches"] == 1 and report["idle_stops"] == 1 and report["crashes"] == 0
             assert _chromium_children(host.proc.pid) == []
             assert (await shoot(host, site.origin + "/")).size > 0

@@ -45,12 +45,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from clankie.child import PR_SET_PDEATHSIG, prctl
+from tests.polling import until_sync
 
 T = TypeVar("T")
 
@@ -299,14 +299,7 @@ class NamespacedSystemd:
             return False
 
     def _wait(self, pred: Callable[[], T | None], timeout: float, what: str) -> T:
-        end = time.monotonic() + timeout
-        while True:
-            value = pred()
-            if value:
-                return value
-            if time.monotonic() > end:
-                raise AssertionError(f"timed out waiting for {what}\n{self.journal()[-4000:]}")
-            time.sleep(0.05)
+        return until_sync(pred, timeout, lambda: f"{what}\n{self.journal()[-4000:]}", step=0.05)
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60.0, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:

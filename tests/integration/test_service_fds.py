@@ -14,6 +14,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import records
 from service.captain.records import LaneLog
+from tests.polling import until_probe
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
 
@@ -52,14 +53,20 @@ async def _steady_files(timeout: float = 10.0) -> Counter[str]:
     return files
 
 
-async def _settled_files(expected: Counter[str], timeout: float = 10.0) -> Counter[str]:
-    """The open files once they equal ``expected``, or as they are at the deadline. A group sync asked for after
-    the barrier above can still hold a duplicate descriptor for a moment on a busy machine; a leak never goes."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while (files := await _open_files()) != expected and loop.time() < end:
-        await asyncio.sleep(0.05)
-    return files
+async def _settled_files(expected: Counter[str], timeout: float = 10.0) -> None:
+    """Wait until the open files equal ``expected``; fail naming the difference. A group sync asked for after the
+    barrier above can still hold a duplicate descriptor for a moment on a busy machine; a leak never goes."""
+    files: Counter[str] = Counter()
+
+    async def settled() -> bool:
+        nonlocal files
+        files = await _open_files()
+        return files == expected
+
+    def difference() -> str:
+        return f"the open files to settle: extra {dict(files - expected)}, missing {dict(expected - files)}"
+
+    await until_probe(settled, timeout, difference, step=0.05)
 
 
 def test_many_turns_open_no_more_files_and_the_lane_log_rotates(env: dict[str, str]) -> None:
@@ -73,7 +80,7 @@ def test_many_turns_open_no_more_files_and_the_lane_log_rotates(env: dict[str, s
                 assert result.outcome == "settled"
                 if n == 9:
                     after_ten = await _steady_files()
-            assert await _settled_files(after_ten) == after_ten
+            await _settled_files(after_ten)
             lane_log = app.captain.paths.lane_log(msg("m0", "").room)
             assert segments(lane_log)  # 60 turns of about 300 bytes rotated the 4 kB lane log
             last = LaneLog(lane_log, msg("m0", "").room, app.clock).recent()[-1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from clankie import jsonl
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
+from tests.polling import until_probe
 from tests.service.captain.harness import FakeBridge, msg, run, service_env, service_socket
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,14 +32,16 @@ def _spawn(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
 
 
 async def _connect(bridge: FakeBridge, path: Path, proc: subprocess.Popen[bytes]) -> None:
-    async with asyncio.timeout(60):  # a cold, busy machine takes a while to import the service
-        while True:
-            assert proc.poll() is None, "service exited early"
-            try:
-                await bridge.connect(path)
-                return
-            except (ChannelBroken, ChannelClosed, OSError):
-                await asyncio.sleep(0.05)
+    async def connected() -> bool:
+        assert proc.poll() is None, "service exited early"
+        try:
+            await bridge.connect(path)
+        except (ChannelBroken, ChannelClosed, OSError):
+            return False
+        return True
+
+    # a cold, busy machine takes a while to import the service
+    await until_probe(connected, 60, "the service to accept the bridge", step=0.05)
 
 
 @pytest.mark.slow

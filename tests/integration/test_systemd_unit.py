@@ -46,6 +46,7 @@ from hosts.tldraw.examples import er_example
 from tests.hosts.isolation import Seen, seen
 from tests.integration.systemd_ns import NamespacedSystemd, missing_tools, unmet_prerequisite
 from tests.integration.tree import CHAN, GUILD, PERSON, Site
+from tests.polling import until_probe
 from tests.replies import read_receipts, settled_reply
 
 T = TypeVar("T")
@@ -121,16 +122,7 @@ class Booted:
 
 async def poll(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str, ns: NamespacedSystemd) -> T:
     """Poll an async probe of real state; fail with the unit's journal."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if loop.time() > end:
-            journal = await asyncio.to_thread(ns.journal)
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}\n{journal[-5000:]}")
-        await asyncio.sleep(0.1)
+    return await until_probe(probe, timeout, lambda: f"{what}\n{ns.journal()[-5000:]}", step=0.1)
 
 
 def entries(ns: NamespacedSystemd, *match: str) -> list[dict[str, str]]:

@@ -35,7 +35,7 @@ from clankie.errors import ChannelBroken, RemoteError
 from clankie.protocol import ChildStatus, DoctorReply, Empty, LaneInfo, LanesReply, Record, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
-from tests.polling import until
+from tests.polling import until, until_probe
 from tests.replies import closing_receipt, read_receipts, settled_reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,19 +124,21 @@ class Tree:
 
     async def wait_child(self, pred: Callable[[ChildStatus], bool], name: str, timeout: float = 30.0) -> ChildStatus:
         """Poll ``status`` until child ``name`` satisfies ``pred``."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while True:
+        got: ChildStatus | None = None
+
+        async def look() -> ChildStatus | None:
+            nonlocal got
             try:
                 got = await self.child(name)
             except ChannelBroken:  # the control socket refuses between its bind and its listen
                 got = None
-            if got is not None and pred(got):
-                return got
-            if loop.time() > end:
-                state = f"{got.state} {got.detail!r}" if got is not None else "no answer on control.sock"
-                raise AssertionError(f"{name} never got there: {state}\n{self.stderr()[-3000:]}")
-            await asyncio.sleep(0.05)
+            return got if got is not None and pred(got) else None
+
+        def where() -> str:
+            state = f"{got.state} {got.detail!r}" if got is not None else "no answer on control.sock"
+            return f"{name} to get there: {state}\n{self.stderr()[-3000:]}"
+
+        return await until_probe(look, timeout, where, step=0.05)
 
     async def ask(self, text: str, timeout: float = 45.0) -> Post:
         """A person speaks in the room; returns the reply that settled that message's delivery."""
@@ -170,14 +172,14 @@ class Tree:
 
     async def wait_lane(self, pred: Callable[[LaneInfo], bool], channel: str = CHAN, timeout: float = 30.0) -> LaneInfo:
         """Poll ``lanes`` until the room's lane satisfies ``pred``."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout
-        while True:
+        info: LaneInfo | None = None
+
+        async def look() -> LaneInfo | None:
+            nonlocal info
             info = await self.lane(channel)
-            if info is not None and pred(info):
-                return info
-            assert loop.time() < end, f"the lane of {channel} never got there: {info}"
-            await asyncio.sleep(0.05)
+            return info if info is not None and pred(info) else None
+
+        return await until_probe(look, timeout, lambda: f"the lane of {channel} to get there: {info}", step=0.05)
 
     def receipts(self) -> list[dict[str, Any]]:
         """The bridge's receipts, oldest first."""
@@ -216,16 +218,15 @@ class Tree:
 
     async def ready(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge has a Discord session and the service."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 15
-        while True:  # a socket file left by a killed supervisor exists, but refuses: wait for one that answers
+        async def answers() -> bool:  # a socket file left by a killed supervisor exists, but refuses
             assert self.proc.returncode is None, f"clankie run exited {self.proc.returncode}: {self.stderr()[-3000:]}"
             try:
                 await self.status()
-                break
             except (OSError, ChannelBroken):
-                assert loop.time() < end, "the control socket never answered"
-                await asyncio.sleep(0.02)
+                return False
+            return True
+
+        await until_probe(answers, 15, "the control socket to answer", step=0.02)
         external = self.env.get("CLANKIE_BROWSER_HOST") == "external"  # then not a child of the tree: its own unit
         for name in ("tldraw", "service") if external else ("browser", "tldraw", "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
