@@ -44,18 +44,26 @@ def package_of(rel: str) -> str:
 
 
 @cache
-def _tree(path: Path) -> ast.Module:
+def tree(path: Path) -> ast.Module:
+    """The parsed module at ``path``, parsed once per process (the docs, the shape and the tests read it many times)."""
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+@cache
+def _nodes(path: Path) -> tuple[list[ast.Assign | ast.AnnAssign | ast.arg | ast.keyword], list[tuple[ast.Call, str]]]:
+    """The nodes of ``path`` that may bind a name to an instance (assignments, arguments, keywords), and its calls."""
+    binders = [n for n in ast.walk(tree(path)) if isinstance(n, ast.Assign | ast.AnnAssign | ast.arg | ast.keyword)]
+    return binders, _calls(tree(path))
 
 
 def docstring(rel: str, root: Path = ROOT) -> str:
     """The module's docstring, cleaned of its indentation; empty when it has none."""
-    return ast.get_docstring(_tree(root / rel)) or ""
+    return ast.get_docstring(tree(root / rel)) or ""
 
 
 def empty(rel: str, root: Path = ROOT) -> bool:
     """The module holds nothing at all (an empty ``__init__.py``, a package marker): it needs no docstring."""
-    return not _tree(root / rel).body
+    return not tree(root / rel).body
 
 
 def paragraphs(rel: str, root: Path = ROOT) -> list[str]:
@@ -124,8 +132,8 @@ class Site:
     caller: str  # the qualified name of the function the call is in ("LaneShell.feed"), or "<module>"
 
 
-def _bindings(tree: ast.Module, cls: str) -> tuple[set[str], set[str], list[tuple[str, str]]]:
-    """Names and attributes ``tree`` binds to an instance of ``cls`` (``self.life = SpareLife(...)``, ``life: Lifecycle``,
+def _bindings(path: Path, cls: str) -> tuple[set[str], set[str], list[tuple[str, str]]]:
+    """Names and attributes the module at ``path`` binds to an instance of ``cls`` (``self.life = SpareLife(...)``, ``life: Lifecycle``,
     ``machine=Lane(key)``, ``def f(lane: Lane)``, ``machine = lane.machine``), and those it binds to some other call."""
 
     def mentions(expr: ast.expr | None) -> bool:
@@ -137,7 +145,7 @@ def _bindings(tree: ast.Module, cls: str) -> tuple[set[str], set[str], list[tupl
     ours: set[str] = set()
     other: set[str] = set()
     aliases: list[tuple[str, str]] = []
-    for node in ast.walk(tree):
+    for node in _nodes(path)[0]:
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = [n for n in map(_name_of, node.targets if isinstance(node, ast.Assign) else [node.target]) if n]
             if isinstance(node.value, ast.Call):
@@ -168,15 +176,14 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
     """
     top = machine.module.split("/")[0]
     scope = [rel for rel in modules(root) if rel.split("/")[0] == top]
-    bindings = {rel: _bindings(_tree(root / rel), machine.cls) for rel in scope} if machine.cls else {}
+    bindings = {rel: _bindings(root / rel, machine.cls) for rel in scope} if machine.cls else {}
     shared: set[str] = set().union(*(ours for ours, _, _ in bindings.values())) if bindings else set()
     sites: list[Site] = []
     for rel in scope:
         if rel == machine.module:
             continue
-        tree = _tree(root / rel)
         if machine.cls is None:
-            imported = _imports_machine(tree, machine, rel)
+            imported = _imports_machine(tree(root / rel), machine, rel)
             direct = imported & set(machine.entries)
             via_module = {machine.dotted.rsplit(".", 1)[1]} & imported
             holders: set[str] = set()
@@ -185,7 +192,7 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
             direct, via_module = set(), set()
             holders = set(ours) | (shared - other)
             holders |= {target for held, target in aliases if held in holders}
-        for node, caller in _calls(tree):
+        for node, caller in _nodes(root / rel)[1]:
             func = node.func
             if isinstance(func, ast.Name) and func.id in direct:
                 sites.append(Site(rel, node.lineno, func.id, caller))
@@ -196,13 +203,13 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
     return sorted(sites, key=lambda s: (s.module, s.line))
 
 
-def _imports_machine(tree: ast.Module, machine: Machine, rel: str) -> set[str]:
-    """The local names under which ``tree`` holds the machine's module or its names (empty: it does not import it)."""
+def _imports_machine(parsed: ast.Module, machine: Machine, rel: str) -> set[str]:
+    """The local names under which ``parsed`` holds the machine's module or its names (empty: it does not import it)."""
     names: set[str] = set()
     package = package_of(rel).replace("/", ".")
     target = machine.dotted
     leaf = target.rsplit(".", 1)[1]
-    for node in ast.walk(tree):
+    for node in ast.walk(parsed):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -218,8 +225,8 @@ def _imports_machine(tree: ast.Module, machine: Machine, rel: str) -> set[str]:
     return names
 
 
-def _calls(tree: ast.Module) -> list[tuple[ast.Call, str]]:
-    """Every call in ``tree`` with the qualified name of the function or class body it is written in."""
+def _calls(parsed: ast.Module) -> list[tuple[ast.Call, str]]:
+    """Every call in ``parsed`` with the qualified name of the function or class body it is written in."""
     out: list[tuple[ast.Call, str]] = []
 
     def visit(node: ast.AST, scope: tuple[str, ...]) -> None:
@@ -231,7 +238,7 @@ def _calls(tree: ast.Module) -> list[tuple[ast.Call, str]]:
                 out.append((child, ".".join(scope) or "<module>"))
             visit(child, scope)
 
-    visit(tree, ())
+    visit(parsed, ())
     return out
 
 

@@ -72,10 +72,19 @@ def test_every_module_sits_in_exactly_one_table() -> None:
     """Each package directory of the five packages is named by one block, so every module has one row."""
     gen = _load("gen_docs_whole", ROOT / "scripts" / "gen-docs")
     assert gen.coverage() == []
-    rows = [line for rel in gen.marked_docs() for line in (ROOT / rel).read_text(encoding="utf-8").splitlines()
-            if line.startswith("| `") and line.split("`")[1].endswith(".py")]
-    named = [line.split("`")[1] for line in rows]
+    blocks = [m.group("body") for rel in gen.marked_docs() for m in gen.MODULES.finditer((ROOT / rel).read_text(encoding="utf-8"))]
+    named = [line.split("`")[1] for body in blocks for line in body.splitlines() if line.startswith("| `")]
     assert sorted(named) == gen.codemap.modules()  # each once: no module left out, none twice
+
+
+def test_a_topic_table_names_its_modules_and_a_missing_one_is_reported(gen: ModuleType, tmp_path: Path) -> None:
+    """docs/spend.md's table lists the modules it names, each with its summary; a name that is no module fails."""
+    spend = (tmp_path / "docs" / "spend.md").read_text(encoding="utf-8")
+    assert "| `service/captain/budget.py` | Day budgets, pure:" in spend
+    (tmp_path / "docs" / "spend.md").write_text(spend.replace("<!-- modules-named: ", "<!-- modules-named: service/gone.py ", 1),
+                                               encoding="utf-8")
+    assert "docs/spend.md names service/gone.py, which is not a module" in gen.coverage()
+    assert gen.main(["--check"]) == 1
 
 
 def test_the_tables_check_finds_a_missing_package_a_second_table_and_an_empty_docstring(gen: ModuleType,

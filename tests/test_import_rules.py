@@ -124,9 +124,8 @@ FILE_CALLS = frozenset({"open", "read_text", "read_bytes", "write_text", "write_
 so a pure core converts with ``datetime.fromtimestamp(t, UTC)``, which is allowed."""
 
 
-def impurities(rel: str, pure: set[str]) -> list[str]:
-    """What keeps ``rel`` from being a pure core: an I/O import, an impure project import, a clock or file call."""
-    path = ROOT / rel
+def impurities(path: Path, pure: set[str]) -> list[str]:
+    """What keeps ``path`` from being a pure core: an I/O import, an impure project import, a clock or file call."""
     names = runtime_imports_of(path)
     found = [f"imports {n}" for n in sorted(names) if top(n) in IO_MODULES and not _no_io_part(n)]
     found += [f"imports {n}, which is not a pure core" for n in sorted(names) if top(n) in PACKAGES and n not in pure]
@@ -163,27 +162,33 @@ def test_pure_cores_do_no_io() -> None:
     assert protocol, "the protocol package is where the rule looks"
     cores = (*PURE_CORES, *protocol)
     pure = {_dotted(rel) for rel in cores} | {"clankie.protocol"}
-    found = {rel: bad for rel in cores if (bad := impurities(rel, pure))}
+    found = {rel: bad for rel in cores if (bad := impurities(ROOT / rel, pure))}
     assert found == {}, found
 
 
 def test_the_purity_rule_sees_io(tmp_path: Path) -> None:
     """The rule names an I/O import, a clock read and a disk call, and lets a path value and a parse pass."""
-    global ROOT
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import time\nfrom pathlib import Path\nfrom urllib.parse import quote\nimport service.captain.shell\n"
         "def f(p: Path) -> bytes:\n    return (p / quote('x')).read_bytes()\ndef g() -> float:\n    return time.monotonic()\n",
         encoding="utf-8",
     )
-    saved, ROOT = ROOT, tmp_path
-    try:
-        assert impurities("probe.py", set()) == [
-            "imports time", "imports service.captain.shell, which is not a pure core", "line 6 calls .read_bytes()",
-            "line 8 calls .monotonic()",
-        ]
-    finally:
-        ROOT = saved
+    assert impurities(probe, set()) == [
+        "imports time", "imports service.captain.shell, which is not a pure core", "line 6 calls .read_bytes()",
+        "line 8 calls .monotonic()",
+    ]
+
+
+def test_type_only_imports_do_not_count_and_a_submodule_is_named_as_one(tmp_path: Path) -> None:
+    """An import under ``if TYPE_CHECKING:`` never runs; ``from clankie import allow`` imports ``clankie.allow``."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nfrom clankie import allow\nif TYPE_CHECKING:\n    import asyncio\n",
+        encoding="utf-8",
+    )
+    assert runtime_imports_of(probe) == {"typing", "clankie.allow"}
+    assert "asyncio" in imports_of(probe)  # the layering rules still see it
 
 
 def environ_reads(path: Path) -> list[int]:
