@@ -171,3 +171,23 @@ def test_todays_machines_are_fed_where_the_shape_section_says() -> None:
     assert sites["the lane"] == [("service/captain/shell.py", "LaneShell.feed")]
     assert sites["a child's lifecycle"] == [("supervisor/process.py", "Child._feed")]
     assert sites["the tree"] == [("supervisor/tree.py", "Tree._move")]
+
+
+def test_the_measured_block_is_replaced_alone_and_names_its_revisions() -> None:
+    """scripts/shape --write rewrites only the measured block; a machine missing at a revision shows as "—"."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import shape_report  # type: ignore[import-not-found]  # scripts/ is not a package
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    sites = {m.name: (None if m.name == "the tree" else 1) for m in shape_report.codemap.MACHINES}
+    column = shape_report.Measure(rev="HEAD", label="now", sites=sites, modules=3, median=2.0, p90=3, largest=(3, "x.py"),
+                                  over=0, turn={"files": 1, "cross_file_calls": 2, "steps": 3, "returns": 4, "reentries": 0})
+    block = shape_report.measured_block([column])
+    assert block.splitlines()[0] == f"| | now (`{head.stdout.strip()}`) |"
+    assert "| feeding sites: the tree | — |" in block and "| steps into a file entered before | 4 |" in block
+    text = "a\n<!-- shape: static -->\nkept\n<!-- /shape -->\n<!-- shape: measured -->\nold\n<!-- /shape -->\nb\n"
+    assert shape_report.replace_block(text, "measured", "new\n") == text.replace("old", "new")
+    with pytest.raises(LookupError):
+        shape_report.replace_block("no block\n", "measured", "new\n")
