@@ -191,3 +191,15 @@ def test_the_measured_block_is_replaced_alone_and_names_its_revisions() -> None:
     assert shape_report.replace_block(text, "measured", "new\n") == text.replace("old", "new")
     with pytest.raises(LookupError):
         shape_report.replace_block("no block\n", "measured", "new\n")
+
+
+def test_every_source_path_a_doc_names_exists() -> None:
+    """A page that names `service/captain/live.py` after it is gone has drifted (benchmarks.md is history, and
+    keeps the names of its day)."""
+    import re
+
+    pattern = re.compile(r"\b(?:clankie|supervisor|service|bridge|hosts|scripts|tests)/[\w/-]+\.py\b")
+    pages = [p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "benchmarks.md"] + [ROOT / "README.md"]
+    missing = sorted({f"{page.name}: {path}" for page in pages for path in pattern.findall(page.read_text(encoding="utf-8"))
+                      if not (ROOT / path).exists()})
+    assert missing == []
