@@ -17,6 +17,7 @@ from clankie.jsonl import read_lines
 from clankie.protocol import Record, TurnResult, TurnSubmit
 from clankie.settings import load
 from clankie.testing.fake_discord import FakeDiscord
+from tests.polling import until
 
 GUILD, CHAN, CHAN2 = "100", "101", "102"
 OTHER_GUILD, OTHER_CHAN = "200", "201"
@@ -81,12 +82,14 @@ class Harness:
     def outcomes(self, delivery_id: str) -> list[str]:
         return [r["outcome"] for r in self.receipts() if r["delivery_id"] == delivery_id]
 
-    async def until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Wait for a condition on the fake, the service or the bridge (polls real events)."""
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                with contextlib.suppress(TimeoutError):
-                    await self.fake.wait_for(predicate, timeout=0.02)
+    async def until(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+        """Wait for a condition on the fake, the service or the bridge: looked at again on every change the fake
+        Discord sees, and every 20 ms for the service's and the bridge's own state (:func:`tests.polling.until`)."""
+
+        async def change(step: float) -> None:
+            await self.fake.wait_for(predicate, timeout=step)
+
+        await until(predicate, timeout, what, step=0.02, nap=change)
 
 
 @contextlib.asynccontextmanager
