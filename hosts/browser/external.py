@@ -134,6 +134,9 @@ def open_shared_dir(path: Path, owner: int | None = None, group: int | None = No
                 raise ConfigError(f"refusing {directory}: it belongs to uid {st.st_uid}, not to the browser host's {uid}")
             if directory == path and not made and stat.S_IMODE(st.st_mode) & 0o022:
                 raise ConfigError(f"refusing {directory}: group or others may write it (chmod 0711)")
+            if directory == path and not made and not st.st_mode & 0o001:
+                log.warning("%s is %04o: a tree of another uid cannot enter it to read the screenshots (make it 0711)",
+                            directory, stat.S_IMODE(st.st_mode))
             if owner is not None and os.geteuid() == 0:
                 os.fchown(fd, owner, group if group is not None else -1)
             if made or directory != path:  # ours: enterable by the tree, never listable, whatever the umask made it
@@ -220,5 +223,5 @@ def go_external(settings: Settings, environ: Mapping[str, str]) -> External:
         apart = become(settings, *who, fd, None)
     serve_on("browser", listener)
     admit_with("browser", client.admit, every_uid)
-    log.info("serving %s for uid %d; screenshots in %s", settings.browser_socket, client.uid, settings.browser_artifacts)
+    log.info("serving %s for uid %d; screenshots in %s", listener.getsockname(), client.uid, settings.browser_artifacts)
     return External(client, listener, SharedArtifacts(fd, settings.browser_artifacts_keep), apart)

@@ -98,16 +98,20 @@ class ImportingClient(HostClient):
         return reply
 
     def import_artifact(self, artifact: Artifact) -> None:
-        """``artifact`` read from the host's directory, its hash checked, and written under our root by the same ref;
-        anything wrong is the host's refusal, with the resolver's code."""
+        """``artifact`` (and each of its extra refs) read from the host's directory, its hash checked, and written under
+        our root by the same ref; anything wrong is the host's refusal, with the resolver's code."""
         try:
-            resolved = artifacts.resolve_artifact(self.source, artifact.ref, self.max_bytes)
-            digest, sub, ext = artifacts.parse_ref(artifact.ref)
+            if artifacts.parse_ref(artifact.ref)[0] != artifact.sha256:
+                raise artifacts.ArtifactError(Code.ARTIFACT_HASH_MISMATCH, "the record names another hash than its ref")
+            for ref in (artifact.ref, *artifact.extra_refs):
+                self._copy(ref)
         except artifacts.ArtifactError as exc:
             log.warning("%s artifact refused: %s", self.name, exc.code)
             raise RemoteError(exc.code, f"the {self.name} host's artifact was refused: {exc}") from None
-        if digest != artifact.sha256:
-            raise RemoteError(Code.ARTIFACT_HASH_MISMATCH, f"the {self.name} host's artifact record names another hash")
+
+    def _copy(self, ref: str) -> None:
+        resolved = artifacts.resolve_artifact(self.source, ref, self.max_bytes)
+        _digest, sub, ext = artifacts.parse_ref(ref)
         try:
             artifacts.write_artifact(self.root, sub, resolved.data, ext)
         except (OSError, ClankieError):

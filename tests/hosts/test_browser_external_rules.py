@@ -107,3 +107,16 @@ def test_a_shared_directory_others_may_write_is_refused_and_left_as_it_is(tmp_pa
     with pytest.raises(ConfigError, match="group or others may write it"):
         open_shared_dir(root)
     assert stat.S_IMODE(root.stat().st_mode) == 0o777 and not (root / "browser").exists()
+
+
+def test_a_shared_directory_another_uid_cannot_enter_is_used_but_named_in_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tree of the same uid still reads it; a tree of another uid would not, and the log says how to fix it."""
+    root = tmp_path / "artifacts"
+    root.mkdir(mode=0o700)
+    with caplog.at_level("WARNING", logger="hosts.browser.external"):
+        os.close(open_shared_dir(root))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{root} is 0700: a tree of another uid cannot enter it to read the screenshots (make it 0711)"]
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700  # not ours to chmod: the operator (or systemd) made it

@@ -76,3 +76,19 @@ def test_a_picture_over_the_upload_limit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RemoteError) as info:
         client(tmp_path, max_bytes=len(PNG) - 1).import_artifact(art)
     assert info.value.code == "artifact_too_large"
+
+
+def test_a_ref_outside_the_governed_grammar_is_refused_before_any_file_is_touched(tmp_path: Path) -> None:
+    art = written(tmp_path).model_copy(update={"ref": "sha256:../../etc/passwd"})
+    with pytest.raises(RemoteError) as info:
+        client(tmp_path).import_artifact(art)
+    assert info.value.code == "artifact_ref_invalid"
+    assert not (tmp_path / "attachments").exists()
+
+
+def test_every_extra_ref_is_verified_and_copied_too(tmp_path: Path) -> None:
+    """What a host that answers more than one file per artifact (tldraw's SVG and .tldr) would need."""
+    extra = write_artifact(tmp_path / "unit", "browser", b"<svg/>", "svg")
+    art = written(tmp_path).model_copy(update={"extra_refs": (extra,)})
+    client(tmp_path).import_artifact(art)
+    assert resolve_artifact(tmp_path / "attachments", extra, 1 << 20).data == b"<svg/>"
