@@ -493,8 +493,7 @@ def test_calls_past_the_in_flight_cap_are_refused_visibly_and_the_connection_liv
             conn = await ipc.connect(path, "service")
             calls = [asyncio.create_task(conn.request("history", HistoryRequest(delivery_id=f"park{i}", room=ROOM)))
                      for i in range(2)]
-            while len(parked) < 2:
-                await asyncio.sleep(0)
+            await until(lambda: len(parked) >= 2, what="both calls parked in the handler", step=0)
             served = next(iter(server.connections))
             with pytest.raises(RemoteError) as refused:
                 await conn.request("history", HistoryRequest(delivery_id="third", room=ROOM))

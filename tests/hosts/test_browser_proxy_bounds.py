@@ -9,18 +9,12 @@ import pytest
 
 from hosts.browser import policy
 from hosts.browser.proxy import MARKER, MAX_REFUSALS_KEPT, PolicyProxy
+from tests.polling import until
 
 
 def _authorized(proxy: PolicyProxy, target: str) -> bytes:
     token = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
     return f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {token}\r\n\r\n".encode()
-
-
-async def _settle(predicate: object) -> None:
-    """Let the proxy's accept tasks run until ``predicate()`` holds (no clock: it is a loop of yields)."""
-    assert callable(predicate)
-    while not predicate():
-        await asyncio.sleep(0)
 
 
 def test_past_the_connection_cap_a_session_answers_503_and_counts_it(caplog: pytest.LogCaptureFixture) -> None:
@@ -32,14 +26,14 @@ def test_past_the_connection_cap_a_session_answers_503_and_counts_it(caplog: pyt
         session = await proxy.open_session()
         try:
             held = [await asyncio.open_connection("127.0.0.1", session.port) for _ in range(2)]
-            await asyncio.wait_for(_settle(lambda: len(session.tasks) == 2), 10)
+            await until(lambda: len(session.tasks) == 2, what="both held connections accepted", step=0)
             reader, writer = await asyncio.open_connection("127.0.0.1", session.port)
             reply = await asyncio.wait_for(reader.read(), 10)
             writer.close()
             assert reply.startswith(b"HTTP/1.1 503") and f"{MARKER}: unreachable".encode() in reply
             assert proxy.over_cap_total == 1 and "2 connections already open" in caplog.text
             held[0][1].close()
-            await asyncio.wait_for(_settle(lambda: len(session.tasks) == 1), 10)
+            await until(lambda: len(session.tasks) == 1, what="the closed connection's task to end", step=0)
             reader, writer = await asyncio.open_connection("127.0.0.1", session.port)
             writer.write(b"GET http://x.test/ HTTP/1.1\r\nHost: x.test\r\n\r\n")  # no credential: 407, not 503
             assert (await asyncio.wait_for(reader.read(), 10)).startswith(b"HTTP/1.1 407")
