@@ -174,6 +174,9 @@ class Control:
         if name == "all":
             return [self.tree.children[n] for n in self.tree.order]
         child = self.tree.child(name)
+        if child is None and name == "browser" and self.tree.settings.browser_host == "external":
+            raise RemoteError(Code.NO_SUCH_CHILD, "the browser runs in its own unit (CLANKIE_BROWSER_HOST=external): "
+                                                  "use systemctl on clankie-browser.service")
         if child is None:
             raise RemoteError(Code.NO_SUCH_CHILD, f"no child named {name!r}; have {', '.join(self.tree.order)}")
         return [child]

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from clankie.artifacts import resolve_artifact
+from clankie.errors import RemoteError
+from clankie.protocol import ChildTarget
 from clankie.testing import fake_anthropic as fa
 from tests.hosts.external import ExternalHost, external_env
 from tests.hosts.isolation import descendants, seen
@@ -28,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def test_a_screenshot_turn_through_a_browser_host_outside_the_tree(tmp_path: Path, runtime_dir: Path) -> None:
-    """The tree runs no browser; its status says external and answering; a screenshot turn posts the picture the
+    """The tree runs no browser (nor restarts one); its status says external and answering; a screenshot turn posts the picture the
     unit wrote, verified by hash and copied under the tree's root; as root the unit runs under another uid; with
     the unit stopped the words still post, and once it is back so does the picture."""
     unit_env = external_env(tmp_path)
@@ -48,6 +50,9 @@ def test_a_screenshot_turn_through_a_browser_host_outside_the_tree(tmp_path: Pat
                 browser = next(c for c in status.children if c.name == "browser")
                 assert (browser.state, browser.pid, browser.ready) == ("external", None, True), browser
                 assert browser.detail == f"its own unit at {unit.socket}: answers"
+                with pytest.raises(RemoteError) as info:  # not the supervisor's to restart
+                    await t.call("restart", ChildTarget(name="browser"))
+                assert info.value.code == "no_such_child" and "clankie-browser.service" in info.value.message
                 tree = {p.pid for p in descendants(t.proc.pid)}
                 assert unit.pid not in tree and not any("hosts.browser" in " ".join(p.argv) for p in descendants(t.proc.pid))
 
