@@ -30,9 +30,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def test_a_screenshot_turn_through_a_browser_host_outside_the_tree(tmp_path: Path, runtime_dir: Path) -> None:
-    """The tree runs no browser (nor restarts one); its status says external and answering; a screenshot turn posts the picture the
-    unit wrote, verified by hash and copied under the tree's root; as root the unit runs under another uid; with
-    the unit stopped the words still post, and once it is back so does the picture."""
+    """The tree runs no browser (nor restarts one); its status says external and answering; a screenshot turn
+    posts the picture the unit wrote, verified by hash and copied under the tree's root; as root the unit runs
+    under another uid; with the unit stopped the words still post, and once it is back so does the picture."""
     unit_env = external_env(tmp_path)
     tree_env = {
         "CLANKIE_BROWSER_HOST": "external",
