@@ -50,10 +50,11 @@ def tree(path: Path) -> ast.Module:
 
 
 @cache
-def _nodes(path: Path) -> tuple[list[ast.Assign | ast.AnnAssign | ast.arg | ast.keyword], list[tuple[ast.Call, str]]]:
-    """The nodes of ``path`` that may bind a name to an instance (assignments, arguments, keywords), and its calls."""
+def _nodes(path: Path) -> tuple[list[ast.Assign | ast.AnnAssign | ast.arg | ast.keyword], list[tuple[ast.Name | ast.Attribute, str]]]:
+    """The nodes of ``path`` that may bind a name to an instance (assignments, arguments, keywords), and its uses of
+    names and attributes."""
     binders = [n for n in ast.walk(tree(path)) if isinstance(n, ast.Assign | ast.AnnAssign | ast.arg | ast.keyword)]
-    return binders, _calls(tree(path))
+    return binders, _uses(tree(path))
 
 
 def docstring(rel: str, root: Path = ROOT) -> str:
@@ -124,12 +125,13 @@ The watchdog (``supervisor/watchdog.py``) is pure but not a machine: it has rule
 
 @dataclass(frozen=True)
 class Site:
-    """One call that feeds a machine an event: where it is and which entry it calls."""
+    """One use of a machine's entry outside its module: a call, or the entry handed on to be called later (a
+    callback feeds the machine as surely as a call)."""
 
     module: str
     line: int
     entry: str
-    caller: str  # the qualified name of the function the call is in ("LaneShell.feed"), or "<module>"
+    caller: str  # the qualified name of the function the use is in ("LaneShell.feed"), or "<module>"
 
 
 def _bindings(path: Path, cls: str) -> tuple[set[str], set[str], list[tuple[str, str]]]:
@@ -166,10 +168,10 @@ def _name_of(expr: ast.expr) -> str | None:
 
 
 def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
-    """Every call of one of the machine's entries outside its own module and outside the tests.
+    """Every use of one of the machine's entries (a call, or a reference handed on) outside its own module and the tests.
 
-    A function entry counts when called by its imported name or through its module. A method entry counts when it is
-    called on a name or attribute that holds an instance of the machine's class: one its own module binds to one, or
+    A function entry counts when used by its imported name or through its module. A method entry counts when it is
+    read from a name or attribute that holds an instance of the machine's class: one its own module binds to one, or
     one any module of the same package binds to one (a field ``lane: Lane``, a keyword ``machine=Lane(key)``) and
     this module does not bind to something else. Static and by name, so a rename that hides a holder hides its calls:
     the tests pin the figures of today's tree.
@@ -193,13 +195,12 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
             holders = set(ours) | (shared - other)
             holders |= {target for held, target in aliases if held in holders}
         for node, caller in _nodes(root / rel)[1]:
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in direct:
-                sites.append(Site(rel, node.lineno, func.id, caller))
-            elif isinstance(func, ast.Attribute) and func.attr in machine.entries:
-                held = _name_of(func.value)
+            if isinstance(node, ast.Name) and node.id in direct:
+                sites.append(Site(rel, node.lineno, node.id, caller))
+            elif isinstance(node, ast.Attribute) and node.attr in machine.entries:
+                held = _name_of(node.value)
                 if held is not None and (held in holders or held in via_module):
-                    sites.append(Site(rel, node.lineno, func.attr, caller))
+                    sites.append(Site(rel, node.lineno, node.attr, caller))
     return sorted(sites, key=lambda s: (s.module, s.line))
 
 
@@ -225,16 +226,17 @@ def _imports_machine(parsed: ast.Module, machine: Machine, rel: str) -> set[str]
     return names
 
 
-def _calls(parsed: ast.Module) -> list[tuple[ast.Call, str]]:
-    """Every call in ``parsed`` with the qualified name of the function or class body it is written in."""
-    out: list[tuple[ast.Call, str]] = []
+def _uses(parsed: ast.Module) -> list[tuple[ast.Name | ast.Attribute, str]]:
+    """Every name and attribute read in ``parsed`` (a call's callee among them), with the qualified name of the
+    function or class body it is written in."""
+    out: list[tuple[ast.Name | ast.Attribute, str]] = []
 
     def visit(node: ast.AST, scope: tuple[str, ...]) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 visit(child, (*scope, child.name))
                 continue
-            if isinstance(child, ast.Call):
+            if isinstance(child, ast.Name | ast.Attribute) and isinstance(child.ctx, ast.Load):
                 out.append((child, ".".join(scope) or "<module>"))
             visit(child, scope)
 

@@ -73,7 +73,7 @@ def static_block(root: Path = ROOT) -> str:
     over = sorted(((n, p) for p, n in table.items() if n > CAP), reverse=True)
     median = statistics.median(table.values())
     out = [
-        "| state machine | its entries | feeding sites | where (module, function; ×calls) |",
+        "| state machine | its entries | feeding sites | where (module, function; ×uses) |",
         "|---|---|---|---|",
         *rows,
         "",

@@ -146,7 +146,8 @@ def test_a_module_says_it_is_pure_in_its_summary_or_a_sentence_opening_pure(tmp_
 
 def test_feeding_sites_count_calls_on_a_holder_of_the_machine_and_nothing_else(tmp_path: Path) -> None:
     """A call of an entry on something that holds the machine counts (bound here, or a field another module
-    declares); the same method name on something else does not, nor does the machine's own module."""
+    declares), and so does the entry handed on as a callback; the same method name on something else does not,
+    nor does the machine's own module."""
     codemap = _load("codemap_sites", ROOT / "scripts" / "codemap.py")
     src = _tree(tmp_path, {
         "supervisor/machine.py": '"""A pure state machine."""\nclass M:\n    def feed(self) -> None:\n        self.feed()\n',
@@ -156,11 +157,14 @@ def test_feeding_sites_count_calls_on_a_holder_of_the_machine_and_nothing_else(t
             "class Shell:\n"
             "    def __init__(self) -> None:\n        self.m = M()\n        self.other = Other()\n"
             "    def go(self, rec) -> None:\n        self.m.feed()\n        rec.machine.feed()\n        self.other.feed()\n"
+            "    def later(self) -> object:\n        return self.m.feed\n"
         ),
     })
     machine = codemap.Machine("supervisor/machine.py", "the machine", ("feed",), "M")
     sites = codemap.feeding_sites(machine, src)
-    assert [(s.module, s.caller, s.line) for s in sites] == [("supervisor/shell.py", "Shell.go", 7), ("supervisor/shell.py", "Shell.go", 8)]
+    assert [(s.module, s.caller, s.line) for s in sites] == [
+        ("supervisor/shell.py", "Shell.go", 7), ("supervisor/shell.py", "Shell.go", 8), ("supervisor/shell.py", "Shell.later", 11),
+    ]
     assert codemap.undeclared_machines(src) == sorted(["supervisor/machine.py", *(m.module for m in codemap.MACHINES)])
 
 
