@@ -122,8 +122,7 @@ def _write_once(path: Path, data: bytes, create: bool) -> int:
     """One whole write through a descriptor of its own; returns the file's size after it."""
     fd = os.open(path, _ONCE | os.O_CREAT if create else _ONCE, 0o600)
     try:
-        append_all(fd, data)
-        return os.fstat(fd).st_size
+        return append_all(fd, data)
     finally:
         os.close(fd)
 

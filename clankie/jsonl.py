@@ -54,11 +54,13 @@ def replace_file(path: Path, data: bytes) -> None:
 # -- issue 14 (full disk): a failed append leaves no torn line --------------------------------------
 
 
-def append_all(fd: int, data: bytes) -> None:
+def append_all(fd: int, data: bytes) -> int:
     """:func:`write_all` to an append-only file; if it fails part-way (``ENOSPC``), cut the file back.
 
     The file is truncated to the length it had before this call, so a full
     disk costs the whole line being written and never leaves half of it.
+    Returns the file's length after the write as this writer knows it (a
+    second writer appending at the same moment could have made it longer).
     """
     start = os.fstat(fd).st_size
     try:
@@ -69,6 +71,7 @@ def append_all(fd: int, data: bytes) -> None:
         except OSError:
             pass  # readers still skip a torn last line
         raise
+    return start + len(data)
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import resource
 import signal
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from clankie.appender import append_once
 from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.jsonl import encode_line, read_lines
 from clankie.rotation import Rotation, read_all, segments
+from tests.fds import open_under
 
 
 @pytest.fixture
@@ -27,22 +28,19 @@ def small_files() -> Iterator[None]:
     signal.signal(signal.SIGXFSZ, old_handler)
 
 
-def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
 def _drain_syncs() -> None:
-    """Wait until every sync handed to the sync threads so far has run (each thread takes one barrier job)."""
-    for job in [sync_pool().submit(lambda: None) for _ in range(SYNC_THREADS)]:
+    """Wait until every sync handed to the sync threads so far has run: a barrier holds each thread in a job of its
+    own, which it takes only after the jobs queued before."""
+    barrier = threading.Barrier(SYNC_THREADS)
+    for job in [sync_pool().submit(barrier.wait) for _ in range(SYNC_THREADS)]:
         job.result()
 
 
 def test_a_line_is_in_a_new_private_file_and_no_descriptor_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
-    before = _open_fds()
     append_once(path, encode_line({"n": 1}))
     append_once(path, encode_line({"n": 2}) + encode_line({"n": 3}))
-    assert _open_fds() == before
+    assert open_under(tmp_path) == []
     assert read_lines(path) == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
@@ -87,11 +85,25 @@ def test_with_a_rotation_the_file_rotates_right_after_the_line_that_reached_its_
 
 
 def test_a_synced_line_holds_no_descriptor_while_its_sync_waits(tmp_path: Path) -> None:
-    """The fsync goes to the sync threads by path; once they ran, nothing of the file is left open."""
+    """The fsync goes to the sync threads by path: with them busy, twenty synced lines hold nothing open."""
     path = tmp_path / "lane.jsonl"
-    before = _open_fds()
-    for n in range(20):
-        append_once(path, encode_line({"n": n}), rotation=Rotation(rotate_bytes=64, keep_bytes=4096), sync=True)
+    release = threading.Event()
+    started = threading.Barrier(SYNC_THREADS + 1)
+
+    def hold() -> None:
+        started.wait()
+        release.wait()
+
+    blockers = [sync_pool().submit(hold) for _ in range(SYNC_THREADS)]
+    started.wait()
+    try:
+        for n in range(20):
+            append_once(path, encode_line({"n": n}), rotation=Rotation(rotate_bytes=64, keep_bytes=4096), sync=True)
+        assert open_under(tmp_path) == []
+    finally:
+        release.set()
+        for blocker in blockers:
+            blocker.result()
     _drain_syncs()
-    assert _open_fds() == before
+    assert open_under(tmp_path) == []
     assert [r["n"] for r in read_all(path)] == list(range(20))
