@@ -141,7 +141,8 @@ class TurnService:
         messages = (submit.trigger.message_id, *(m.id for m in submit.backlog))
         dropped.drop(self.captain.registry, submit.room, submit.trigger.author, messages, did)  # before the verdict is kept
         self._retain(did, result, record)
-        self.evidence.record(did, "failed", lane=lane, code=SESSION_FAILED, cause="poison", crashed_runs=len(record.crashed_runs))
+        self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=SESSION_FAILED, cause="poison",
+                             crashed_runs=len(record.crashed_runs))
         METER.count("clankie_turns_total", "dropped", SESSION_FAILED)  # it leaves its room unanswered, for good
         return result
 
