@@ -166,7 +166,7 @@ class ChannelBridge(FakeBridge):
     async def say(self, message_id: str, text: str, at: float) -> str:
         self.channel.append(HistoryMessage(id=message_id, author_id="42", text=text, at=at))
         result = await self.submit(msg(message_id, text))
-        if result.outcome == "settled":
+        if result.outcome.visible:  # a settled turn posts its reply into the channel
             self.channel.append(HistoryMessage(id=f"r-{message_id}", author_id="999", is_self=True, text=result.text, at=at + 10))
         return result.outcome
 

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass, field
 
 from bridge.journal_state import Entry
-from clankie.protocol import Room, TurnSubmit
+from clankie.protocol import Room, TurnOutcome, TurnSubmit
 
 
 class Phase(enum.Enum):
@@ -64,4 +64,4 @@ class Counters:
     expired: int = 0
     replies: int = 0
     reply_failures: int = 0
-    by_outcome: dict[str, int] = field(default_factory=dict)
+    by_outcome: dict[TurnOutcome, int] = field(default_factory=dict)  # the status's outcomes (the wire strings)
