@@ -24,7 +24,6 @@ deliveries; a held delivery and its phases are :mod:`bridge.held`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,6 +60,7 @@ from clankie.clock import Clock
 from clankie.metrics import METER
 from clankie.protocol import Room, Trigger, TurnSubmit
 from clankie.redact import NOTHING, Redactor
+from clankie.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,10 @@ class Bridge:
                                  upload_limit=upload_limit, failure_reaction=failure_reaction,
                                  react_refused=self._react_refused)
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._reactions: set[asyncio.Task[str | None]] = set()  # refusal reactions in flight (bounded)
+        # Turns held: admission keeps them at ``max_turns`` plus one catch-up turn per engaged room, so the set's
+        # bound is that sum and reaching it would be a leak (spawn raises; the message stays in the journal).
+        self._turns = TaskSet("bridge.turns", ingress.policy.max_turns + ingress.policy.engagement_max_rooms)
+        self._reactions = TaskSet("bridge.refusal-reactions", MAX_REFUSAL_REACTIONS)  # under a flood the rest go without
 
     # ------------------------------------------------------------ ingress
 
@@ -190,27 +192,21 @@ class Bridge:
     @property
     def turns_in_flight(self) -> int:
         """Turns started and not yet finished (admission refuses new ones at ``max_turns``)."""
-        return len(self._tasks)
+        return len(self._turns)
 
     def _react_refused(self, channel_id: str, message_id: str, emoji: str) -> None:
         """A message refused for backpressure shows the failure reaction, so its author knows to send it again; one
         refused for its author's pace shows ⏳. At most :data:`MAX_REFUSAL_REACTIONS` are in flight: under a flood
         the rest go without (their ``dropped`` receipts still say why)."""
-        if not emoji or len(self._reactions) >= MAX_REFUSAL_REACTIONS:
-            return
-        task = asyncio.get_running_loop().create_task(
-            react(self.port, channel_id, message_id, emoji), name="refusal-reaction"
-        )
-        self._reactions.add(task)
-        task.add_done_callback(self._reactions.discard)
+        if emoji and not self._reactions.full:
+            self._reactions.spawn(react(self.port, channel_id, message_id, emoji), name="refusal-reaction")
 
     def _spawn(self, held: Held) -> None:
-        task = asyncio.get_running_loop().create_task(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")
-        self._tasks.add(task)
+        task = self._turns.spawn(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")
+        # Runs after the set's own done-callback (callbacks run in the order added), so the slot is free here.
         task.add_done_callback(self._turn_done)
 
     def _turn_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
         self.drain_waiting()
 
     # ------------------------------------------------------------ waiting for a slot
@@ -272,10 +268,9 @@ class Bridge:
     async def aclose(self) -> None:
         self._closing = True
         self.disk.close()
-        for task in [*self._tasks, *self._reactions]:
-            task.cancel()
-        for task in [*self._tasks, *self._reactions]:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        self._turns.cancel()
+        self._reactions.cancel()
+        await self._turns.join()
+        await self._reactions.join()
         for held in self.held.values():
             held.stop_typing()
