@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bridge.journal_state import EXPIRED, JournalState, admit_line
-from clankie.appender import Appender, DiskError, sync_dir, sync_pool
+from clankie.appender import Appender, DiskError
+from clankie.disksync import sync_dir, sync_pool
 from clankie.jsonl import read_lines, replace_file
 from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnOutcome, TurnSubmit

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from clankie.disksync import (
-    SYNC_THREADS,
     sync_and_close_later,
     sync_dir,
     sync_dir_later,
@@ -52,18 +51,6 @@ from clankie.disksync import (
 from clankie.errors import ClankieError
 from clankie.jsonl import append_all, encode_line, write_all
 from clankie.rotation import Rotation, rotate
-
-__all__ = [  # the sync helpers live in clankie.disksync; older importers still find them here
-    "SYNC_THREADS",
-    "Appender",
-    "DiskError",
-    "append_once",
-    "sync_dir",
-    "sync_dir_later",
-    "sync_fd_later",
-    "sync_path_later",
-    "sync_pool",
-]
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import os
 import threading
 from collections import Counter
 
-from clankie.appender import SYNC_THREADS, sync_pool
+from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.rotation import segments
 from clankie.settings import load
 from clankie.testing import fake_anthropic as fa

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from clankie import settings as settings_mod
-from clankie.appender import SYNC_THREADS, sync_pool
+from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from service.agent.agent import AgentConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clankie import appender
+from clankie import disksync
 from clankie import settings as settings_mod
 from clankie.errors import ConfigError
 from clankie.protocol import Empty, LanesReply, TurnResult, TurnSubmit
@@ -41,9 +41,9 @@ async def turn(app: ServiceApp, bridge: FakeBridge, submit: TurnSubmit) -> TurnR
 def open_fds(state: Path) -> list[str]:
     """The files under the state directory this process holds open, once the background syncs are done (each holds a
     dup of the file it syncs)."""
-    barrier = threading.Barrier(appender.SYNC_THREADS)
+    barrier = threading.Barrier(disksync.SYNC_THREADS)
     # every sync thread busy with a barrier task means every sync queued before them has finished
-    for done in [appender.sync_pool().submit(barrier.wait) for _ in range(appender.SYNC_THREADS)]:
+    for done in [disksync.sync_pool().submit(barrier.wait) for _ in range(disksync.SYNC_THREADS)]:
         done.result()
     return open_under(state)
 

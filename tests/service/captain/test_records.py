@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from clankie.appender import SYNC_THREADS, sync_pool
+from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.protocol import Room
 from clankie.rotation import Rotation, read_all, segments
 from clankie.settings import load
