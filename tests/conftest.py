@@ -15,8 +15,9 @@ from clankie.testing.clock import FakeClock
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` (real trees, real browsers) run first, in their usual order: under pytest-xdist the
-    first quarter of the run is dealt round-robin, so they spread over every worker instead of ending the run on one."""
+    """Tests marked ``slow`` (real trees, real browsers) run first, in their usual order: ``scripts/test`` has
+    pytest-xdist hand each worker one test at a time (``--maxschedchunk=1``), so they spread over every worker
+    instead of ending the run on one."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
