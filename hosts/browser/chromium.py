@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -77,6 +78,16 @@ def launch_excerpt(exc: BaseException, limit: int = 1500) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip() and set(line.strip()) != {"="}]
     text = " | ".join(lines)
     return text if len(text) <= limit else "\u2026" + text[-limit:]
+
+
+NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
+
+
+def navigation_error(exc: BaseException) -> str:
+    """A failed navigation's message for the requester: Chromium's ``net::ERR_...`` name when it gave one (it
+    names the failure, not the page), else a plain sentence."""
+    match = NET_ERROR.search(str(exc))
+    return f"the page could not be loaded ({match.group(0)})" if match else "the page could not be loaded"
 
 
 def sandbox_reason(exc: BaseException, limit: int = 300) -> str:

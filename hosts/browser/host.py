@@ -32,7 +32,6 @@ import base64
 import contextlib
 import logging
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -55,9 +54,9 @@ from hosts.runtime import serve_on, write_artifact, write_through
 
 from . import policy
 from .apart import Apart, go_apart, no_new_privs
-from .chromium import clear_stale, find_chromium, launch_excerpt, sandbox_failure, sandbox_obstacle, sandbox_reason
+from .chromium import clear_stale, find_chromium, launch_excerpt, navigation_error, sandbox_failure, sandbox_obstacle, sandbox_reason
 from .external import SharedArtifacts, go_external
-from .lifecycle import Lifecycle, idle_due
+from .lifecycle import Event, Lifecycle, idle_due
 from .proxy import MARKER, PolicyProxy, Resolver, Session, system_resolver
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,6 @@ CLOSE_DEADLINE = 5.0
 MAX_HEIGHT = 8_000
 CONCURRENCY = 2
 IDLE_TICK_MAX = 5.0  # the idle watch looks at least this often
-NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
 
 
 class BrowserHost:
@@ -229,19 +227,23 @@ class BrowserHost:
 
     # ------------------------------------------------------------ browser lifecycle
 
+    def _feed(self, event: Event, error: str | None = None) -> None:
+        """Hand one event to the browser's lifecycle: the only caller of :meth:`Lifecycle.apply`."""
+        self.life.apply(event, self.clock.monotonic(), error)
+
     async def _ensure_browser(self) -> Browser:
         assert self._launching is not None
         async with self._launching:
             if self._browser is not None and self._browser.is_connected():
                 return self._browser
             executable = find_chromium(self.settings.chromium_path)
-            self.life.apply("launch", self.clock.monotonic())
+            self._feed("launch")
             if executable is None:
-                self.life.apply("missing", self.clock.monotonic(), "chromium_missing")
+                self._feed("missing", "chromium_missing")
                 raise RemoteError("browser_unavailable", "no Chromium executable is installed")
             obstacle = sandbox_obstacle(os.geteuid()) if self.sandbox else None
             if obstacle is not None:
-                self.life.apply("failed", self.clock.monotonic(), "sandbox_unavailable")
+                self._feed("failed", "sandbox_unavailable")
                 raise RemoteError(Code.BROWSER_SANDBOX_UNAVAILABLE, obstacle)
             try:
                 self._browser = await within(self._launch(executable), START_DEADLINE)
@@ -249,11 +251,11 @@ class BrowserHost:
                 log.warning("browser launch failed: %s: %s", type(exc).__name__, launch_excerpt(exc))
                 await self._stop_playwright()  # a dead driver needs a fresh Playwright
                 if self.sandbox and sandbox_failure(str(exc)):
-                    self.life.apply("failed", self.clock.monotonic(), "sandbox_unavailable")
+                    self._feed("failed", "sandbox_unavailable")
                     raise RemoteError(Code.BROWSER_SANDBOX_UNAVAILABLE, sandbox_reason(exc)) from None
-                self.life.apply("failed", self.clock.monotonic(), "launch_failed")
+                self._feed("failed", "launch_failed")
                 raise RemoteError("browser_unavailable", "the browser could not be started") from None
-            self.life.apply("launched", self.clock.monotonic())
+            self._feed("launched")
             log.info("browser up (%s, launch %d)", executable.name, self.life.launches)
             return self._browser
 
@@ -286,7 +288,7 @@ class BrowserHost:
             now = self.clock.monotonic()
             if self.life.state != "up" or not idle_due(now, self._last_done, self.settings.browser_idle_seconds, self._busy):
                 return
-            self.life.apply("idle", now)
+            self._feed("idle")
             self._retiring = True
             try:
                 if self._browser is not None:
@@ -295,7 +297,7 @@ class BrowserHost:
                 await self._stop_playwright()
             finally:
                 self._retiring = False
-                self.life.apply("stopped", self.clock.monotonic())
+                self._feed("stopped")
             log.info("browser closed after %.0fs idle", now - self._last_done)
 
     def _proxy_settings(self, url: str) -> ProxySettings:
@@ -307,7 +309,7 @@ class BrowserHost:
             self._browser = None
         if not self._closing and not self._retiring:
             log.warning("browser disconnected; it will be relaunched on the next request")
-            self.life.apply("disconnected", self.clock.monotonic(), "browser_crashed")
+            self._feed("disconnected", "browser_crashed")
 
     async def _stop_playwright(self) -> None:
         pw, self._pw, self._browser = self._pw, None, None
@@ -334,7 +336,7 @@ class BrowserHost:
         except PlaywrightError as exc:
             if not browser.is_connected():
                 raise RemoteError("browser_crashed", "the browser closed during the request; it restarts on the next one") from None
-            raise RemoteError("browser_navigation_failed", _net_error(exc)) from None
+            raise RemoteError("browser_navigation_failed", navigation_error(exc)) from None
         finally:
             if ctx is not None:
                 await self._close_context(browser, ctx)
@@ -348,7 +350,7 @@ class BrowserHost:
         except PlaywrightError as exc:
             if session.refusals:
                 raise RemoteError("browser_url_refused", session.refusals[0]) from None
-            raise RemoteError("browser_navigation_failed", _net_error(exc)) from None
+            raise RemoteError("browser_navigation_failed", navigation_error(exc)) from None
         marker = await response.header_value(MARKER) if response is not None else None
         if marker == "refused":
             reason = session.refusals[-1] if session.refusals else "the page is outside the browser policy"
@@ -391,8 +393,3 @@ def serving_host(settings: Settings, clock: Clock) -> BrowserHost:
     host = BrowserHost(settings, clock)  # its settings are checked first: a bad one is exit 78 whoever runs it
     (host.go_external if settings.browser_host == "external" else host.go_apart)(process_environment())
     return host
-
-
-def _net_error(exc: BaseException) -> str:
-    match = NET_ERROR.search(str(exc))
-    return f"the page could not be loaded ({match.group(0)})" if match else "the page could not be loaded"
