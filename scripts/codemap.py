@@ -115,7 +115,7 @@ MACHINES = (
     Machine("service/captain/lane.py", "the lane", ("handle",), "Lane"),
     Machine("supervisor/lifecycle.py", "a child's lifecycle",
             ("handle", "start", "ready", "stop", "kill", "spawn_failed", "exit"), "Lifecycle"),
-    Machine("supervisor/sparelife.py", "a child's spare slot", ("want", "parked", "take", "exit", "due", "drop"), "SpareLife"),
+    Machine("supervisor/sparelife.py", "a child's spare slot", ("handle", "want", "parked", "take", "exit", "due", "drop"), "SpareLife"),
     Machine("supervisor/treestate.py", "the tree", ("move",)),
     Machine("hosts/browser/lifecycle.py", "the browser", ("apply",), "Lifecycle"),
 )

@@ -26,6 +26,7 @@ import functools
 import logging
 import signal
 from collections.abc import Callable
+from typing import assert_never
 
 from clankie import ipc
 from clankie.protocol import Empty, Heartbeat
@@ -33,7 +34,7 @@ from clankie.router import Router, ignore
 from clankie.waits import within
 from supervisor.lifecycle import Exit, State, describe
 from supervisor.owner import SpareOwner
-from supervisor.sparelife import SpareLife, SpareState
+from supervisor.sparelife import SpareAction, SpareEvent, SpareLife, SpareState
 from supervisor.spawn import Proc
 from supervisor.watchdog import Liveness
 
@@ -54,7 +55,9 @@ class Spare:
         self._none_dying = asyncio.Event()
         self._none_dying.set()
         self.liveness = Liveness(child.liveness.timeout)
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: asyncio.Task[None] | None = None  # feeds WARM (after the want's delay) or DUE (a backoff's end)
+        self._delay = 0.0  # the last want's delay, for ARM
+        self._handed: Proc | None = None  # the process HAND_OVER took from the slot, for take() to return
 
     @property
     def enabled(self) -> bool:
@@ -73,22 +76,52 @@ class Spare:
 
     def want(self, delay: float) -> None:
         """The child is running: have a spare parked ``delay`` seconds from now (no-op if one is there)."""
-        if not self.enabled or self.child.tree.stopping or self._timer is not None:
-            return
-        if self.life.state is SpareState.OFF:
-            self._timer = self.child.tree.spawn(self._after(delay, due=False), name=f"spare-{self.child.name}")
-        elif self.life.state is SpareState.BACKOFF:
-            self._schedule_due(self.child.clock.monotonic())
+        if self.enabled and not self.child.tree.stopping:
+            self._delay = delay
+            self._feed(SpareEvent.WANT)
 
-    async def _after(self, delay: float, *, due: bool) -> None:
+    def _feed(self, event: SpareEvent, *, how: str = "") -> None:
+        """Hand one event to the slot and do what it answers: the only caller of :meth:`SpareLife.handle`."""
+        now = self.child.clock.monotonic()
+        for action in self.life.handle(event, now, how=how):
+            self._obey(action, now)
+
+    def _obey(self, action: SpareAction, now: float) -> None:
+        match action:
+            case SpareAction.ARM:
+                self._start_timer(self._delay, SpareEvent.WARM)
+            case SpareAction.SCHEDULE:
+                if self.life.next_start_at is not None:
+                    self._start_timer(max(0.0, self.life.next_start_at - now), SpareEvent.DUE)
+            case SpareAction.SPAWN:
+                self._spawn(now)
+            case SpareAction.REPORT:
+                log.info("%s spare pid=%s is parked", self.child.name, self.proc.pid if self.proc else None)
+                self.child.tree.changed()
+            case SpareAction.HAND_OVER:
+                self._handed, self.proc = self.proc, None
+                self.liveness.disarm()
+            case SpareAction.UNSCHEDULE:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+            case SpareAction.TERMINATE:
+                self._terminate()
+            case _:
+                assert_never(action)
+
+    def _start_timer(self, delay: float, event: SpareEvent) -> None:
+        """Feed ``event`` after ``delay`` s while the child still runs (one timer at a time)."""
+        if self._timer is None:
+            self._timer = self.child.tree.spawn(self._after(delay, event), name=f"spare-{self.child.name}")
+
+    async def _after(self, delay: float, event: SpareEvent) -> None:
         await self.child.clock.sleep(delay)
         self._timer = None
         tree = self.child.tree
         if tree.stopping or not self.enabled or self.child.life.state is not State.RUNNING:
             return
-        now = self.child.clock.monotonic()
-        if (self.life.due(now) if due else self.life.want()):
-            self._spawn(now)
+        self._feed(event)
 
     def _spawn(self, now: float) -> None:
         try:
@@ -96,8 +129,7 @@ class Spare:
         except OSError as exc:
             name = errno_mod.errorcode.get(exc.errno or 0, str(exc.errno))
             log.warning("cannot spawn a spare for %s: %s", self.child.name, name)
-            self.life.exit(now, f"spawn_error {name}")
-            self._schedule_due(now)
+            self._feed(SpareEvent.EXIT, how=f"spawn_error {name}")
             return
         self.liveness.arm(now)
         log.info("warming a spare for %s: pid=%d", self.child.name, self.proc.pid)
@@ -117,18 +149,16 @@ class Spare:
         if self.proc is None or conn is not self.proc.link:
             return
         self.liveness.beat(self.child.clock.monotonic())
-        if self.life.parked() is SpareState.PARKED:
-            log.info("%s spare pid=%d is parked", self.child.name, self.proc.pid)
-            self.child.tree.changed()
+        self._feed(SpareEvent.PARKED)
 
     # ------------------------------------------------------------ taking
 
     def take(self) -> Proc | None:
         """The parked spare's process, now the child's; None when there is none (start cold)."""
-        if self.proc is None or self.proc.link is None or self.proc.link.closed or not self.life.take():
+        if self.proc is None or self.proc.link is None or self.proc.link.closed:
             return None
-        proc, self.proc = self.proc, None
-        self.liveness.disarm()
+        self._feed(SpareEvent.TAKE)
+        proc, self._handed = self._handed, None
         return proc
 
     # ------------------------------------------------------------ dying
@@ -139,18 +169,9 @@ class Spare:
         if proc is not None:
             proc.release(self.child.tree.spawn, f"{self.child.name}-spare")
         self.liveness.disarm()
-        now = self.child.clock.monotonic()
-        state = self.life.exit(now, describe(status))
         log.warning("%s spare pid=%s died: %s", self.child.name, proc.pid if proc else None, describe(status))
-        if state is SpareState.BACKOFF:
-            self._schedule_due(now)
+        self._feed(SpareEvent.EXIT, how=describe(status))
         self.child.tree.changed()
-
-    def _schedule_due(self, now: float) -> None:
-        if self._timer is not None or self.life.next_start_at is None:
-            return
-        delay = max(0.0, self.life.next_start_at - now)
-        self._timer = self.child.tree.spawn(self._after(delay, due=True), name=f"spare-{self.child.name}")
 
     def _reaped_dying_status(self, proc: Proc, status: Exit) -> None:
         self._reaped_dying(proc)
@@ -170,10 +191,10 @@ class Spare:
 
     def drop(self) -> None:
         """No spare wanted any more (the child stops, goes fatal, or the tree shuts down)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self.life.drop()
+        self._feed(SpareEvent.DROP)
+
+    def _terminate(self) -> None:
+        """A dropped spare is asked to go (SIGTERM, SIGKILL after :data:`DROP_GRACE`) and reaped as dying."""
         self.liveness.disarm()
         if self.proc is not None:
             proc, self.proc = self.proc, None

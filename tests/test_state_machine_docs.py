@@ -64,7 +64,8 @@ def test_an_ignored_lifecycle_input_moves_nothing(state: lifecycle.State, event:
 
 
 SPARE_FEEDS: dict[sparelife.SpareEvent, Callable[[sparelife.SpareLife], object]] = {
-    sparelife.SpareEvent.WANT: lambda s: s.want(),
+    sparelife.SpareEvent.WANT: lambda s: s.handle(sparelife.SpareEvent.WANT, 1.0),
+    sparelife.SpareEvent.WARM: lambda s: s.want(),
     sparelife.SpareEvent.PARKED: lambda s: s.parked(),
     sparelife.SpareEvent.TAKE: lambda s: s.take(),
     sparelife.SpareEvent.EXIT: lambda s: s.exit(1.0, "exited 1"),

@@ -265,3 +265,25 @@ def test_every_move_the_core_makes_is_a_row_of_the_table(
             assert all(x[2] is y[0] for x, y in itertools.pairwise(made))
         else:
             assert life.state is before and (before, event) in IGNORED and actions == []
+
+
+def test_the_spare_slot_says_what_its_shell_does() -> None:
+    """Each event's actions, as `Spare._obey` carries them out: a want arms the delay and its end spawns; a death
+    schedules the next; parking is reported; a take hands the process over; a drop cancels and terminates."""
+    from supervisor.sparelife import SpareAction as A
+    from supervisor.sparelife import SpareEvent as E
+    from supervisor.sparelife import SpareLife, SpareState
+
+    spare = SpareLife(base=0.5, cap=4.0, rand=lambda: 1.0)
+    assert spare.handle(E.WANT, 0.0) == [A.ARM] and _state(spare) is SpareState.OFF  # nothing yet: the delay first
+    assert spare.handle(E.WARM, 0.5) == [A.SPAWN] and _state(spare) is SpareState.WARMING
+    assert spare.handle(E.WANT, 0.6) == [] and spare.handle(E.WARM, 0.6) == []  # one at a time
+    assert spare.handle(E.PARKED, 1.0) == [A.REPORT]
+    assert spare.handle(E.PARKED, 1.1) == []  # said twice, reported once
+    assert spare.handle(E.TAKE, 2.0) == [A.HAND_OVER] and _state(spare) is SpareState.OFF
+    spare.handle(E.WANT, 3.0)
+    spare.handle(E.WARM, 3.5)
+    assert spare.handle(E.EXIT, 4.0, how="exited 1") == [A.SCHEDULE] and _next_start(spare) == 4.5
+    assert spare.handle(E.WANT, 4.1) == [A.SCHEDULE]  # the child is back: the backoff's end is still the time
+    assert spare.handle(E.DUE, 4.4) == [] and spare.handle(E.DUE, 4.5) == [A.SPAWN]
+    assert spare.handle(E.DROP, 5.0) == [A.UNSCHEDULE, A.TERMINATE] and _state(spare) is SpareState.OFF
