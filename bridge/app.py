@@ -1,6 +1,6 @@
-"""``python -m bridge``: the Discord body, run inside one task group.
+"""The bridge process's body: settings wired to the core, the service link and discord.py, run in one task group.
 
-:class:`BridgeApp` wires settings to the core (:mod:`bridge.turns`), the
+``python -m bridge`` runs it. :class:`BridgeApp` wires settings to the core (:mod:`bridge.turns`), the
 service link and the discord.py client, and keeps an honest status for the
 supervisor's heartbeat: ``connecting``, ``connected``, ``disabled (no token)``
 or ``failed: <reason>``. Without a token the bridge stays up and healthy in
