@@ -96,3 +96,24 @@ def test_the_browser_unit_exposes_little_by_systemds_own_measure() -> None:
     found = re.search(r"Overall exposure level for clankie-browser.service: (\d+\.\d+)", proc.stdout)
     assert found is not None, proc.stdout[-500:] + proc.stderr
     assert float(found.group(1)) <= 2.0, proc.stdout
+
+
+def _exposure(unit: Path) -> float:
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True,
+                          text=True, timeout=60)
+    found = re.search(rf"Overall exposure level for {re.escape(unit.name)}: (\d+\.\d+)", proc.stdout)
+    assert found is not None, proc.stdout[-500:] + proc.stderr
+    return float(found.group(1))
+
+
+@analyze
+def test_the_drop_in_leaves_the_tree_less_exposed_than_its_unit_alone(tmp_path: Path) -> None:
+    """With the browser in its own unit the tree needs none of Chromium's allowances, and systemd's own measure
+    says so: the tree's unit with the drop-in scores below the same unit alone (1.1 against 1.8 here)."""
+    alone, with_drop_in = tmp_path / "alone", tmp_path / "with"
+    for d in (alone, with_drop_in):
+        d.mkdir()
+        (d / "clankie.service").write_text((UNITS / "clankie.service").read_text())
+    (with_drop_in / "clankie.service.d").mkdir()
+    (with_drop_in / "clankie.service.d" / DROP_IN.name).write_text(DROP_IN.read_text())
+    assert _exposure(with_drop_in / "clankie.service") < _exposure(alone / "clankie.service")
