@@ -43,7 +43,8 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.paths import make_private_dirs
 from clankie.protocol import TurnResult, TurnSubmit
-from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog, fields
+from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog
+from service.captain.delivery_record import fields
 
 log = logging.getLogger(__name__)
 

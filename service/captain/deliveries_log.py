@@ -1,8 +1,7 @@
 """The delivery store's disk: numbered JSONL segments, and an index of where each delivery's latest line is.
 
 Every change to a delivery appends one line holding its whole current record
-(``delivery_id``, ``fingerprint``, ``accepted_at``, ``run``, ``crashed_runs``,
-``result``, and ``tree`` while it names a run) to the current segment ``<n>.jsonl`` through an
+(:mod:`service.captain.delivery_record`) to the current segment ``<n>.jsonl`` through an
 :class:`~clankie.appender.Appender`: the line reaches the kernel before the
 call returns and the disk on the sync threads; nothing is renamed or synced
 on the caller's thread. The latest line for an id wins.
@@ -36,15 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
-import math
 import os
 import re
 from collections import OrderedDict
 from collections.abc import Container
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +48,7 @@ from clankie.appender import Appender, DiskError
 from clankie.disksync import sync_dir_later
 from clankie.protocol import TurnResult
 from clankie.tasks import TaskSet
+from service.captain.delivery_record import UNREADABLE, Entry, fields, legacy_name, parse
 
 log = logging.getLogger(__name__)
 
@@ -59,59 +56,6 @@ SEGMENT_BYTES = 4 * 1024 * 1024
 CLOSING_MAX = 16  # rotated segments waiting for their last sync; past it one is closed at once (its sync goes on)
 MAX_RETAINED = 100_000
 _SEGMENT_NAME = re.compile(r"(\d{1,15})\.jsonl")
-_UNREADABLE = (ValueError, KeyError, TypeError, AttributeError)  # JSON, UTF-8 and shape errors alike
-
-
-@dataclass(slots=True)
-class Entry:
-    """What the index keeps about one delivery: the rule's inputs and its latest line's place, never the text."""
-
-    fingerprint: str
-    accepted_at: float
-    run: str | None
-    crashed_runs: tuple[str, ...]
-    settled: bool
-    file: Path
-    offset: int
-    length: int
-    tree: str | None = None  # the supervised tree of the process that ran ``run``
-
-
-def legacy_name(delivery_id: str) -> str:
-    """The file name the one-file-per-delivery format gave a delivery's record."""
-    return hashlib.sha256(delivery_id.encode("utf-8")).hexdigest()[:40] + ".json"
-
-
-def fields(delivery_id: str, fp: str, accepted_at: float, run: str | None, crashed_runs: tuple[str, ...],
-           result: dict[str, Any] | None, tree: str | None = None) -> dict[str, Any]:
-    """One line's record: everything about the delivery as it now stands (``tree`` only while it names a run)."""
-    line = {"delivery_id": delivery_id, "fingerprint": fp, "accepted_at": accepted_at, "run": run,
-            "crashed_runs": list(crashed_runs), "result": result}
-    if tree is not None:
-        line["tree"] = tree
-    return line
-
-
-def parse(data: Any, file: Path, offset: int, length: int) -> tuple[str, Entry]:
-    """A record's delivery id and index entry; raises ValueError, KeyError, TypeError or AttributeError if malformed.
-
-    Records from before runs were counted (``attempts``, no ``run``) read as
-    never having joined a run; records from before trees were named (no
-    ``tree``) name no tree, so their run is never charged. A result is only
-    checked to be an object here; it is validated when it is read back.
-    """
-    did, fp, run, tree = data["delivery_id"], data["fingerprint"], data.get("run"), data.get("tree")
-    crashed, result = data.get("crashed_runs", []), data.get("result")
-    if not isinstance(did, str) or not isinstance(fp, str) or not all(v is None or isinstance(v, str) for v in (run, tree)):
-        raise TypeError("ids must be strings")
-    if not isinstance(crashed, list) or not all(isinstance(r, str) for r in crashed):
-        raise TypeError("run ids must be strings")
-    if not (result is None or isinstance(result, dict)):
-        raise TypeError("a result is an object")
-    accepted = float(data["accepted_at"])
-    if not math.isfinite(accepted):
-        raise ValueError("accepted_at is not a time")
-    return did, Entry(fp, accepted, run, tuple(crashed), bool(result), file, offset, length, tree)
 
 
 class DeliveryLog:
@@ -162,7 +106,7 @@ class DeliveryLog:
             except OSError as exc:
                 log.error("cannot read delivery record %s: %s; left alone", path.name, exc.strerror)
                 continue
-            except _UNREADABLE as exc:
+            except UNREADABLE as exc:
                 log.warning("unreadable delivery record %s (%s); treating it as new", path.name, type(exc).__name__)
                 self._found.append(path)
                 continue
@@ -196,7 +140,7 @@ class DeliveryLog:
             if end > pos:  # an empty line ends a torn one a writer found after a crash
                 try:
                     did, entry = parse(json.loads(raw[pos:end]), path, pos, end + 1 - pos)
-                except _UNREADABLE as exc:
+                except UNREADABLE as exc:
                     log.warning("garbled line in delivery segment %s at byte %d (%s) skipped",
                                 path.name, pos, type(exc).__name__)
                 else:
@@ -216,7 +160,7 @@ class DeliveryLog:
                 self.put(did, fields(did, entry.fingerprint, entry.accepted_at, entry.run, entry.crashed_runs, result,
                                      entry.tree), entry.accepted_at)
                 migrated += 1
-            except _UNREADABLE as exc:
+            except UNREADABLE as exc:
                 log.warning("unreadable delivery record %s (%s); treating it as new",
                             entry.file.name, type(exc).__name__)
                 self._forget(did)

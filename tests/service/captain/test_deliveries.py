@@ -20,7 +20,7 @@ from service.captain.deliveries import (
     RunIt,
     reckon,
 )
-from service.captain.deliveries_log import legacy_name
+from service.captain.delivery_record import legacy_name
 from tests.disk import writes_refused_past
 
 FP = "f" * 64
