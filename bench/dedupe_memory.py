@@ -34,8 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bridge.admission import Inbound, Ingress, Policy, Run
+from bridge.admission import Ingress, Policy, Run
 from bridge.dedupe import Dedupe, Seen
+from bridge.inbound import Inbound
 from bridge.journal import Journal
 from clankie.protocol import Author, Room, Trigger, TurnOutcome, TurnSubmit
 

@@ -89,8 +89,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.scale import Bench  # noqa: E402
 from bench.scale_kit import Anthropic, pct, slope  # noqa: E402
-from bridge.admission import BACKPRESSURE, Drop, Duplicate, Inbound, Ingress  # noqa: E402
+from bridge.admission import BACKPRESSURE, Drop, Duplicate, Ingress  # noqa: E402
 from bridge.app import policy  # noqa: E402
+from bridge.inbound import Inbound  # noqa: E402
 from clankie.errors import ChannelBroken, RemoteError  # noqa: E402
 from clankie.settings import load  # noqa: E402
 from clankie.testing import fake_anthropic as fa  # noqa: E402

@@ -2,8 +2,8 @@
 
 :class:`Ingress` decides, in a fixed order, what happens to one inbound
 message and records how rooms stay engaged. It does no I/O and imports no
-Discord code: the shell converts a ``discord.Message`` to an :class:`Inbound`
-and carries out the returned :class:`Decision`.
+Discord code: the shell converts a ``discord.Message`` to an
+:class:`bridge.inbound.Inbound` and carries out the returned :class:`Decision`.
 
 Order (each drop names its reason code):
 
@@ -52,14 +52,13 @@ number of rooms, bounded by age and count (settings, never a silent cap).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 
 from bridge.dedupe import Dedupe, Seen
 from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
 from bridge.fairness import Fairness
+from bridge.inbound import Inbound
 from clankie import allow
 from clankie.protocol import TurnOutcome
 
@@ -97,40 +96,6 @@ class Policy:
     engagement_max_rooms: int = DEFAULT_MAX_ROOMS
     user_turns_per_minute: float = 0.0  # 0: no limit
     room_turns_per_minute: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """One Discord message, reduced to what admission needs."""
-
-    message_id: str
-    channel_id: str
-    guild_id: str | None
-    author_id: str
-    text: str = ""
-    author_is_bot: bool = False
-    from_self: bool = False
-    mentions_bot: bool = False
-    replies_to_bot: bool = False  # a reply to one of his messages
-    attachment_ids: tuple[str, ...] = ()
-    readable_attachments: int = 0
-    refers_to: str | None = None  # the message this one replies to (recovery reads our own replies by it)
-
-    @property
-    def fingerprint(self) -> str:
-        """A stable digest of what makes this message this message (kept for de-duplication and journaled)."""
-        body = [self.message_id, self.guild_id, self.channel_id, self.author_id, self.text, list(self.attachment_ids)]
-        return hashlib.sha256(json.dumps(body, ensure_ascii=False).encode("utf-8")).hexdigest()[:32]
-
-    def to_wire(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_wire(cls, data: dict[str, object]) -> Inbound:
-        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
-        ids = fields.get("attachment_ids", ())
-        fields["attachment_ids"] = tuple(str(a) for a in ids) if isinstance(ids, (list, tuple)) else ()
-        return cls(**fields)  # type: ignore[arg-type]  # wire values: the journal wrote them from an Inbound
 
 
 # ------------------------------------------------------------------ decisions

@@ -26,7 +26,6 @@ with warnings.catch_warnings():
     import discord
     from discord.http import MultipartParameters
 
-from bridge.admission import Inbound
 from bridge.discord_gateway import (  # re-exported: the app reaches the gateway clients through this module
     BridgeClient as BridgeClient,
 )
@@ -54,6 +53,7 @@ from bridge.discord_gateway import (
 from bridge.discord_gateway import (
     intents as intents,
 )
+from bridge.inbound import Inbound
 from bridge.port import File, Rejected, Transient
 from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trigger
 from clankie.redact import NOTHING, Redactor

@@ -12,7 +12,7 @@ memory holds per message (issue 25: an index entry, not the turn).
 
 The journal file is not changed by this: it keeps the whole payload, and
 :func:`unpack` gives back the same dicts the line had, up to fields at their
-defaults, which read back as the same :class:`~bridge.admission.Inbound` and
+defaults, which read back as the same :class:`~bridge.inbound.Inbound` and
 :class:`~clankie.protocol.Trigger`.
 """
 
@@ -22,7 +22,7 @@ import dataclasses
 import json
 from typing import Any
 
-from bridge.admission import Inbound
+from bridge.inbound import Inbound
 from clankie.protocol import Author, Room, Trigger
 
 _INBOUND_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Inbound) if f.default is not dataclasses.MISSING}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.admission import Inbound
+from bridge.inbound import Inbound
 from clankie.protocol import HistoryMessage, Room, Trigger
 
 

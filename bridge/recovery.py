@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from bridge.admission import Inbound
+from bridge.inbound import Inbound
 from bridge.journal_state import Entry
 from bridge.port import PostError
 from bridge.turns import Bridge

@@ -37,7 +37,6 @@ from bridge.admission import (
     CatchUp,
     Drop,
     Duplicate,
-    Inbound,
     Ingress,
     Run,
     Waiting,
@@ -46,6 +45,7 @@ from bridge.card import Cards
 from bridge.delivery import RetryPolicy
 from bridge.disk import DiskHold
 from bridge.held import Counters, Held, Phase
+from bridge.inbound import Inbound
 from bridge.journal import Journal
 from bridge.journal_state import Entry
 from bridge.port import DiscordPort

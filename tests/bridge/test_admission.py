@@ -10,12 +10,12 @@ from bridge.admission import (
     Drop,
     Duplicate,
     Engagement,
-    Inbound,
     Ingress,
     Policy,
     Run,
     Waiting,
 )
+from bridge.inbound import Inbound
 from clankie.protocol import TurnOutcome
 
 G, C, C2, OTHER_G = "1", "11", "12", "2"

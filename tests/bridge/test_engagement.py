@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge.admission import Buffered, Drop, Engagement, Inbound, Ingress, Policy, Run
+from bridge.admission import Buffered, Drop, Engagement, Ingress, Policy, Run
 from bridge.app import BridgeApp
 from bridge.engagement import Rooms
+from bridge.inbound import Inbound
 from clankie.protocol import TurnOutcome
 from clankie.settings import load
 from clankie.testing.clock import FakeClock

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge.admission import Drop, Inbound, Ingress, Policy, Run, Waiting
+from bridge.admission import Drop, Ingress, Policy, Run, Waiting
 from bridge.fairness import Buckets, Fairness
+from bridge.inbound import Inbound
 from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
 from clankie.testing.clock import FakeClock

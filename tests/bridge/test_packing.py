@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.admission import Inbound
+from bridge.inbound import Inbound
 from bridge.packing import pack, unpack
 from clankie.protocol import Author, Room, Trigger
 
