@@ -3,7 +3,7 @@
 Hosts write ``<root>/<sub>/<sha256hex>.<ext>`` and hand out the ref
 ``sha256:<hex>:<sub>/<hex>.<ext>``. The bridge resolves a ref back to bytes
 under the same root, which both sides get from
-:func:`clankie.settings.discord_attachment_root`. A ref that does not match
+:func:`clankie.directories.discord_attachment_root`. A ref that does not match
 the grammar is refused before any file is touched; a resolved path must stay
 inside the root after symlinks are followed, fit the size limit, and hash to
 the ref's digest.

@@ -46,6 +46,7 @@ import psutil
 from clankie import ipc
 from clankie.child import SUPERVISOR_FD_ENV, exit_if_orphaned
 from clankie.clock import Clock, SystemClock
+from clankie.directories import discord_attachment_root
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError
 from clankie.handover import is_spare
 from clankie.metrics import METER
@@ -53,7 +54,6 @@ from clankie.paths import process_environment
 from clankie.peers import HANDED
 from clankie.protocol import Code, Empty, Heartbeat, Peers, ProcessSample, Record, Stopping
 from clankie.router import Router
-from clankie.settings import discord_attachment_root
 
 log = logging.getLogger(__name__)
 

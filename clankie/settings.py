@@ -4,14 +4,12 @@ Values come from the environment (prefix ``CLANKIE_``; a few operator-facing
 names such as ``DISCORD_TOKEN`` are unprefixed) and secrets also from
 ``$CREDENTIALS_DIRECTORY`` so systemd's ``LoadCredential=`` works. Nothing
 else in the project reads ``os.environ``: :func:`load` takes the mapping.
-
-:func:`discord_attachment_root` is the **only** place the attachment root
-is derived. Every process calls it; none computes the path on its own.
+The three directories come from :mod:`clankie.directories`, the only place
+they are derived.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -22,6 +20,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Pydanti
 from pydantic_settings.sources.utils import parse_env_vars
 
 from clankie import shards, urls
+from clankie.directories import discord_attachment_root, runtime_dir, state_dir, trimmed
 from clankie.errors import ConfigError
 from clankie.paths import process_environment
 from clankie.settings_bounds import MAX_SECONDS, BoundsSettings
@@ -37,68 +36,6 @@ FAILURE_REACTION = "CLANKIE_DISCORD_FAILURE_REACTION"
 _ENV: ContextVar[Mapping[str, str]] = ContextVar("clankie_settings_env")
 
 IdList = Annotated[tuple[str, ...], NoDecode]
-
-
-def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
-    return process_environment() if env is None else env
-
-
-def _trimmed(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    if value is None:
-        return None
-    value = value.strip()
-    return value or None
-
-
-def _home(env: Mapping[str, str]) -> Path:
-    home = _trimmed(env, "HOME")
-    if home:
-        return Path(home)
-    try:
-        return Path.home()
-    except (KeyError, RuntimeError):  # no HOME and no passwd entry
-        return Path("/")
-
-
-def state_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``CLANKIE_STATE``, else systemd's ``$STATE_DIRECTORY``, else ``~/.clankie``; absolute."""
-    e = _env(env)
-    value = _trimmed(e, "CLANKIE_STATE")
-    if value is None:
-        systemd = _trimmed(e, "STATE_DIRECTORY")
-        value = systemd.split(":")[0] if systemd else None
-    path = Path(value) if value else _home(e) / ".clankie"
-    return Path(os.path.abspath(path.expanduser()))
-
-
-def discord_attachment_root(env: Mapping[str, str] | None = None) -> Path:
-    """The one attachment root: the override if set and not blank, else ``<state>/attachments``.
-
-    Never raises for unset or blank variables and always returns an absolute
-    path. A relative override is resolved against the current directory; the
-    supervisor resolves it once and hands children the absolute path, so no
-    two processes can read it differently.
-    """
-    e = _env(env)
-    override = _trimmed(e, "CLANKIE_DISCORD_ATTACHMENT_ROOT")
-    if override is not None:
-        return Path(os.path.abspath(Path(override).expanduser()))
-    return state_dir(e) / "attachments"
-
-
-def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``CLANKIE_RUNTIME_DIR``, ``$RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/clankie``, else ``<state>/run``."""
-    e = _env(env)
-    value = _trimmed(e, "CLANKIE_RUNTIME_DIR")
-    if value is None:
-        systemd = _trimmed(e, "RUNTIME_DIRECTORY")
-        value = systemd.split(":")[0] if systemd else None
-    if value is None:
-        xdg = _trimmed(e, "XDG_RUNTIME_DIR")
-        value = str(Path(xdg) / "clankie") if xdg else None
-    path = Path(value) if value else state_dir(e) / "run"
-    return Path(os.path.abspath(path.expanduser()))
 
 
 class _MappingEnvSource(EnvSettingsSource):
@@ -126,7 +63,7 @@ class Settings(
         allow_inf_nan=False,  # every number is finite: an `inf` stall or heartbeat would never fire
     )
 
-    # paths: derived by the functions above, filled in by load()
+    # paths: derived by clankie.directories, filled in by load()
     state_dir: Path
     runtime_dir: Path
     attachment_root: Path
@@ -289,7 +226,7 @@ class Settings(
 
 
 def _credentials(env: Mapping[str, str]) -> dict[str, str]:
-    directory = _trimmed(env, "CREDENTIALS_DIRECTORY")
+    directory = trimmed(env, "CREDENTIALS_DIRECTORY")
     found: dict[str, str] = {}
     if directory is None:
         return found
@@ -311,7 +248,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     Raises :class:`ConfigError` with one line per bad setting; callers in a
     process ``main`` turn that into exit status 78.
     """
-    e = dict(_env(env))
+    e = dict(process_environment() if env is None else env)
     init: dict[str, Any] = {
         "state_dir": state_dir(e),
         "runtime_dir": runtime_dir(e),

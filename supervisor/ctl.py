@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from clankie import ipc
+from clankie.directories import runtime_dir
 from clankie.errors import (
     ChannelBroken,
     ChannelClosed,
@@ -50,7 +51,6 @@ from clankie.protocol import (
     TurnOutcome,
     TurnResult,
 )
-from clankie.settings import runtime_dir
 from supervisor.ctl_args import bad_arguments, bounded, params_of, parser
 from supervisor.ctl_render import (
     format_budget,

@@ -1,7 +1,7 @@
 """Writer and reader provably agree: the attachment-root comparison and ``clankiectl doctor``.
 
 Every child says in its link hello which attachment root it derived
-(:func:`clankie.settings.discord_attachment_root`); the supervisor keeps it
+(:func:`clankie.directories.discord_attachment_root`); the supervisor keeps it
 per live process (``Child.attachment_root``) and ``status`` carries it.
 :func:`agreement` is the pure comparison ``clankiectl status`` prints.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clankie import settings
+from clankie import directories, settings
 from clankie.errors import ConfigError
 
 
@@ -27,25 +27,25 @@ from clankie.errors import ConfigError
 )
 def test_attachment_root_derivations(env: dict[str, str], expected: str) -> None:
     """The root is the trimmed override if set, else <state>/attachments."""
-    assert settings.discord_attachment_root(env) == Path(expected)
+    assert directories.discord_attachment_root(env) == Path(expected)
 
 
 def test_attachment_root_is_stable_across_environment_copies() -> None:
     """Two processes with copies of one environment read one root."""
     env = {"CLANKIE_STATE": "/var/clankie"}
-    assert settings.discord_attachment_root(dict(env)) == settings.discord_attachment_root(dict(env))
+    assert directories.discord_attachment_root(dict(env)) == directories.discord_attachment_root(dict(env))
 
 
 def test_relative_values_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A relative override or state dir is resolved against the current directory, once."""
     monkeypatch.chdir(tmp_path)
-    assert settings.discord_attachment_root({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "art"}) == tmp_path / "art"
-    assert settings.discord_attachment_root({"CLANKIE_STATE": "st"}) == tmp_path / "st" / "attachments"
+    assert directories.discord_attachment_root({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "art"}) == tmp_path / "art"
+    assert directories.discord_attachment_root({"CLANKIE_STATE": "st"}) == tmp_path / "st" / "attachments"
 
 
 def test_attachment_root_never_raises_without_any_variables() -> None:
     """An empty environment still yields an absolute root."""
-    root = settings.discord_attachment_root({})
+    root = directories.discord_attachment_root({})
     assert root.is_absolute()
     assert root.name == "attachments"
 
@@ -53,7 +53,7 @@ def test_attachment_root_never_raises_without_any_variables() -> None:
 def test_the_process_environment_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no mapping given, the resolver reads this process's environment."""
     monkeypatch.setenv("CLANKIE_DISCORD_ATTACHMENT_ROOT", "/from/env")
-    assert settings.discord_attachment_root() == Path("/from/env")
+    assert directories.discord_attachment_root() == Path("/from/env")
 
 
 def test_children_get_the_absolute_root_the_supervisor_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,15 +62,15 @@ def test_children_get_the_absolute_root_the_supervisor_resolved(tmp_path: Path, 
     parent = settings.load({"CLANKIE_DISCORD_ATTACHMENT_ROOT": "rel", "HOME": str(tmp_path)})
     child_env = settings.child_environment(parent, {"HOME": str(tmp_path)})
     monkeypatch.chdir("/")
-    assert settings.discord_attachment_root(child_env) == parent.attachment_root == tmp_path / "rel"
+    assert directories.discord_attachment_root(child_env) == parent.attachment_root == tmp_path / "rel"
 
 
 def test_runtime_dir_preference_order() -> None:
     """CLANKIE_RUNTIME_DIR, then systemd's, then XDG's, then <state>/run."""
-    assert settings.runtime_dir({"CLANKIE_RUNTIME_DIR": "/r", "RUNTIME_DIRECTORY": "/x"}) == Path("/r")
-    assert settings.runtime_dir({"RUNTIME_DIRECTORY": "/run/clankie"}) == Path("/run/clankie")
-    assert settings.runtime_dir({"XDG_RUNTIME_DIR": "/run/user/1000"}) == Path("/run/user/1000/clankie")
-    assert settings.runtime_dir({"CLANKIE_STATE": "/s"}) == Path("/s/run")
+    assert directories.runtime_dir({"CLANKIE_RUNTIME_DIR": "/r", "RUNTIME_DIRECTORY": "/x"}) == Path("/r")
+    assert directories.runtime_dir({"RUNTIME_DIRECTORY": "/run/clankie"}) == Path("/run/clankie")
+    assert directories.runtime_dir({"XDG_RUNTIME_DIR": "/run/user/1000"}) == Path("/run/user/1000/clankie")
+    assert directories.runtime_dir({"CLANKIE_STATE": "/s"}) == Path("/s/run")
 
 
 def test_defaults_load_from_an_empty_environment() -> None:
