@@ -69,6 +69,7 @@ from clankie import ipc
 from clankie.protocol import Empty, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
+from supervisor.spec import PASSTHROUGH_OF, SECRETS_OF
 
 REPO = Path(__file__).resolve().parents[1]
 GUILD, CHAN = "100", "101"
@@ -88,6 +89,9 @@ def spec() -> list[dict[str, Any]]:
             "argv": ["{python}", "-m", module],
             "policy": {"stable_after": 1.0, "intensity": 1000},
             "spare": name != "bridge",
+            # as the default tree: each secret on a pipe to the one child that needs it, and that child's variables
+            "secrets": list(SECRETS_OF.get(name, ())),
+            "passthrough": list(PASSTHROUGH_OF.get(name, ())),
         }
         if name != "bridge":
             item["sockets"] = [name]
