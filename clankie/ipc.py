@@ -1,13 +1,14 @@
-"""The only socket set-up code: listening, dialling and checking peers.
+"""Serving and dialling the tree's sockets, and checking who is on the other end.
 
 Each socket carries msgpack-RPC through a :class:`clankie.connection.Connection`
 (re-exported here), which opens with a ``hello`` exchange that refuses a
 protocol version mismatch.
 
-:func:`serve` binds a listening socket (0600, in a 0700 directory, with a
-stale file from a dead server removed and a live server refused) and checks
+:func:`serve` binds a listening socket through :mod:`clankie.sockfile` (0600,
+in a 0700 directory, with a stale file from a dead server removed and a live
+server refused) and checks
 each peer's uid with ``SO_PEERCRED``; given an already-bound listening
-socket (one the supervisor made with :func:`bind_listener` and handed down),
+socket (one the supervisor made with :func:`clankie.sockfile.bind_listener` and handed down),
 it serves that instead and leaves the file alone when it closes.
 :func:`connect` dials one.
 :func:`from_socket` wraps an already-connected socket, as the supervisor
@@ -22,7 +23,6 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,16 +31,17 @@ from typing import Any
 from clankie import framing
 from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT
 from clankie.connection import HELLO_TIMEOUT, Connection, Handler
-from clankie.errors import ChannelBroken, ChannelClosed, ConfigError
+from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.limits import DEFAULT_MAX_INFLIGHT, Held, Limits, Refuse, decide
 from clankie.peers import Refusal
 from clankie.protocol import Code
+from clankie.sockfile import bind_listener
 from clankie.tasks import TaskSet
 from clankie.waits import within
 
 __all__ = [
-    "Connection", "Handler", "Limits", "Server", "bind_listener", "connect", "from_socket", "peer_allowed",
-    "peer_credentials", "peer_uid", "serve",
+    "Connection", "Handler", "Limits", "Server", "connect", "from_socket", "peer_allowed", "peer_credentials",
+    "peer_uid", "serve",
 ]
 
 log = logging.getLogger(__name__)
@@ -261,55 +262,6 @@ class _Accepted(Connection):
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self._server_ref._forget(self)  # its slot is free at once, not when its watcher gets round to it
-
-
-LIVE_SOCKET_CHECKS = 6
-LIVE_SOCKET_PAUSE = 0.5
-
-
-async def bind_listener(path: Path, backlog: int = 128) -> socket.socket:
-    """A listening socket at ``path``: 0600 from the first moment, a stale file replaced, a live server refused."""
-    await _clear_stale_socket(path)
-    return listen_private(path, backlog)
-
-
-def listen_private(path: Path, backlog: int = 128) -> socket.socket:
-    """A listening socket bound at the free ``path``, its file 0600 from the first moment."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # no window in which the file is connectable by others
-    try:
-        sock.bind(os.fspath(path))
-    except BaseException:
-        sock.close()
-        raise
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(backlog)
-    return sock
-
-
-async def _clear_stale_socket(path: Path) -> None:
-    """Unlink a socket file nobody answers on; refuse to start over a live one."""
-    try:
-        st = path.lstat()  # noqa: ASYNC240 (one stat of a socket file in the runtime dir, at start)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise ConfigError(f"{path} exists and is not a socket; refusing to replace it")
-    for attempt in range(LIVE_SOCKET_CHECKS):  # a dying tree's last process may still hold it: give it a moment
-        try:
-            _reader, writer = await within(asyncio.open_unix_connection(os.fspath(path)), 1.0)
-        except (OSError, TimeoutError):
-            log.info("removing stale socket %s", path)
-            path.unlink(missing_ok=True)  # noqa: ASYNC240 (one unlink in the runtime dir, at start)
-            return
-        writer.close()
-        with contextlib.suppress(OSError, TimeoutError):  # closed before the next probe: the server sees EOF now
-            await within(writer.wait_closed(), 1.0)
-        if attempt + 1 < LIVE_SOCKET_CHECKS:
-            await asyncio.sleep(LIVE_SOCKET_PAUSE)
-    raise ConfigError(f"another server is already listening on {path}")
 
 
 async def serve(path: Path, role: str, handler: Handler, **kwargs: Any) -> Server:

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from clankie import ipc
+from clankie import sockfile
 from clankie.child import TREE_ID_ENV, become_subreaper
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed, ConfigError, RemoteError, RequestTimeout
@@ -170,7 +170,7 @@ class Tree:
                     path = socket_path(self.settings.runtime_dir, sock_name)
                 except ValueError as exc:
                     raise ConfigError(f"child {name!r}: {exc}") from None
-                self.listeners[sock_name] = await ipc.bind_listener(path)
+                self.listeners[sock_name] = await sockfile.bind_listener(path)
                 log.info("holding %s for %s", path.name, name)
 
     def listeners_for(self, spec: ChildSpec) -> dict[str, socket.socket]:

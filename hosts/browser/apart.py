@@ -49,9 +49,9 @@ from pathlib import Path
 from clankie.child import arm_parent_death
 from clankie.errors import ConfigError
 from clankie.handover import listen_fds
-from clankie.ipc import listen_private
 from clankie.paths import ensure_private_dir, socket_path
 from clankie.settings import Settings
+from clankie.sockfile import listen_private
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import socket
 import stat
 from pathlib import Path
 
-from clankie import ipc
+from clankie import ipc, sockfile
 from clankie.handover import LISTEN_FDS_ENV, SPARE_ENV, inherited_listener, is_spare, listen_fds_value
 from clankie.link import supervisor_link
 from clankie.protocol import Empty, Record
@@ -19,7 +19,7 @@ def test_an_inherited_listener_is_found_by_name_and_made_close_on_exec(runtime_d
     """`service:N` gives back fd N as a listening socket, close-on-exec; other names and non-listeners give None."""
 
     async def body() -> None:
-        sock = await ipc.bind_listener(runtime_dir / "service.sock")
+        sock = await sockfile.bind_listener(runtime_dir / "service.sock")
         fd = os.dup(sock.fileno())
         os.set_inheritable(fd, True)
         env = {LISTEN_FDS_ENV: listen_fds_value({"service": fd})}
@@ -45,7 +45,7 @@ def test_a_server_on_an_inherited_socket_serves_it_and_leaves_the_file_to_its_ow
 
     async def body() -> None:
         path = runtime_dir / "tldraw.sock"
-        owner = await ipc.bind_listener(path)
+        owner = await sockfile.bind_listener(path)
         for _ in range(2):  # two lives of the server on one socket
             server = await ipc.serve(path, "tldraw", handler, sock=socket.socket(fileno=os.dup(owner.fileno())))
             conn = await ipc.connect(path, "service")

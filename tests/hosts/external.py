@@ -18,7 +18,7 @@ import socket
 import sys
 from pathlib import Path
 
-from clankie import ipc
+from clankie import ipc, sockfile
 from clankie.errors import ChannelBroken, RemoteError
 from tests.polling import until
 
@@ -63,7 +63,7 @@ class ExternalHost:
         fds: tuple[int, ...] = ()
         if self.activated is not None:
             self.activated.parent.mkdir(mode=0o700, exist_ok=True)
-            self.listener = await ipc.bind_listener(self.activated)
+            self.listener = await sockfile.bind_listener(self.activated)
             fds = (self.listener.fileno(),)
             argv = (sys.executable, "-c", ACTIVATE, str(self.listener.fileno()), *argv)
         with self.log_path.open("ab") as log:

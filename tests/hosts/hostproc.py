@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clankie import framing, ipc, paths, protocol
+from clankie import framing, ipc, paths, protocol, sockfile
 from clankie.errors import RemoteError
 from clankie.handover import LISTEN_FDS_ENV, listen_fds_value
 from clankie.protocol import Heartbeat, Peers, Record, Stopping
@@ -64,7 +64,7 @@ class HostProcess:
             # as the supervisor does: the socket is bound here and handed down (the browser host run as root goes
             # apart and could not bind in the runtime dir itself); the tldraw tests bind their own
             paths.ensure_private_dir(self.socket.parent)
-            self.listener = await ipc.bind_listener(self.socket)
+            self.listener = await sockfile.bind_listener(self.socket)
         if self.listener is not None:
             env[LISTEN_FDS_ENV] = listen_fds_value({self.name: self.listener.fileno()})
         fds = (theirs.fileno(),) if self.listener is None else (theirs.fileno(), self.listener.fileno())
