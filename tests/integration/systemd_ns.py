@@ -49,6 +49,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from clankie.child import PR_SET_PDEATHSIG, prctl
 from tests.polling import until_sync
 
@@ -141,6 +143,17 @@ def unmet_prerequisite() -> str | None:
         if not os.stat(path).st_mode & 0o005:
             return f"{path} is not readable by other users, so the unit's DynamicUser cannot import from it"
     return None
+
+
+def require_namespaced_systemd() -> None:
+    """Skip when a tool is not installed (the one skip), fail when a prerequisite is unmet: each real-systemd test's
+    first line."""
+    reason = missing_tools()
+    if reason is not None:
+        print(f"SKIPPED: {reason}")
+        pytest.skip(reason)
+    unmet = unmet_prerequisite()
+    assert unmet is None, unmet
 
 
 def carried() -> list[tuple[Path, Path]]:

@@ -27,7 +27,7 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord
 from tests.hosts.isolation import Seen, seen
-from tests.integration.systemd_ns import NamespacedSystemd, missing_tools, unmet_prerequisite
+from tests.integration.systemd_ns import NamespacedSystemd, require_namespaced_systemd
 from tests.integration.test_systemd_unit import PNG, Booted, drop_in, poll, tree_processes
 from tests.integration.tree import CHAN, GUILD, Site
 
@@ -60,12 +60,7 @@ def apart(ns: NamespacedSystemd) -> tuple[Seen, Seen, list[Seen]] | None:
 def test_the_browser_in_its_own_unit_under_a_real_systemd(tmp_path: Path) -> None:
     """The tree with its drop-in, the browser's socket and service as shipped: a screenshot turn's picture is
     delivered while the browser host and Chromium run under a uid other than the tree's."""
-    reason = missing_tools()
-    if reason is not None:  # the one skip: unshare, nsenter or systemd is not installed
-        print(f"SKIPPED: {reason}")
-        pytest.skip(reason)
-    unmet = unmet_prerequisite()
-    assert unmet is None, unmet
+    require_namespaced_systemd()  # skips only when unshare, nsenter or systemd is not installed
 
     async def main() -> None:
         discord, anthropic, site = FakeDiscord(guilds={GUILD: [CHAN]}), fa.FakeAnthropic(), Site()

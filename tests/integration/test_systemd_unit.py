@@ -44,7 +44,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
 from hosts.tldraw.examples import er_example
 from tests.hosts.isolation import Seen, seen
-from tests.integration.systemd_ns import NamespacedSystemd, missing_tools, unmet_prerequisite
+from tests.integration.systemd_ns import NamespacedSystemd, require_namespaced_systemd
 from tests.integration.tree import CHAN, GUILD, PERSON, Site
 from tests.polling import until_probe
 from tests.replies import read_receipts, settled_reply
@@ -155,12 +155,7 @@ def sandboxed_renderers(ns: NamespacedSystemd) -> tuple[Seen, list[Seen]] | None
 
 def test_the_shipped_unit_under_a_real_systemd(tmp_path: Path) -> None:
     """READY and STATUS=, a child restarted in place, a screenshot and a diagram, and a clean stop."""
-    reason = missing_tools()
-    if reason is not None:  # the one skip: unshare, nsenter or systemd is not installed
-        print(f"SKIPPED: {reason}")
-        pytest.skip(reason)
-    unmet = unmet_prerequisite()
-    assert unmet is None, unmet
+    require_namespaced_systemd()  # skips only when unshare, nsenter or systemd is not installed
 
     async def main() -> None:
         discord, anthropic, site = FakeDiscord(guilds={GUILD: [CHAN]}), fa.FakeAnthropic(), Site()
