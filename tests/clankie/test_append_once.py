@@ -5,17 +5,16 @@ from __future__ import annotations
 import resource
 import signal
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from clankie.appender import append_once
-from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.jsonl import encode_line, read_lines
 from clankie.rotation import Rotation, read_all, segments
 from tests.fds import open_under
+from tests.syncs import drain_syncs, sync_threads_held
 
 
 @pytest.fixture
@@ -26,14 +25,6 @@ def small_files() -> Iterator[None]:
     yield
     resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
     signal.signal(signal.SIGXFSZ, old_handler)
-
-
-def _drain_syncs() -> None:
-    """Wait until every sync handed to the sync threads so far has run: a barrier holds each thread in a job of its
-    own, which it takes only after the jobs queued before."""
-    barrier = threading.Barrier(SYNC_THREADS)
-    for job in [sync_pool().submit(barrier.wait) for _ in range(SYNC_THREADS)]:
-        job.result()
 
 
 def test_a_line_is_in_a_new_private_file_and_no_descriptor_is_kept(tmp_path: Path) -> None:
@@ -87,23 +78,10 @@ def test_with_a_rotation_the_file_rotates_right_after_the_line_that_reached_its_
 def test_a_synced_line_holds_no_descriptor_while_its_sync_waits(tmp_path: Path) -> None:
     """The fsync goes to the sync threads by path: with them busy, twenty synced lines hold nothing open."""
     path = tmp_path / "lane.jsonl"
-    release = threading.Event()
-    started = threading.Barrier(SYNC_THREADS + 1)
-
-    def hold() -> None:
-        started.wait()
-        release.wait()
-
-    blockers = [sync_pool().submit(hold) for _ in range(SYNC_THREADS)]
-    started.wait()
-    try:
+    with sync_threads_held():
         for n in range(20):
             append_once(path, encode_line({"n": n}), rotation=Rotation(rotate_bytes=64, keep_bytes=4096), sync=True)
         assert open_under(tmp_path) == []
-    finally:
-        release.set()
-        for blocker in blockers:
-            blocker.result()
-    _drain_syncs()
+    drain_syncs()
     assert open_under(tmp_path) == []
     assert [r["n"] for r in read_all(path)] == list(range(20))

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections import Counter
 
-from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.rotation import segments
 from clankie.settings import load
 from clankie.testing import fake_anthropic as fa
@@ -16,6 +14,7 @@ from service.captain import records
 from service.captain.records import LaneLog
 from tests.polling import until_probe
 from tests.service.captain.harness import FakeBridge, msg, run, service
+from tests.syncs import drained_syncs
 
 
 async def _open_files() -> Counter[str]:
@@ -25,9 +24,7 @@ async def _open_files() -> Counter[str]:
     thread, all waiting for each other, start only after every job queued
     before them has ended.
     """
-    barrier = threading.Barrier(SYNC_THREADS)
-    loop = asyncio.get_running_loop()
-    await asyncio.gather(*(loop.run_in_executor(sync_pool(), barrier.wait) for _ in range(SYNC_THREADS)))
+    await drained_syncs()
     out: Counter[str] = Counter()
     for fd in os.listdir("/proc/self/fd"):
         try:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clankie import settings as settings_mod
-from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from service.agent.agent import AgentConfig
@@ -23,6 +21,7 @@ from service.agent.session import SessionTree
 from service.agent.transcript import SUMMARY_PREFIX
 from tests.fds import open_under
 from tests.service.agent.helpers import arun, harness, user_texts
+from tests.syncs import drain_syncs
 
 TURN_TEXT = "y" * 400  # about 100 tokens a message
 
@@ -199,9 +198,7 @@ def test_trees_hold_no_file_open(tmp_path: Path) -> None:
     for tree in trees:
         tree.append_message({"role": "user", "content": [{"type": "text", "text": "hi"}]})
         tree.sync()
-    barrier = threading.Barrier(SYNC_THREADS)  # both sync threads meet here: every sync queued before is done
-    for done in [sync_pool().submit(barrier.wait) for _ in range(SYNC_THREADS)]:
-        done.result()
+    drain_syncs()
     assert open_under(tmp_path) == []
     for tree in trees:
         tree.close()

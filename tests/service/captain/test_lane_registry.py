@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from pathlib import Path
 
 import pytest
 
-from clankie import disksync
 from clankie import settings as settings_mod
 from clankie.errors import ConfigError
 from clankie.protocol import Empty, LanesReply, TurnResult, TurnSubmit
@@ -20,6 +18,7 @@ from service.captain.tools import DeliveryContext
 from tests.fds import open_under
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
+from tests.syncs import drain_syncs
 
 
 def key(channel: str) -> str:
@@ -41,10 +40,7 @@ async def turn(app: ServiceApp, bridge: FakeBridge, submit: TurnSubmit) -> TurnR
 def open_fds(state: Path) -> list[str]:
     """The files under the state directory this process holds open, once the background syncs are done (each holds a
     dup of the file it syncs)."""
-    barrier = threading.Barrier(disksync.SYNC_THREADS)
-    # every sync thread busy with a barrier task means every sync queued before them has finished
-    for done in [disksync.sync_pool().submit(barrier.wait) for _ in range(disksync.SYNC_THREADS)]:
-        done.result()
+    drain_syncs()
     return open_under(state)
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
-from clankie.disksync import SYNC_THREADS, sync_pool
 from clankie.protocol import Room
 from clankie.rotation import Rotation, read_all, segments
 from clankie.settings import load
@@ -13,6 +11,7 @@ from clankie.testing.clock import FakeClock
 from service.captain import records
 from service.captain.records import Evidence, LaneLog
 from tests.fds import open_under
+from tests.syncs import sync_threads_held
 
 
 def _room(n: int) -> Room:
@@ -23,16 +22,7 @@ def test_turns_leave_no_descriptor_open_even_while_the_disk_lags(tmp_path: Path)
     """Every sync thread held busy (a slow disk): 300 turns in 60 rooms leave no file of theirs open."""
     clock = FakeClock()
     evidence = Evidence(tmp_path / "evidence.jsonl", clock)
-    release = threading.Event()
-    started = threading.Barrier(SYNC_THREADS + 1)
-
-    def hold() -> None:
-        started.wait()
-        release.wait()
-
-    blockers = [sync_pool().submit(hold) for _ in range(SYNC_THREADS)]
-    started.wait()
-    try:
+    with sync_threads_held():
         for turn in range(300):
             room = _room(turn % 60)
             lane = LaneLog(tmp_path / "lanes" / f"{room.channel_id}.jsonl", room, clock)
@@ -41,10 +31,6 @@ def test_turns_leave_no_descriptor_open_even_while_the_disk_lags(tmp_path: Path)
             lane.said(f"reply {turn}")
             evidence.record(f"d{turn}", "settled", lane="l")
             assert open_under(tmp_path) == []
-    finally:
-        release.set()
-        for b in blockers:
-            b.result()
     assert evidence.of("d299") == ["accepted", "settled"]
 
 
