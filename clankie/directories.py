@@ -42,13 +42,19 @@ def _home(env: Mapping[str, str]) -> Path:
         return Path("/")
 
 
+def _ours_or_systemds(e: Mapping[str, str], ours: str, systemds: str) -> str | None:
+    """Our variable if set and not blank, else the first directory systemd lists in its own (``A:B`` for several)."""
+    value = trimmed(e, ours)
+    if value is None:
+        listed = trimmed(e, systemds)
+        value = listed.split(":")[0] if listed else None
+    return value
+
+
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """``CLANKIE_STATE``, else systemd's ``$STATE_DIRECTORY``, else ``~/.clankie``; absolute."""
     e = _env(env)
-    value = trimmed(e, "CLANKIE_STATE")
-    if value is None:
-        systemd = trimmed(e, "STATE_DIRECTORY")
-        value = systemd.split(":")[0] if systemd else None
+    value = _ours_or_systemds(e, "CLANKIE_STATE", "STATE_DIRECTORY")
     path = Path(value) if value else _home(e) / ".clankie"
     return Path(os.path.abspath(path.expanduser()))
 
@@ -71,10 +77,7 @@ def discord_attachment_root(env: Mapping[str, str] | None = None) -> Path:
 def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     """``CLANKIE_RUNTIME_DIR``, ``$RUNTIME_DIRECTORY``, ``$XDG_RUNTIME_DIR/clankie``, else ``<state>/run``."""
     e = _env(env)
-    value = trimmed(e, "CLANKIE_RUNTIME_DIR")
-    if value is None:
-        systemd = trimmed(e, "RUNTIME_DIRECTORY")
-        value = systemd.split(":")[0] if systemd else None
+    value = _ours_or_systemds(e, "CLANKIE_RUNTIME_DIR", "RUNTIME_DIRECTORY")
     if value is None:
         xdg = trimmed(e, "XDG_RUNTIME_DIR")
         value = str(Path(xdg) / "clankie") if xdg else None
