@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import resource
-import signal
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,18 +10,9 @@ import pytest
 from clankie.appender import append_once
 from clankie.jsonl import encode_line, read_lines
 from clankie.rotation import Rotation, read_all, segments
+from tests.disk import writes_refused_past
 from tests.fds import open_under
 from tests.syncs import drain_syncs, sync_threads_held
-
-
-@pytest.fixture
-def small_files() -> Iterator[None]:
-    """RLIMIT_FSIZE makes the kernel refuse writes past a size (EFBIG), as a full disk refuses them (ENOSPC)."""
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    yield
-    resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-    signal.signal(signal.SIGXFSZ, old_handler)
 
 
 def test_a_line_is_in_a_new_private_file_and_no_descriptor_is_kept(tmp_path: Path) -> None:
@@ -51,15 +39,13 @@ def test_a_symlink_in_place_of_the_file_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_a_refused_write_leaves_no_torn_line_and_the_next_one_works(tmp_path: Path, small_files: None) -> None:
+def test_a_refused_write_leaves_no_torn_line_and_the_next_one_works(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     append_once(path, encode_line({"n": 1}))
     size = path.stat().st_size
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 10, resource.RLIM_INFINITY))
-    with pytest.raises(OSError):
+    with writes_refused_past(size + 10), pytest.raises(OSError):
         append_once(path, encode_line({"n": 2, "pad": "x" * 100}))
     assert path.stat().st_size == size
-    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     append_once(path, encode_line({"n": 3}))
     assert read_lines(path) == [{"n": 1}, {"n": 3}]
 

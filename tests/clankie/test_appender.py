@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
-import signal
 import stat
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from clankie.appender import Appender, DiskError
 from clankie.jsonl import read_lines
+from tests.disk import writes_refused_past
 
 
 class CountingSync:
@@ -26,16 +24,6 @@ class CountingSync:
     def __call__(self, fd: int) -> None:
         self.calls += 1
         os.fdatasync(fd)
-
-
-@pytest.fixture
-def small_files() -> Iterator[None]:
-    """RLIMIT_FSIZE makes the kernel refuse writes past a size (EFBIG), as a full disk refuses them (ENOSPC)."""
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    yield
-    resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-    signal.signal(signal.SIGXFSZ, old_handler)
 
 
 
@@ -97,18 +85,16 @@ def test_a_line_written_during_a_sync_waits_for_the_next_one(tmp_path: Path) -> 
     asyncio.run(main())
 
 
-def test_a_refused_write_leaves_no_torn_line_and_appends_resume(tmp_path: Path, small_files: None) -> None:
+def test_a_refused_write_leaves_no_torn_line_and_appends_resume(tmp_path: Path) -> None:
     """When the kernel refuses a write part-way, the file is cut back; once room returns, appends go on."""
     a = Appender(tmp_path / "j.jsonl", sync=CountingSync())
     a.append({"n": 1})
     size = os.path.getsize(a.path)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 10, resource.RLIM_INFINITY))
-    with pytest.raises(DiskError) as refused:
+    with writes_refused_past(size + 10), pytest.raises(DiskError) as refused:
         a.append({"n": 2, "pad": "x" * 100})
     assert refused.value.code == "disk_efbig"
     assert os.path.getsize(a.path) == size
     assert a.last_error == "disk_efbig"
-    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     a.append({"n": 3})
     assert read_lines(a.path) == [{"n": 1}, {"n": 3}]
     assert _last_error(a) is None  # a later append that fits clears the error
@@ -191,16 +177,14 @@ def test_a_line_asked_to_sync_during_a_sync_gets_its_own_round(tmp_path: Path) -
     asyncio.run(main())
 
 
-def test_write_takes_bytes_that_are_not_records_and_cuts_back_a_refused_one(tmp_path: Path, small_files: None) -> None:
+def test_write_takes_bytes_that_are_not_records_and_cuts_back_a_refused_one(tmp_path: Path) -> None:
     """A child's output goes through the same writer: its bytes as they came, no torn write left on a refusal."""
     a = Appender(tmp_path / "child.log", sync=CountingSync())
     a.write(b"\xff not utf-8\n")
     size = os.path.getsize(a.path)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4, resource.RLIM_INFINITY))
-    with pytest.raises(DiskError):
+    with writes_refused_past(size + 4), pytest.raises(DiskError):
         a.write(b"a line too long to fit\n")
     assert os.path.getsize(a.path) == size
-    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     a.write(b"half a line")
     a.close()
     assert (tmp_path / "child.log").read_bytes() == b"\xff not utf-8\nhalf a line"
