@@ -56,7 +56,6 @@ class Spare:
         self._none_dying.set()
         self.liveness = Liveness(child.liveness.timeout)
         self._timer: asyncio.Task[None] | None = None  # feeds WARM (after the want's delay) or DUE (a backoff's end)
-        self._delay = 0.0  # the last want's delay, for ARM
         self._handed: Proc | None = None  # the process HAND_OVER took from the slot, for take() to return
 
     @property
@@ -77,19 +76,19 @@ class Spare:
     def want(self, delay: float) -> None:
         """The child is running: have a spare parked ``delay`` seconds from now (no-op if one is there)."""
         if self.enabled and not self.child.tree.stopping:
-            self._delay = delay
-            self._feed(SpareEvent.WANT)
+            self._feed(SpareEvent.WANT, delay=delay)
 
-    def _feed(self, event: SpareEvent, *, how: str = "") -> None:
+    def _feed(self, event: SpareEvent, *, how: str = "", delay: float = 0.0) -> None:
         """Hand one event to the slot and do what it answers: the only caller of :meth:`SpareLife.handle`."""
         now = self.child.clock.monotonic()
         for action in self.life.handle(event, now, how=how):
-            self._obey(action, now)
+            self._obey(action, now, delay)
 
-    def _obey(self, action: SpareAction, now: float) -> None:
+    def _obey(self, action: SpareAction, now: float, delay: float) -> None:
+        """``delay``: a want's, for ARM."""
         match action:
             case SpareAction.ARM:
-                self._start_timer(self._delay, SpareEvent.WARM)
+                self._start_timer(delay, SpareEvent.WARM)
             case SpareAction.SCHEDULE:
                 if self.life.next_start_at is not None:
                     self._start_timer(max(0.0, self.life.next_start_at - now), SpareEvent.DUE)
