@@ -31,6 +31,10 @@ class DemoProvider:
     def model(self) -> str:
         return DEMO_MODEL
 
+    @property
+    def server(self) -> tuple[str, int] | None:
+        return None  # it calls nowhere
+
     async def complete(self, request: ModelRequest, on_signal: Callable[[Signal], None]) -> ModelResponse:
         on_signal(Signal(kind="text", text=DEMO_REPLY))
         return ModelResponse(content=[{"type": "text", "text": DEMO_REPLY}], stop_reason="end_turn",
