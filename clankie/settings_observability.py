@@ -79,15 +79,18 @@ class ObservabilitySettings(BaseModel):
             parse_resource_attributes(value)  # a ValueError names the pair
         return value
 
-    def otel_resource(self) -> dict[str, str]:
+    def otel_resource(self, instance: str | None = None) -> dict[str, str]:
         """The resource attributes of the service's telemetry: ``OTEL_RESOURCE_ATTRIBUTES``, then ``OTEL_SERVICE_NAME``.
 
         ``service.name`` is ``OTEL_SERVICE_NAME``, else the one in ``OTEL_RESOURCE_ATTRIBUTES``, else ``clankie``
         (the precedence the OpenTelemetry SDK specification gives them), so two trees on one collector are told
-        apart by either variable.
+        apart by either variable. ``service.instance.id`` is the one in ``OTEL_RESOURCE_ATTRIBUTES``, else
+        ``instance`` (the tree's id: one per ``clankie run``), so even two trees an operator named alike differ.
         """
         attributes = parse_resource_attributes(self.otel_resource_attributes or "")
         attributes["service.name"] = self.otel_service_name or attributes.get("service.name") or "clankie"
+        if instance and "service.instance.id" not in attributes:
+            attributes["service.instance.id"] = instance
         return attributes
 
     @field_validator("otel_exporter_otlp_endpoint", mode="before")

@@ -301,7 +301,7 @@ def warm() -> None:
 def build(settings: Settings, environ: Mapping[str, str]) -> ServiceApp:
     """This life's service, once activated: raise the fd limit, then build (see :data:`SPEC`)."""
     fdlimit.raise_to_hard()
-    telemetry.configure(settings)  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    telemetry.configure(settings, tree_id(environ))  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return ServiceApp(settings, environ=environ)
 
 

@@ -129,9 +129,9 @@ def install(tracer: Tracer) -> Tracer:
     return before
 
 
-def configure(settings: Settings) -> None:
+def configure(settings: Settings, instance: str | None = None) -> None:
     """Install the OTLP tracer (spans and GenAI metrics) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; without the otel
-    extra that is a ConfigError."""
+    extra that is a ConfigError. ``instance`` is the tree's id (``service.instance.id`` unless the operator set one)."""
     if settings.otel_exporter_otlp_endpoint is None:
         return
     try:
@@ -139,7 +139,7 @@ def configure(settings: Settings) -> None:
     except ImportError as exc:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed "
                           f"(pip install 'clankie[otel]'): {exc.name}") from None
-    resource = settings.otel_resource()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+    resource = settings.otel_resource(instance)  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, the tree's id
     install(otel.OtelTracer.to_endpoint(settings.otel_exporter_otlp_endpoint, resource))
     log.info("tracing: GenAI spans and metrics to the OTLP endpoint as service.name=%s (no message content)",
              resource["service.name"])

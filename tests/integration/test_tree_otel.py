@@ -6,13 +6,15 @@ operator's unit would set them, and a loopback OTLP/HTTP collector stands in
 for a real one. The variables travel only through the supervisor's allowlist
 (supervisor/environment.py) into the service's settings; after one turn the
 collector holds the service's spans and its GenAI client metrics, both under
-the operator's ``service.name`` and resource attributes, with the schema URL
-of the conventions followed. So two trees on one collector can be told apart.
+the operator's ``service.name`` and resource attributes, and the tree's id as
+``service.instance.id``, with the schema URL of the conventions followed. So
+two trees on one collector can be told apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -104,6 +106,8 @@ def test_the_operator_s_service_name_and_resource_reach_the_exported_spans_and_m
 
                 spans = await until(chat_spans, 30, "the service's chat span at the collector")
                 metrics = await until(token_usage, 30, "gen_ai.client.token.usage at the collector")
+                instances = {resource["service.instance.id"] for resource, _, _ in (*spans, *metrics)}
+                assert len(instances) == 1 and re.fullmatch(r"[0-9a-f]{16}", instances.pop())  # the tree's id
                 for resource, resource_schema, scope_schema in (*spans, *metrics):
                     assert resource["service.name"] == "clankie-night"
                     assert resource["service.namespace"] == "ops"

@@ -280,12 +280,13 @@ def test_the_excuses_name_only_attributes_the_registry_asks_for() -> None:
     ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=tree-b"}, {"service.name": "tree-b"}),
     ({"OTEL_SERVICE_NAME": "tree-a", "OTEL_RESOURCE_ATTRIBUTES": "service.name=tree-b, k=v%3Dw"},
      {"service.name": "tree-a", "k": "v=w"}),
+    ({"OTEL_RESOURCE_ATTRIBUTES": "service.instance.id=eu-1"}, {"service.name": "clankie", "service.instance.id": "eu-1"}),
 ])
 def test_the_resource_is_otel_service_name_over_otel_resource_attributes_over_clankie(
     env: dict[str, str], variables: dict[str, str], resource: dict[str, str]
 ) -> None:
-    """The SDK specification's precedence; values percent-decoded."""
-    assert settings_mod.load({**env, **variables}).otel_resource() == resource
+    """The SDK specification's precedence, values percent-decoded; the tree's id is the instance unless one is set."""
+    assert settings_mod.load({**env, **variables}).otel_resource("0123abcd") == {"service.instance.id": "0123abcd", **resource}
 
 
 def test_a_malformed_otel_resource_attributes_stops_the_process(env: dict[str, str]) -> None:
