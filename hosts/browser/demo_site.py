@@ -73,12 +73,11 @@ class Answer:
 
 
 class DemoSite:
-    """The demo mode's one site; its only state is the clock ``/long`` waits on."""
+    """The demo mode's one site: stateless but for the clock ``/long`` waits on."""
 
     def __init__(self, clock: Clock, long_seconds: float = LONG_PAGE_SECONDS) -> None:
         self.clock = clock
         self.long_seconds = long_seconds
-        self.served = 0  # pages answered (for the host's health)
 
     @staticmethod
     def serves(host: str, port: int) -> bool:
@@ -87,7 +86,6 @@ class DemoSite:
 
     async def answer(self, method: str, path: str) -> Answer:
         """The response to ``method path``: the page (after the long wait for ``/long``), else a 404 page."""
-        self.served += 1
         page = path.partition("?")[0]
         if method != "GET" or page not in ("/", "/long"):
             return Answer(404, NOT_FOUND)

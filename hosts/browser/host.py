@@ -89,9 +89,8 @@ class BrowserHost:
         self.settings = settings
         self.clock = clock
         pins = policy.Pins.parse(settings.browser_pinned_hosts)
-        self.demo = DemoSite(clock) if settings.demo else None  # the demo page, in demo mode only
         self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver,
-                                 demo=self.demo)
+                                 demo=DemoSite(clock) if settings.demo else None)  # the demo page: demo mode only
         self.sandbox = settings.browser_sandbox == "require"
         self.apart: Apart | None = None
         self.shared: SharedArtifacts | None = None  # run outside the tree: where the tree reads its screenshots
@@ -147,7 +146,6 @@ class BrowserHost:
             "policy_refusals": self.proxy.refused_total,
             "proxy_unauthenticated": self.proxy.unauthenticated_total,
             "proxy_over_cap": self.proxy.over_cap_total,
-            **({"demo_pages": self.demo.served} if self.demo is not None else {}),
         }
 
     @property
@@ -224,7 +222,7 @@ class BrowserHost:
 
     async def _precheck(self, target: policy.Target) -> None:
         """A quick, friendly refusal before any browser work; the proxy is still the enforcement point."""
-        if self.demo is not None and target.scheme == "http" and self.demo.serves(target.host, target.port):
+        if self.proxy.demo is not None and target.scheme == "http" and self.proxy.demo.serves(target.host, target.port):
             return  # the demo page: the proxy answers it itself, it is no address to vet
         try:
             await self.proxy.vet(target.host, target.port)

@@ -54,6 +54,10 @@ TEXT_UPDATE = (
     "This is a demo: a long task. I'm off to photograph the demo's slow page; "
     "this note is a text update, and the card below shows what I'm doing."
 )
+NO_ROOM = (
+    "my text update had no Discord room to go to (a `clankiectl say` turn has none; run the demo against the "
+    "loopback stand-in, python -m clankie.testing.fake_discord, to see it and the tool card)"
+)
 SUMMARY = "This is a demo conversation with the built-in offline model."
 _REF = re.compile(r"\((sha256:[^)\s]+)\)")
 
@@ -105,7 +109,7 @@ ER = Step("draw_er_diagram", ER_SPEC, "here is an entity-relationship diagram, d
 SEQUENCE = Step("draw_sequence_diagram", SEQUENCE_SPEC,
                 "here is a sequence diagram of a picture's trip through the tree, drawn by the real tldraw host")
 LONG: tuple[Step, ...] = (
-    Step("send_text_update", {"text": TEXT_UPDATE}, "I posted a text update on the way"),
+    Step("send_text_update", {"text": TEXT_UPDATE}, "I posted a text update on the way, then worked long enough for the tool card"),
     Step("browser_screenshot", {"url": DEMO_LONG_URL},
          "the long task is done: here is the demo's slow page, which took a few seconds to load"),
 )
@@ -191,6 +195,9 @@ class DemoProvider:
         parts = []
         for step, result in zip(steps, results, strict=False):
             said = _result_text(result)
+            if result.get("is_error") and step.tool == "send_text_update":
+                parts.append(NO_ROOM)
+                continue
             if result.get("is_error"):
                 parts.append(f"{step.tool} did not work out: {said[:300]}")
                 continue

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from clankie.protocol import SayRequest, TurnResult
-from clankie.testing.fake_discord import Post
-from service.agent.demo import DEMO_HOST, DEMO_MARK, DEMO_REPLY, TEXT_UPDATE
+from clankie.testing.fake_discord import Post, narrate
+from service.agent.demo import DEMO_HOST, DEMO_MARK, DEMO_REPLY, NO_ROOM, TEXT_UPDATE
 from supervisor import ctl
 from tests.integration.tree import CHAN, PERSON, Tree, real_tree
 from tests.polling import until
@@ -100,6 +100,8 @@ def test_the_demo_shows_a_screenshot_diagrams_and_a_long_task_through_the_real_h
         env = {"CLANKIE_DEMO": "1", "ANTHROPIC_API_KEY": ""}  # the tree's fake key would refuse demo mode
         async with real_tree(tmp_path, runtime_dir, env) as t:
             root = t.state / "attachments"
+            told: list[str] = []  # what `python -m clankie.testing.fake_discord` prints for a demo's watcher
+            watch = asyncio.ensure_future(narrate(t.discord, told.append))
             shot = assert_picture(await t.ask("clankie, take a screenshot please"), root, "browser")
             assert shot.size == (1280, 800)
             assert shot.convert("RGB").getpixel((5, 5)) == (0x0F, 0x27, 0x42)  # the demo page's own background
@@ -116,11 +118,18 @@ def test_the_demo_shows_a_screenshot_diagrams_and_a_long_task_through_the_real_h
             await until(lambda: card.id in t.discord.deleted, 30, "the card removed when the turn ended")
             assert DEMO_MARK in update.content and "text update" in reply.content
 
-            said = await t.call("say", SayRequest(room="lobby", text="a screenshot, please"), timeout=90)
-            assert isinstance(said, TurnResult) and said.outcome == "settled" and DEMO_MARK in said.text
-            path, data = host_wrote(said.text, root, "browser")
-            assert said.media == (f"sha256:{path.stem}:browser/{path.name}",)
-            Image.open(io.BytesIO(data)).load()
+            await until(lambda: f"<- message {card.id} deleted" in told, 10, "the watcher telling of the card's end")
+            assert f"<- #{CHAN} message {update.id}: {TEXT_UPDATE}" in told
+            assert any(line.startswith(f"<- #{CHAN} message {reply.id}: ") and "[file " in line for line in told)
+            watch.cancel()
+
+            for ask, sub in (("a screenshot, please", "browser"), ("a long task", "browser"), ("draw it", "tldraw")):
+                said = await t.call("say", SayRequest(room="lobby", text=ask), timeout=90)
+                assert isinstance(said, TurnResult) and said.outcome == "settled" and DEMO_MARK in said.text
+                path, data = host_wrote(said.text, root, sub)
+                assert said.media == (f"sha256:{path.stem}:{sub}/{path.name}",)
+                Image.open(io.BytesIO(data)).load()
+                assert (NO_ROOM in said.text) == (ask == "a long task")  # `say` has no Discord room to post in
             assert t.anthropic.requests == []  # the fake Anthropic was never asked: the demo model is offline
 
     asyncio.run(main())
