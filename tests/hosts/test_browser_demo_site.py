@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import io
 import ipaddress
+from pathlib import Path
 
+import pytest
+from PIL import Image
+
+from clankie.errors import RemoteError
 from clankie.testing.clock import FakeClock
 from hosts.browser import policy
 from hosts.browser.demo_site import DEMO_HOST, LONG_PAGE_SECONDS, DemoSite
 from hosts.browser.proxy import PolicyProxy
 from service.agent import demo as demo_model
+from tests.hosts.hostproc import HostProcess, shoot
+from tests.hosts.pages import Site
 from tests.polling import until
 
 
@@ -103,3 +112,30 @@ def test_the_demo_model_asks_for_the_page_the_host_serves() -> None:
     assert demo_model.DEMO_HOST == DEMO_HOST
     assert DemoSite.serves(policy.check_url(demo_model.DEMO_URL).host, policy.check_url(demo_model.DEMO_URL).port)
     assert DemoSite.serves(policy.check_url(demo_model.DEMO_LONG_URL).host, 80)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_demo_mode_host_photographs_the_demo_page_and_still_refuses_loopback(
+    env: dict[str, str], state_dir: Path, tmp_path: Path
+) -> None:
+    """A real browser host in demo mode (default policy, real Chromium): the demo page is photographed, the PNG under
+    the root hashes to its ref; a page on 127.0.0.1 and https to the demo host are refused, and the site saw nothing."""
+
+    async def main() -> None:
+        demo_env = {**env, "CLANKIE_DEMO": "1"}
+        async with Site() as site, HostProcess("browser", demo_env, tmp_path / "host.log") as host:
+            art = await shoot(host, demo_model.DEMO_URL)
+            data = (state_dir / "attachments" / art.ref.split(":")[2]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == art.sha256 and len(data) == art.size
+            image = Image.open(io.BytesIO(data))
+            assert image.size == (1280, 800) and image.convert("RGB").getpixel((5, 5)) == (0x0F, 0x27, 0x42)
+            with pytest.raises(RemoteError) as refused:
+                await shoot(host, site.origin + "/")
+            assert refused.value.code == "browser_url_refused" and "loopback" in refused.value.message
+            with pytest.raises(RemoteError) as unserved:  # only plain http on port 80 is the demo's: this is a name
+                await shoot(host, f"https://{DEMO_HOST}/")
+            assert unserved.value.code in ("browser_url_refused", "browser_navigation_failed")
+            assert site.hits == []
+
+    asyncio.run(main())
