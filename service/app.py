@@ -77,7 +77,7 @@ def make_provider(settings: Settings) -> Provider | None:
         from service.agent.demo import DemoProvider
 
         log.warning("demo mode: every turn is answered by the built-in offline model")
-        return DemoProvider()
+        return DemoProvider(settings.attachment_root)
     if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value().strip():
         return None
     from service.agent.provider import AnthropicProvider
