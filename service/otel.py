@@ -65,6 +65,7 @@ TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4
 SECONDS_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 """The bucket boundaries the conventions give the token and the time histograms (gen-ai-metrics.md)."""
 DEFAULT_RESOURCE = {"service.name": "clankie"}
+METRICS_FLUSH_MS = 2000  # the last metrics export at stop waits at most this (the SDK's default is 30 s, past the grace)
 # record_exception / set_status_on_exception off on every span: an exception's message may quote content, so a
 # span records only the code it is told
 
@@ -222,4 +223,4 @@ class OtelTracer:
         if self._open:
             self._open = False
             self.provider.shutdown()
-            self.meters.shutdown()
+            self.meters.shutdown(timeout_millis=METRICS_FLUSH_MS)
