@@ -72,6 +72,11 @@ FAMILIES: dict[str, Family] = {
                                              ("route", "status_class")),
     "clankie_journal_waiting": Family("gauge", "Messages waiting in the bridge's journal for a turn slot."),
     "clankie_discord_connected": Family("gauge", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token)."),
+    "clankie_gateway_resumes_total": Family("counter", "Gateway sessions the bridge RESUMEd (a restarted bridge's included)."),
+    "clankie_gateway_identifies_total": Family("counter",
+                                               "Gateway sessions the bridge started with IDENTIFY (each spends a session start)."),
+    "clankie_gateway_session_starts_remaining": Family("gauge",
+                                                       "Session starts Discord says are left today (GET /gateway/bot)."),
 }
 
 

@@ -39,6 +39,8 @@ class RestHandlers:
     guilds: dict[str, list[str]]
     premium_tier: int
     shards: int
+    session_starts_total: int
+    session_starts_remaining: int
     calls: list[Call]
     posts: list[Post]
     typing: list[tuple[str, float]]
@@ -106,7 +108,8 @@ class RestHandlers:
     # ------------------------------------------------------------ REST handlers
 
     async def _gateway_bot(self, request: web.Request) -> web.Response:
-        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        limit = {"total": self.session_starts_total, "remaining": self.session_starts_remaining, "reset_after": 0,
+                 "max_concurrency": 1}
         return respond({"url": self.gateway_url, "shards": self.shards, "session_start_limit": limit})
 
     async def _me(self, request: web.Request) -> web.Response:
