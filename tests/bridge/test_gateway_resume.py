@@ -85,7 +85,7 @@ class Life:
         """SIGKILL, in process: the TCP connection is aborted (no close frame), then the app stops."""
         client = self.app.port.client
         assert client is not None and client.ws is not None
-        client.ws.socket._writer.transport.abort()  # noqa: SLF001  # the kernel's part in a SIGKILL
+        client.ws.socket._writer.transport.abort()  # the kernel's part in a SIGKILL
         await self.stop()
 
     async def stop(self) -> None:
@@ -267,7 +267,7 @@ def test_a_crash_loop_backs_identifies_off_and_warns_when_starts_run_low(
                 async with life(w, clock=clock, connected=False) as one:
                     keeper = one.app.keeper
                     assert keeper is not None
-                    await w.until(lambda k=keeper: k.holding is not None, "the IDENTIFY held")  # type: ignore[misc]
+                    await w.until(lambda k=keeper: k.holding is not None, "the IDENTIFY held")
                     assert keeper.holding == wait and w.fake.identifies == FREE_IDENTIFIES + n
                     beat = one.app.heartbeat()
                     assert "next IDENTIFY in" in beat.detail and "session starts low" in beat.detail
