@@ -263,7 +263,7 @@ class SessionKeeper:
 
     async def identifying(self, shard: Shard) -> None:
         """Before an IDENTIFY: wait out the crash-loop backoff, then count the session start."""
-        delay = self.book.identify_delay()
+        delay = self.book.identify_delay() if self.enabled else 0.0  # off is today's behaviour, backoff included
         if delay > 0:
             log.warning("gateway: %d session starts in a row without a session that lasted; next IDENTIFY in %.0fs",
                         self.book.in_a_row, delay)

@@ -87,7 +87,7 @@ class RestHandlers:
 
     async def _record(self, request: web.Request, route: str, body: Any = None) -> web.Response | None:
         """Record the call; answer with a scripted fault if one is queued for this route."""
-        call = Call(request.method, route, request.path, json=body, at=time.monotonic())
+        call = Call(request.method, route, request.path, json=body, at=time.monotonic(), query=request.query_string)
         self.calls.append(call)
         gate = self._holds.get(route)
         if gate is not None and not gate.is_set():
