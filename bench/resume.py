@@ -13,8 +13,8 @@ the bridge has been up 1.5 s, SIGKILLs it, and stamps (one clock,
 * **kill → session up**: the fake's RESUMED (or, IDENTIFYing, its READY) for the next bridge;
 * **gap message → answer**: each message sent between the kill and the session up, to the
   bridge's closing receipt for it (settled, or absorbed into a reply of the same room);
-* **history reads per kill**: ``GET /channels/…/messages?after=`` calls (today's catch-up; the
-  service's context reads ask ``before=`` and are not counted);
+* **catch-up reads per kill**: rooms whose history the next bridge read back (its recovery's
+  ``rooms read``, at least one ``GET /channels/…/messages`` each): today's catch-up;
 * at the end, with traffic stopped and every message given 120 s to close: **lost** (never
   closed) and **duplicates** (closed twice, or two replies).
 
@@ -34,6 +34,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import statistics
 import sys
@@ -73,8 +74,12 @@ class ResumeTree(Tree):
         return out
 
     def history_reads(self) -> int:
-        """Catch-up reads: channel history after a message (the service's context reads ask before= one)."""
-        return sum(1 for c in self.discord.calls if c.method == "GET" and c.path.endswith("/messages") and "after=" in c.query)
+        """Rooms the bridges' catch-ups read back (their ``recovery: N rooms read`` lines, each at least one
+        ``GET /channels/…/messages?after=``); a resumed delivery's look for its own earlier post is not one."""
+        with contextlib.suppress(FileNotFoundError):
+            text = (self.work / "supervisor.log").read_text(errors="replace")
+            return sum(int(n) for n in re.findall(r"recovery: (\d+) rooms read", text))
+        return 0
 
 
 @dataclass
@@ -127,7 +132,7 @@ async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) 
             res.starts.append(t.discord.identifies - ids)
             res.reads.append(t.history_reads() - reads)
             print(f"  {mode} kill {i + 1}: up after {res.up_ms[-1]:.0f} ms, {res.starts[-1]} session starts, "
-                  f"{res.reads[-1]} history reads", flush=True)
+                  f"{res.reads[-1]} rooms read back", flush=True)
         stop.set()
         await feeder
         res.sent = len(sent)
@@ -179,7 +184,7 @@ async def amain(args: argparse.Namespace) -> int:
     for name, m in out.items():
         print(f"{name:>8}: starts/kill {statistics.mean(m.starts):.2f}, up p50 {p50(m.up_ms):.0f} ms max {top(m.up_ms):.0f} ms, "
               f"gap→answer p50 {p50(m.gap_ms):.0f} ms max {top(m.gap_ms):.0f} ms ({len(m.gap_ms)} gap messages), "
-              f"history reads/kill {statistics.mean(m.reads):.1f}, sent {m.sent}, lost {m.lost}, duplicates {m.duplicates}")
+              f"rooms read back/kill {statistics.mean(m.reads):.1f}, sent {m.sent}, lost {m.lost}, duplicates {m.duplicates}")
     print(f"ratio identify/resume: up p50 {p50(i.up_ms) / p50(r.up_ms):.1f}x, gap→answer p50 "
           f"{p50(i.gap_ms) / p50(r.gap_ms):.1f}x, session starts {statistics.mean(i.starts):.2f} vs "
           f"{statistics.mean(r.starts):.2f} per kill")

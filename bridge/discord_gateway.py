@@ -31,9 +31,11 @@ with warnings.catch_warnings():
     from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 
 from bridge.discord_metrics import count_requests
-from bridge.gateway_session import REFUSING_CLOSES, IllegalSessionMove, SessionKeeper, shard_key
+from bridge.gateway_link import IllegalSessionMove, shard_key
+from bridge.gateway_session import REFUSING_CLOSES, SessionKeeper
 from bridge.ratelimits import amortise_bucket_sweep
 from bridge.shards import ShardWatch, Up
+from clankie.waits import within
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +167,7 @@ class BridgeClient(discord.Client):
                     keeper.resuming(self.shard)
                 else:
                     await keeper.identifying(self.shard)
-                self.ws = await asyncio.wait_for(DiscordWebSocket.from_client(self, **params), timeout=60.0)
+                self.ws = await within(DiscordWebSocket.from_client(self, **params), 60.0)
                 opened = True
                 params["initial"] = False
                 while True:

@@ -21,7 +21,8 @@ import pytest
 
 from bridge.app import BridgeApp
 from bridge.delivery import RetryPolicy
-from bridge.gateway_session import FILENAME, FREE_IDENTIFIES, IDENTIFY_BASE
+from bridge.gateway_link import FREE_IDENTIFIES, IDENTIFY_BASE
+from bridge.gateway_session import FILENAME
 from clankie import paths
 from clankie.clock import Clock
 from clankie.settings import load

@@ -8,63 +8,64 @@ from pathlib import Path
 
 import pytest
 
+from bridge import gateway_link as gl
 from bridge import gateway_session as gs
 from clankie.testing.clock import FakeClock
 
-REFUSED = [(s, m) for s in gs.State for m in gs.Move if (s, m) not in gs.TRANSITIONS and (s, m) not in gs.IGNORED]
+REFUSED = [(s, m) for s in gl.State for m in gl.Move if (s, m) not in gl.TRANSITIONS and (s, m) not in gl.IGNORED]
 
 
 @pytest.mark.parametrize(("state", "move"), REFUSED, ids=str)
-def test_a_move_not_in_the_table_raises_and_the_state_stays(state: gs.State, move: gs.Move) -> None:
-    link = gs.Link()
+def test_a_move_not_in_the_table_raises_and_the_state_stays(state: gl.State, move: gl.Move) -> None:
+    link = gl.Link()
     link.state = state
-    with pytest.raises(gs.IllegalSessionMove):
+    with pytest.raises(gl.IllegalSessionMove):
         link.move(move)
     assert link.state is state
 
 
 def test_a_restart_resumes_and_a_refusal_identifies_through_the_table() -> None:
-    link = gs.Link()
-    assert [link.move(m) for m in (gs.Move.RESUME, gs.Move.IDENTIFY, gs.Move.READY, gs.Move.DROPPED, gs.Move.RESUME,
-                                   gs.Move.RESUMED)] == [gs.State.RESUMING, gs.State.IDENTIFYING, gs.State.LIVE,
-                                                         gs.State.DOWN, gs.State.RESUMING, gs.State.LIVE]
-    assert gs.Link().move(gs.Move.DROPPED) is gs.State.IDLE  # ignored: nothing was up
+    link = gl.Link()
+    assert [link.move(m) for m in (gl.Move.RESUME, gl.Move.IDENTIFY, gl.Move.READY, gl.Move.DROPPED, gl.Move.RESUME,
+                                   gl.Move.RESUMED)] == [gl.State.RESUMING, gl.State.IDENTIFYING, gl.State.LIVE,
+                                                         gl.State.DOWN, gl.State.RESUMING, gl.State.LIVE]
+    assert gl.Link().move(gl.Move.DROPPED) is gl.State.IDLE  # ignored: nothing was up
 
 
 def test_identifies_in_a_row_wait_longer_up_to_the_cap() -> None:
-    book = gs.Book()
+    book = gl.Book()
     waits = []
     for n in range(20):
         book.in_a_row = n
         waits.append(book.identify_delay())
-    assert waits[: gs.FREE_IDENTIFIES] == [0.0] * gs.FREE_IDENTIFIES
-    assert waits[gs.FREE_IDENTIFIES: gs.FREE_IDENTIFIES + 3] == [gs.IDENTIFY_BASE, 2 * gs.IDENTIFY_BASE, 4 * gs.IDENTIFY_BASE]
-    assert max(waits) == gs.IDENTIFY_CAP and waits[-1] == gs.IDENTIFY_CAP
+    assert waits[: gl.FREE_IDENTIFIES] == [0.0] * gl.FREE_IDENTIFIES
+    assert waits[gl.FREE_IDENTIFIES: gl.FREE_IDENTIFIES + 3] == [gl.IDENTIFY_BASE, 2 * gl.IDENTIFY_BASE, 4 * gl.IDENTIFY_BASE]
+    assert max(waits) == gl.IDENTIFY_CAP and waits[-1] == gl.IDENTIFY_CAP
 
 
 def test_low_is_under_a_tenth_of_the_total() -> None:
-    assert not gs.Book(starts_total=1000, starts_remaining=100).low()
-    assert gs.Book(starts_total=1000, starts_remaining=99).low()
-    assert not gs.Book().low()
+    assert not gl.Book(starts_total=1000, starts_remaining=100).low()
+    assert gl.Book(starts_total=1000, starts_remaining=99).low()
+    assert not gl.Book().low()
 
 
-def _book(shards: int) -> gs.Book:
-    book = gs.Book(day="2026-12-06", identifies=2, resumes=3, starts_total=1000, starts_remaining=990)
+def _book(shards: int) -> gl.Book:
+    book = gl.Book(day="2026-12-06", identifies=2, resumes=3, starts_total=1000, starts_remaining=990)
     for n in range(shards):
-        book.sessions[(n, shards)] = gs.Stored(f"s{n}", "wss://gateway.example/", n * 10, 1.5)
+        book.sessions[(n, shards)] = gl.Stored(f"s{n}", "wss://gateway.example/", n * 10, 1.5)
     return book
 
 
 def test_the_book_round_trips_and_keeps_at_most_max_shards() -> None:
-    assert gs.Book.from_json(json.loads(json.dumps(_book(3).to_json()))) == _book(3)
-    big = gs.Book.from_json(json.loads(json.dumps(_book(gs.MAX_SHARDS + 5).to_json())))
-    assert len(big.sessions) == gs.MAX_SHARDS
+    assert gl.Book.from_json(json.loads(json.dumps(_book(3).to_json()))) == _book(3)
+    big = gl.Book.from_json(json.loads(json.dumps(_book(gl.MAX_SHARDS + 5).to_json())))
+    assert len(big.sessions) == gl.MAX_SHARDS
 
 
 @pytest.mark.parametrize("bad", [
-    {"session_id": "x" * (gs.MAX_ID_CHARS + 1)},
+    {"session_id": "x" * (gl.MAX_ID_CHARS + 1)},
     {"resume_url": "http://not-a-websocket/"},
-    {"resume_url": "wss://" + "x" * gs.MAX_URL_CHARS},
+    {"resume_url": "wss://" + "x" * gl.MAX_URL_CHARS},
     {"seq": -1},
     {"seq": True},
     {"shard": [2, 2]},
@@ -74,7 +75,7 @@ def test_a_malformed_session_is_refused(bad: dict[str, object]) -> None:
     raw = _book(1).to_json()
     raw["sessions"][0].update(bad)
     with pytest.raises(ValueError):
-        gs.Book.from_json(raw)
+        gl.Book.from_json(raw)
 
 
 def test_a_file_at_the_size_bound_is_read_and_one_over_it_is_not(tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ def test_a_file_at_the_size_bound_is_read_and_one_over_it_is_not(tmp_path: Path)
 def test_the_journaled_sequence_is_written_at_most_every_flush_interval_and_at_the_heartbeat(tmp_path: Path) -> None:
     clock = FakeClock()
     keeper = gs.SessionKeeper(tmp_path, clock)
-    keeper.link((0, 1)).move(gs.Move.IDENTIFY)
+    keeper.link((0, 1)).move(gl.Move.IDENTIFY)
     keeper.ready((0, 1), "secret-session", "wss://gateway.example/", 1)
 
     def on_disk() -> int | None:
@@ -114,14 +115,14 @@ def test_a_session_that_lived_ends_the_crash_loop_and_a_new_day_resets_the_count
     async def main() -> None:
         clock = FakeClock(autojump=True)
         keeper = gs.SessionKeeper(tmp_path, clock)
-        for _ in range(gs.FREE_IDENTIFIES):
+        for _ in range(gl.FREE_IDENTIFIES):
             await keeper.identifying((0, 1))
             keeper.dropped((0, 1))
-        assert keeper.book.in_a_row == gs.FREE_IDENTIFIES and not clock.slept
+        assert keeper.book.in_a_row == gl.FREE_IDENTIFIES and not clock.slept
         await keeper.identifying((0, 1))
-        assert clock.slept[-1] == gs.IDENTIFY_BASE
+        assert clock.slept[-1] == gl.IDENTIFY_BASE
         keeper.ready((0, 1), "s", "wss://gateway.example/", 1)
-        clock.advance(gs.SETTLED)
+        clock.advance(gl.SETTLED)
         keeper.tick()  # nothing moved: no write
         keeper.journaled((0, 1), 2)
         assert keeper.book.in_a_row == 0
