@@ -167,8 +167,10 @@ class BridgeClient(discord.Client):
                     keeper.resuming(self.shard)
                 else:
                     await keeper.identifying(self.shard)
-                self.ws = await within(DiscordWebSocket.from_client(self, **params), 60.0)
+                self.ws = await within(DiscordWebSocket.from_client(self, **params), 60.0)  # HELLO, then RESUME or IDENTIFY
                 opened = True
+                if not params.get("resume"):
+                    keeper.identified(self.shard)
                 params["initial"] = False
                 while True:
                     await self.ws.poll_event()

@@ -116,7 +116,7 @@ class SessionKeeper:
         self._move(shard, Move.RESUME)
 
     async def identifying(self, shard: Shard) -> None:
-        """Before an IDENTIFY: wait out the crash-loop backoff, then count the session start."""
+        """Before an IDENTIFY: wait out the crash-loop backoff; the stored session, if any, is given up."""
         delay = self.book.identify_delay() if self.enabled else 0.0  # off is today's behaviour, backoff included
         if delay > 0:
             log.warning("gateway: %d session starts in a row without a session that lasted; next IDENTIFY in %.0fs",
@@ -131,6 +131,12 @@ class SessionKeeper:
         if self.book.sessions.pop(shard, None) is not None:  # a session we held is given up: refused, or too old
             self.book.refused += 1
         self.seqs.pop(shard, None)
+        self.flush()
+
+    def identified(self, shard: Shard) -> None:
+        """An IDENTIFY was sent: one session start spent (an attempt whose socket never opened spent none, so a
+        network outage does not grow the crash-loop backoff)."""
+        self.book.roll(utc_day(self.clock.wall()))
         self.book.identifies += 1
         self.book.in_a_row += 1
         METER.count("clankie_gateway_identifies_total")

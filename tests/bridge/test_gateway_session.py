@@ -115,11 +115,17 @@ def test_a_session_that_lived_ends_the_crash_loop_and_a_new_day_resets_the_count
     async def main() -> None:
         clock = FakeClock(autojump=True)
         keeper = gs.SessionKeeper(tmp_path, clock)
+        for _ in range(gl.FREE_IDENTIFIES + 5):  # a network outage: the socket never opens, nothing is sent
+            await keeper.identifying((0, 1))
+            keeper.dropped((0, 1))
+        assert keeper.book.in_a_row == 0 and keeper.book.identifies == 0 and not clock.slept
         for _ in range(gl.FREE_IDENTIFIES):
             await keeper.identifying((0, 1))
+            keeper.identified((0, 1))
             keeper.dropped((0, 1))
         assert keeper.book.in_a_row == gl.FREE_IDENTIFIES and not clock.slept
         await keeper.identifying((0, 1))
+        keeper.identified((0, 1))
         assert clock.slept[-1] == gl.IDENTIFY_BASE
         keeper.ready((0, 1), "s", "wss://gateway.example/", 1)
         clock.advance(gl.SETTLED)
@@ -130,6 +136,7 @@ def test_a_session_that_lived_ends_the_crash_loop_and_a_new_day_resets_the_count
         clock.advance(86400)
         keeper.dropped((0, 1))
         await keeper.identifying((0, 1))
+        keeper.identified((0, 1))
         assert keeper.book.identifies == 1 < identifies
 
     asyncio.run(main())
