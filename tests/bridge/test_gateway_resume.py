@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -316,5 +317,25 @@ def test_the_session_file_is_private_and_a_malformed_one_is_ignored(env: dict[st
             async with life(w):
                 pass
             assert (w.fake.identifies, w.fake.resumes) == (2, 0)
+
+    asyncio.run(main())
+
+
+def test_a_sequence_older_than_the_replay_buffer_is_refused_and_the_gap_read_back(env: dict[str, str]) -> None:
+    """Discord keeps so much to replay: a gap longer than the fake's buffer (cut to 3 dispatches here) is refused
+    (op 9), and the next bridge IDENTIFYs and reads the gap back from history; nothing lost."""
+
+    async def main() -> None:
+        async with world(env) as w:
+            w.fake.gateway.dispatched = deque(maxlen=3)
+            async with life(w) as first:
+                m = await w.fake.message(CHAN, "before", author_id=PERSON)
+                await w.until(lambda: w.replies_to(m["id"]) == 1, "answered")
+                await first.kill()
+            gap = [await w.fake.message(CHAN if n % 2 else CHAN2, f"gap {n}", author_id=PERSON) for n in range(5)]
+            async with life(w):
+                await w.until(lambda: all(w.replies_to(g["id"]) == 1 for g in gap), "the gap read back and answered")
+            assert (w.fake.gateway.refused, w.fake.resumes, w.fake.identifies) == (1, 0, 2)
+            assert w.replies_to(m["id"]) == 1
 
     asyncio.run(main())
