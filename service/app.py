@@ -269,8 +269,8 @@ class ServiceApp:
         for unit in ("tokens", "usd"):  # the tree's day budget, from the spending figures this heartbeat reports
             left, limit = report.get(f"budget_{unit}_left"), report.get(f"budget_{unit}_limit")
             if isinstance(left, int | float) and isinstance(limit, int | float) and limit > 0:
-                METER.set("clankie_budget_remaining", float(max(0, left)), "tree", unit)
-                METER.set("clankie_budget_limit", float(limit), "tree", unit)
+                METER.set(f"clankie_budget_remaining_{unit}", float(max(0, left)), "tree")  # one unit per family
+                METER.set(f"clankie_budget_limit_{unit}", float(limit), "tree")
         now = self.clock.monotonic()
         if self._on_disk_at is None or now - self._on_disk_at >= ON_DISK_EVERY_S:
             self._on_disk_at = now

@@ -41,7 +41,7 @@ from clankie.settings import Settings
 from clankie.waits import within
 from supervisor.doctor import run_doctor
 from supervisor.external import external_status
-from supervisor.lifecycle import State
+from supervisor.lifecycle import OPERATOR, State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
 from supervisor.peers import outside_the_tree
 from supervisor.process import Child
@@ -107,6 +107,8 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         waiting=life.waiting if life.state is State.BACKOFF else "",
         spare_pid=spare_pid,
         log_error=_log_error(child),
+        restart_reason=life.restart_reason,
+        restarts_by=dict(life.restarts_by),
     )
 
 
@@ -233,7 +235,7 @@ class Control:
         targets = self._targets(params.name)
         if method == "start":
             for child in targets:
-                child.start()
+                child.start(OPERATOR)
         elif method == "stop":  # like shutdown: the whole stop fits in the stop budget
             deadline = tree.clock.monotonic() + tree.stop_budget
             for child in reversed(targets):

@@ -14,6 +14,7 @@ from clankie.protocol import (
     BudgetReply,
     ChildStatus,
     DoctorReply,
+    ExitInfo,
     LaneInfo,
     StatusReply,
     Tokens,
@@ -61,6 +62,9 @@ def format_status(reply: StatusReply, now: float) -> str:
             detail = c.reason
         if c.last_exit is not None and c.state != "running":
             detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
+        elif c.last_exit is not None and c.restarts:  # running again: why the last one went, as systemctl shows it
+            last = f"[last exit: {exit_fields(c.last_exit)}; {c.restart_reason or 'restart'}, {age(max(0.0, now - c.last_exit.at))} ago]"
+            detail = f"{detail} {last}" if detail else last
         if c.spare and c.spare != "off":
             detail = f"{detail} [spare: {c.spare}]"
         if c.log_error:
@@ -72,6 +76,17 @@ def format_status(reply: StatusReply, now: float) -> str:
     if reply.tokens_today is not None:
         lines.append(f"spent today ({reply.tokens_day} UTC): {format_tokens(reply.tokens_today)}")
     return "\n".join(lines)
+
+
+def exit_fields(ex: ExitInfo) -> str:
+    """How a process ended in ``systemctl status``'s words: ``code=exited, status=1``, ``code=killed, signal=KILL``,
+    ``code=dumped, signal=SEGV``."""
+    if ex.signal is not None:
+        name = ex.signal.removeprefix("SIG")
+        return f"code={'dumped' if ex.core else 'killed'}, signal={name}"
+    if ex.code is None:
+        return "code=spawn_error"
+    return f"code=exited, status={ex.code}"
 
 
 def format_tokens(tokens: Tokens | None) -> str:

@@ -13,9 +13,11 @@ and the counters never go backwards (what a process counted after its last
 heartbeat, at most one interval, dies with it). Gauges come from the live
 process only.
 
-The supervisor's own series (restarts, up, spare takeovers, watchdog aborts,
-each child's memory and open fds as the child measured them) are read from
-the tree at scrape time. Scrapes run on the supervisor's loop, so they see
+The supervisor's own series (restarts by reason, up, fatal, spare takeovers,
+watchdog aborts, each child's memory and open fds as the child measured
+them, the build) are read from the tree at scrape time. Every restart reason
+of every child is exported from the first scrape, at 0 until it happens, so
+``increase()`` sees a child's first crash (a series born at 1 would hide it). Scrapes run on the supervisor's loop, so they see
 one consistent tree.
 """
 
@@ -34,7 +36,8 @@ from prometheus_client.registry import Collector
 from clankie.metrics import FAMILIES, MAX_SERIES, Family
 from clankie.protocol import HistogramReport, MetricsReport
 from clankie.settings_observability import parse_listen
-from supervisor.lifecycle import Lifecycle, State
+from clankie.version import revision, version
+from supervisor.lifecycle import RESTART_REASONS, Lifecycle, State
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -214,9 +217,14 @@ class TreeCollector(Collector):
         yield from self._own()
 
     def _own(self) -> Iterator[Metric]:
-        restarts = CounterMetricFamily("clankie_child_restarts_total", "Times a child was started again after its first start.",
-                                       labels=("child",))
+        restarts = CounterMetricFamily(
+            "clankie_child_restarts_total",
+            "Times a child was started again after its first start, by why: crash, watchdog, spawn_error, operator.",
+            labels=("child", "reason"))
         up = GaugeMetricFamily("clankie_child_up", "1 while a child is running (ready), else 0.", labels=("child",))
+        fatal = GaugeMetricFamily("clankie_child_fatal",
+                                  "1 while a child is fatal (restart intensity spent, or a configuration error), else 0.",
+                                  labels=("child",))
         takeovers = CounterMetricFamily("clankie_spare_takeovers_total", "Starts that took a child's warm spare instead of a cold spawn.",
                                         labels=("child",))
         rss = GaugeMetricFamily("clankie_child_resident_bytes", "A child's resident memory, as it measured itself.", labels=("child",))
@@ -224,8 +232,10 @@ class TreeCollector(Collector):
                                 labels=("child",))
         for name in self.tree.order:
             child = self.tree.children[name]
-            restarts.add_metric([name], float(child.life.restarts))
+            for reason in RESTART_REASONS:
+                restarts.add_metric([name, reason], float(child.life.restarts_by.get(reason, 0)))
             up.add_metric([name], 1.0 if child.life.state is State.RUNNING else 0.0)
+            fatal.add_metric([name], 1.0 if child.life.state is State.FATAL else 0.0)
             takeovers.add_metric([name], float(child.spare_takeovers))
             stats = child.stats()
             if stats["rss_bytes"] is not None:
@@ -235,7 +245,10 @@ class TreeCollector(Collector):
         aborts = CounterMetricFamily("clankie_watchdog_aborts_total",
                                      "Runs the stall watchdog aborted (silent past CLANKIE_STALL_SECONDS).")
         aborts.add_metric([], float(self.tree.watchdog_aborts))
-        yield from (restarts, up, takeovers, aborts, rss, fds)
+        build = GaugeMetricFamily("clankie_build_info", "Always 1: the running build's version and source revision.",
+                                  labels=("version", "revision"))
+        build.add_metric([version(), revision()], 1.0)
+        yield from (restarts, up, fatal, takeovers, aborts, rss, fds, build)
 
 
 def registry_for(tree: MeteredTree) -> CollectorRegistry:

@@ -41,6 +41,8 @@ class ChildStatus(Record):
     spare_pid: int | None = None
     waiting: str = ""  # in backoff: why it waits (crashes in a row) or that it did not
     log_error: str = ""  # why its log file cannot be written right now (a full disk), "" when it can
+    restart_reason: str = ""  # why it was last started again: crash, watchdog, spawn_error or operator ("" before any)
+    restarts_by: dict[str, int] = Field(default_factory=dict)  # restarts by that reason since the supervisor started
 
 
 class SupervisorInfo(Record):
