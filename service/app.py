@@ -36,9 +36,9 @@ from clankie.protocol import (
     BudgetReply,
     BudgetRequest,
     Code,
-    Empty,
     Heartbeat,
     LanesReply,
+    LanesRequest,
 )
 from clankie.router import Router
 from clankie.settings import Settings
@@ -192,8 +192,8 @@ class ServiceApp:
         wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
         return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
 
-    async def _lanes(self, params: Empty) -> LanesReply:
-        infos = await self.captain.lane_listing()
+    async def _lanes(self, params: LanesRequest) -> LanesReply:
+        infos = await self.captain.lane_listing(params.hash)
         dirs = self.captain.lane_directories()
         spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
         rows = []

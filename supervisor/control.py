@@ -29,6 +29,7 @@ from clankie.protocol import (
     DoctorReply,
     Empty,
     ExitInfo,
+    LanesRequest,
     LogsReply,
     LogsRequest,
     Record,
@@ -39,6 +40,7 @@ from clankie.protocol import (
 from clankie.router import Router
 from clankie.settings import Settings
 from clankie.waits import within
+from supervisor import selflog
 from supervisor.doctor import run_doctor
 from supervisor.external import external_status
 from supervisor.lifecycle import OPERATOR, State
@@ -252,8 +254,8 @@ class Control:
         asyncio.get_running_loop().call_soon(self.tree.request_stop)
         return ControlReply(ok=True, message="shutting down")
 
-    async def _lanes(self, params: Empty) -> Record | None:
-        return await self._proxy("lanes", Empty(), PROXY_TIMEOUT)
+    async def _lanes(self, params: LanesRequest) -> Record | None:
+        return await self._proxy("lanes", params, PROXY_TIMEOUT)
 
     async def _abort(self, params: AbortRun) -> Record | None:
         return await self._proxy("abort_run", params.model_copy(update={"reason": "operator"}), PROXY_TIMEOUT)
@@ -267,7 +269,7 @@ class Control:
     async def _doctor(self, params: Empty) -> DoctorReply:
         if self.tree.stopping:
             raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
-        return await run_doctor(self.tree.children)
+        return await run_doctor(self.tree.children, self.tree.settings)
 
     async def _wait_up(self, child: Child) -> None:
         """A restart answers once the old process is gone (the new one is spawned at that moment)."""
@@ -278,11 +280,22 @@ class Control:
         except TimeoutError:
             log.warning("%s did not exit during restart", child.name)
 
+    def _log_of(self, name: str) -> Path:
+        """The file ``logs NAME`` reads: a child's captured output, or the supervisor's own log."""
+        if name == "all":
+            raise RemoteError(Code.NO_SUCH_CHILD, "logs needs one child name (or supervisor)")
+        if name == selflog.NAME and self.tree.child(name) is None:
+            if self.tree.native_journal:
+                raise RemoteError(Code.NO_LOG_FILE, "under systemd the supervisor logs to the journal: "
+                                                    "journalctl -u clankie (add -p warning for crashes only)")
+            path = selflog.log_path(self.tree.settings.state_dir)
+            if not path.exists():
+                raise RemoteError(Code.NO_LOG_FILE, "the supervisor keeps no log file here (it writes only to its stderr)")
+            return path
+        return self._targets(name)[0].log_path
+
     async def _logs(self, req: LogsRequest) -> LogsReply:
-        child = self._targets(req.name)[0] if req.name != "all" else None
-        if child is None:
-            raise RemoteError(Code.NO_SUCH_CHILD, "logs needs one child name")
-        path = child.log_path
+        path = self._log_of(req.name)
         limit = min(REPLY_LIMIT, self.tree.settings.max_frame_bytes // 2)  # a reply must fit one frame
         if req.offset is None:
             data, offset = read_tail(path, req.lines, limit)

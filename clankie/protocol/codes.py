@@ -75,6 +75,7 @@ class Code(StrEnum):
     SERVICE_UNAVAILABLE = "service_unavailable"
     SERVICE_TIMEOUT = "service_timeout"
     ATTACHMENT_ROOT_MISMATCH = "attachment_root_mismatch"
+    NO_LOG_FILE = "no_log_file"  # clankiectl logs supervisor: under systemd (the journal has it), or no file kept
     # supervisor: doctor, per side of a writer -> reader check
     WRITER_NOT_RUNNING = "writer_not_running"
     WRITER_TIMEOUT = "writer_timeout"

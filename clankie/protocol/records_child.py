@@ -107,6 +107,12 @@ class Tokens(Record):
         return self.cache_read / total if total else None
 
 
+class LanesRequest(Record):
+    """``lanes``: every lane, or (``hash``) those whose lane hash starts with it, found among all of them."""
+
+    hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,16}$")  # journald's LANE=, traces' conversation id
+
+
 class LaneInfo(Record):
     key: str
     warm: bool

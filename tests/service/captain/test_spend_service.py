@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clankie.protocol import BudgetRequest, Empty
+from clankie.protocol import BudgetRequest, LanesRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
@@ -180,7 +180,7 @@ def test_a_room_whose_turns_come_eight_minutes_apart_is_sent_the_hour_and_a_burs
                 await bridge.submit(msg(f"fast{i}", f"fast {i}", channel="3"))
                 clock.advance(10)
             assert [_ttl(b)[1] for b in fake.requests[first_burst:]] == ["5m", "5m", "5m"]
-            rows = {r.key: r for r in (await app._lanes(Empty())).lanes}
+            rows = {r.key: r for r in (await app._lanes(LanesRequest())).lanes}
             assert rows["discord:clankie:discord:1:2"].cache_lifetime == "1h"
             slow_health = app.spending.health["discord:clankie:discord:1:2"]
             assert slow_health.last_share is not None and slow_health.last_share > 0.7  # 8 min later, read from cache
