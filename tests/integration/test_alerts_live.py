@@ -12,8 +12,8 @@ real ``clankiectl``:
   within 90 s (its ``for:`` is one minute; the promtool unit tests in
   ``monitoring/alerts.test.yml`` pin the timing, this test the wiring).
 
-The three run in one tree: the crashes happen while the stopped service's
-minute runs.
+The three run in one tree, the restarts and the crashes while the stopped
+service's minute runs.
 """
 
 from __future__ import annotations
@@ -138,6 +138,10 @@ async def run(t: Tree, base: str) -> None:
 
     await until_probe(tree_seen, 60, "Prometheus to see the four children up and tldraw's restart series at 0", step=0.2)
 
+    # a dead captain: its minute runs while the rest is tried
+    stopped_at = time.monotonic()
+    await clankiectl(t, "stop", "service")
+
     # a deploy: three operator restarts in a row
     for _ in range(3):
         old = (await t.child("tldraw")).pid
@@ -159,11 +163,7 @@ async def run(t: Tree, base: str) -> None:
     assert await alerts(base, "ClankieRestartLoop") == []
     assert await value(base, 'clankie_child_restarts_total{child="tldraw",reason=~"crash|watchdog|spawn_error"}') == 0
 
-    # a dead captain
-    stopped_at = time.monotonic()
-    await clankiectl(t, "stop", "service")
-
-    # a crash loop, while the service's minute runs
+    # a crash loop
     for _ in range(5):
         await t.kill("tldraw")
 
