@@ -54,7 +54,7 @@ def child_line(name: str, state: State, reason: str, restarts: int, restart_reas
     again = f", {restarts} restarts (last: {restart_reason})" if restarts else ""
     if state is State.RUNNING:
         return line(key, "ok", f"running{again}")
-    if state in (State.STARTING, State.BACKOFF, State.EXITED):
+    if state in (State.STARTING, State.BACKOFF, State.EXITED, State.STOPPING):
         return line(key, "warn", f"{state.value} ({reason or 'starting'}){again}",
                     f"wait a moment, then clankiectl status {name}; clankiectl logs {name} says why it ended")
     if state is State.FATAL and reason.startswith("config_error"):

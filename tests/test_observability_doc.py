@@ -142,3 +142,17 @@ def test_the_page_links_the_files_and_holds_no_second_copy() -> None:
         assert f"(../monitoring/{name})" in page, name
     assert "- alert:" not in page and "alert_rule_test" not in page and '"panels"' not in page
     assert not re.search(r"^```\w* (alerts|dashboard)", page, flags=re.M)
+
+
+def test_the_pages_table_of_alerts_names_each_alert_once_with_its_for() -> None:
+    """The page describes each alert (a table, not a copy): every alert of the file, each with the file's ``for:``."""
+    text = uncommented((MONITORING / "alerts.yml").read_text())
+    shipped = {name: (found.group(1) if (found := re.search(r"^\s+for: (\S+)$", block, re.M)) else None)
+               for name, block in re.findall(r"- alert: (\w+)\n(.*?)(?=\n\s+- alert:|\Z)", text, flags=re.S)}
+    rows = re.findall(r"^\| (`Clankie\w+`(?:, `Clankie\w+`)*) \|.*\| ([^|]+) \|$", DOC.read_text(), flags=re.M)
+    described: dict[str, str | None] = {}
+    for names, for_ in rows:
+        for name in re.findall(r"`(\w+)`", names):
+            assert name not in described, name
+            described[name] = None if for_.strip().startswith("none") else for_.strip()
+    assert described == shipped
