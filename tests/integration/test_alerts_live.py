@@ -8,6 +8,9 @@ real ``clankiectl``:
   ``reason="operator"`` at 3 and has evaluated the rules on it, the
   restart-loop rule is inactive and no alert is pending or firing;
 * five SIGKILLs of tldraw fire ``ClankieRestartLoop`` for tldraw;
+* ``clankiectl doctor`` says every part is ok on the whole tree (the fake
+  provider accepts the key, the Discord session is up, the endpoint answers),
+  and fails the stopped service with its fix;
 * ``clankiectl stop service`` fires ``ClankieChildDown{child="service"}``
   within 90 s (its ``for:`` is one minute; the promtool unit tests in
   ``monitoring/alerts.test.yml`` pin the timing, this test the wiring).
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import re
 import shutil
 import socket
 import sys
@@ -92,11 +96,12 @@ async def rule(base: str, name: str) -> dict[str, Any] | None:
     return None
 
 
-async def clankiectl(t: Tree, *args: str) -> str:
+async def clankiectl(t: Tree, *args: str, ok: int = 0) -> str:
+    """The real clankiectl against the tree; its output, once it exited ``ok``."""
     proc = await asyncio.create_subprocess_exec(CLANKIECTL, "--socket", str(t.sock), *args, env=t.env,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
-    assert proc.returncode == 0, (args, out, err)
+    assert proc.returncode == ok, (args, out, err)
     return out.decode()
 
 
@@ -138,9 +143,17 @@ async def run(t: Tree, base: str) -> None:
 
     await until_probe(tree_seen, 60, "Prometheus to see the four children up and tldraw's restart series at 0", step=0.2)
 
+    doctor = await t.doctor()  # the whole tree well: every health line ok, the key accepted, the session up
+    assert doctor.ok and {h.name: h.status for h in doctor.health} == {
+        **{f"child:{n}": "ok" for n in ("browser", "tldraw", "service", "bridge")},
+        "metrics": "ok", "store": "ok", "provider": "ok", "discord": "ok", "journal": "ok", "budget": "ok", "disk": "ok"}
+
     # a dead captain: its minute runs while the rest is tried
     stopped_at = time.monotonic()
     await clankiectl(t, "stop", "service")
+    text = await clankiectl(t, "doctor", ok=1)
+    assert re.search(r"^fail +child:service +stopped .*\n +fix: clankiectl start service$", text, re.M), text
+    assert re.search(r"^warn +budget +the service is not running", text, re.M), text
 
     # a deploy: three operator restarts in a row
     for _ in range(3):
