@@ -20,6 +20,7 @@ from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
 from bridge.journal import Journal
 from bridge.receipts import Receipts, audit_rotation
+from bridge.shards import ShardWatch
 from bridge.turns import Bridge
 from clankie import paths
 from clankie.appender import DiskError
@@ -138,6 +139,17 @@ class BridgeApp:
             log.info("discord: %s", status)
         self.discord_status = status
 
+    def _shard_gauges(self) -> None:
+        """Under sharding: the bot's shard count, and each of this tree's shards up or not (its client's watch)."""
+        count = self.settings.discord_shard_count
+        if count is None:
+            return
+        METER.set("clankie_discord_shard_count", float(count))
+        watch = getattr(self.port.client, "watch", None)  # the sharded client's, once it exists
+        if isinstance(watch, ShardWatch):
+            for shard in watch.ids:
+                METER.set("clankie_discord_shard_up", 0.0 if shard in watch.down else 1.0, str(shard))
+
     def heartbeat(self) -> Heartbeat:
         """The heartbeat record for the supervisor: status in ``detail``, counters in ``report``."""
         self._heartbeat_seq += 1
@@ -191,6 +203,7 @@ class BridgeApp:
             METER.set("clankie_journal_waiting", float(len(self.bridge.waiting)))
             if self.settings.discord_token is not None:  # local-only has no session to lose
                 METER.set("clankie_discord_connected", 1.0 if self.discord_status == "connected" else 0.0)
+                self._shard_gauges()
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
 
     # ------------------------------------------------------------ running

@@ -75,6 +75,9 @@ FAMILIES: dict[str, Family] = {
                                              ("route", "status_class")),
     "clankie_journal_waiting": Family("gauge", "Messages waiting in the bridge's journal for a turn slot."),
     "clankie_discord_connected": Family("gauge", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token)."),
+    "clankie_discord_shard_up": Family("gauge", "1 while this tree's gateway session on the shard is up, else 0 (only when sharded).",
+                                       ("shard",)),
+    "clankie_discord_shard_count": Family("gauge", "The bot's total shard count, CLANKIE_DISCORD_SHARD_COUNT (only when sharded)."),
 }
 
 

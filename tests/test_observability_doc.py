@@ -61,7 +61,13 @@ def promtool(*args: str, cwd: Path) -> str:
 
 
 def series_in(expr: str) -> set[str]:
-    return set(re.findall(r"\b(clankie_[a-z_]+?)(?:_bucket|_sum|_count)?\b(?=[\[{(\s)]|$)", expr))
+    """The families an expression reads: a histogram's ``_bucket``/``_sum``/``_count`` as its family's name."""
+    names = known()
+    out = set()
+    for token in re.findall(r"\b(clankie_[a-z_]+)\b(?=[\[{(\s)]|$)", expr):
+        family = re.sub(r"_(bucket|sum|count)$", "", token)
+        out.add(family if token not in names and family in names else token)
+    return out
 
 
 def uncommented(text: str) -> str:
