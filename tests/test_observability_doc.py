@@ -117,7 +117,7 @@ def test_the_restart_loop_counts_crashes_only_and_a_child_down_pages_within_a_mi
     assert "for:" not in blocks["ClankieChildFatal"]
     for name, block in blocks.items():
         if re.search(r"\)\s*/\s*sum", block):  # a ratio of two rates
-            assert re.search(r"and sum(?: by \([^)]*\))? \(increase\(clankie_\w+_total[^)]*\[\w+\]\)\) >= \d+", block), name
+            assert re.search(r"and sum(?: by \([^)]*\) )?\(increase\(clankie_\w+_total[^)]*\[\w+\]\)\) >= \d+", block), name
 
 
 def test_every_dashboard_query_parses_uses_job_and_names_only_exported_series(tmp_path: Path) -> None:
