@@ -45,7 +45,7 @@ from service.agent.governor import Governor
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
 from service.agent.session import SessionTree
-from service.agent.tools import Tool, ToolCallHooks, run_batch
+from service.agent.tools import Tool, Toolbox, ToolCallHooks, run_batch
 
 __all__ = ["ABORTED_RESULT", "Agent", "AgentBusy", "AgentConfig"]
 
@@ -71,6 +71,7 @@ class _Run:
     tool_calls: int = 0
     words: list[str] = field(default_factory=list)  # each answer's text, for a run stopped by a cap
     capped: str = ""  # the run cap that stopped the run (model_calls, tokens, tool_calls), for its metric
+    tainted: bool = False  # a tool brought outside content (a web page) into the run: clean_only tools are withdrawn
 
 
 Subscriber = Callable[[AgentEvent], None]
@@ -93,8 +94,7 @@ class Agent:
     ) -> None:
         self.session = session
         self._provider = provider
-        self._tools = {t.name: t for t in tools}
-        self._tool_specs = [t.spec() for t in tools]
+        self._tools = Toolbox(tools)  # a run that read a web page loses its clean_only tools (service.agent.tools)
         self._clock = clock
         self._system = system_prompt
         self._config = config or AgentConfig()
@@ -271,7 +271,8 @@ class Agent:
                 raise RunFailed(OutcomeKind.RUN_BUDGET_EXCEEDED)
             if calls:
                 state.tool_calls += len(calls)
-                results = await run_batch(calls, self._tools, self._clock, self._tool_hooks(state))
+                results = await run_batch(calls, self._tools.usable(state.tainted), self._clock, self._tool_hooks(state))
+                state.tainted = state.tainted or self._tools.taints(calls)
                 self.session.append_message({"role": "user", "content": results})
                 self.session.sync()
                 self._turn_end(state, response, len(calls))
@@ -344,7 +345,7 @@ class Agent:
     async def _call(self, state: _Run) -> ModelResponse:
         def request() -> ModelRequest:
             plain = ModelRequest(
-                system=self._system, messages=self.session.messages(), tools=self._tool_specs,
+                system=self._system, messages=self.session.messages(), tools=self._tools.specs(state.tainted),
                 max_tokens=self._config.max_tokens,
             )
             if self._meter is None:
