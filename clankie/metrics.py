@@ -73,6 +73,8 @@ FAMILIES: dict[str, Family] = {
     "clankie_discord_requests_total": Family("counter", "Discord REST requests, by route template and status class.",
                                              ("route", "status_class")),
     "clankie_journal_waiting": Family("gauge", "Messages waiting in the bridge's journal for a turn slot."),
+    "clankie_refusal_signs_total": Family("counter", "Messages refused for backpressure, by code and how the refusal reached "
+                                          "its author (reaction, notice, covered by a recent notice, none).", ("code", "sign")),
     "clankie_discord_connected": Family("gauge", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token)."),
 }
 
