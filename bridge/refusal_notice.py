@@ -32,9 +32,8 @@ MAX_NOTICE_ROOMS = 64
 
 Sign = Literal["reaction", "notice", "covered", "none"]
 SIGNS: tuple[Sign, ...] = ("reaction", "notice", "covered", "none")
-"""How a refused message reached its author: its own reaction, a room notice replying to it, a notice posted in its
-room within the interval, or nothing (reactions and notices both at their bounds, or the reaction disabled and the
-notice bound reached)."""
+"""How a refused message reached its author: its own reaction, a room notice replying to it (counted once posted), a
+notice in its room within the interval, or nothing (notices at their bound too, or the notice's post failed)."""
 
 
 class NoticeGate:
@@ -63,5 +62,5 @@ class NoticeGate:
         return "notice"
 
     def failed(self, channel_id: str) -> None:
-        """The room's notice was not posted: the next refusal there may try again."""
+        """The room's notice was not posted and may be later: the next refusal there may try again."""
         self._noticed.pop(channel_id, None)

@@ -209,7 +209,7 @@ class Bridge:
     def _refused_visibly(self, inbound: Inbound, code: str) -> None:
         """A message refused for backpressure reaches its author: the failure reaction on it while reactions keep up;
         past their bound (or with the reaction off), a notice in its room replying to it, at most one per room per
-        few minutes (:mod:`bridge.refusal_notice`). Each refusal's sign is counted."""
+        few minutes (:mod:`bridge.refusal_notice`). Each refusal's sign is counted (a notice's once it is posted)."""
         sign: Sign
         if self.failure_reaction and not self._reactions.full:
             self._react_refused(inbound.channel_id, inbound.message_id, self.failure_reaction)
@@ -220,19 +220,27 @@ class Bridge:
                 self.notices.failed(inbound.channel_id)
                 sign = "none"
             if sign == "notice":
-                self._notices.spawn(self._notice(inbound), name="refusal-notice")
+                self._notices.spawn(self._notice(inbound, code), name="refusal-notice")
+                return
         METER.count("clankie_refusal_signs_total", code, sign)
 
-    async def _notice(self, inbound: Inbound) -> None:
+    async def _notice(self, inbound: Inbound, code: str) -> None:
+        """Post the room's notice; a refused post keeps the room covered (a 4xx would be refused again), one that
+        may succeed later (429, 5xx, no answer) lets the next refusal there try again."""
+        sign: Sign = "none"
         try:
             await self.port.post(inbound.channel_id, NOTICE, guild_id=inbound.guild_id, reply_to=inbound.message_id,
                                  files=(), nonce=None)
+            sign = "notice"
         except PostError as exc:
-            self.notices.failed(inbound.channel_id)
+            if exc.transient:
+                self.notices.failed(inbound.channel_id)
             log.info("refusal notice in channel %s not posted (%s)", inbound.channel_id, exc.code)
         except Exception as exc:  # cosmetic to the turn path: the refusal's receipt stands either way
             self.notices.failed(inbound.channel_id)
             log.info("refusal notice in channel %s failed (%s)", inbound.channel_id, type(exc).__name__)
+        finally:
+            METER.count("clankie_refusal_signs_total", code, sign)
 
     def _spawn(self, held: Held) -> None:
         task = self._turns.spawn(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")

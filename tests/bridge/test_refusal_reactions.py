@@ -89,13 +89,14 @@ def test_past_the_reaction_bound_a_journal_full_refusal_reaches_its_author_by_a_
 ) -> None:
     """With the journal full and MAX_REFUSAL_REACTIONS reactions in flight, the next refused message gets a notice
     replying to it; the room's later refusals within NOTICE_INTERVAL are covered by it (no second post), another
-    room gets its own, and once the interval has passed the room gets a new one. Each sign is counted."""
+    room gets its own (a room that refuses the post is not asked again within the interval), and once the interval
+    has passed the room gets a new one. Each sign is counted."""
     monkeypatch.setattr(METER, "enabled", True)
     h: Harness  # bound by main(); the helpers read it
     clock = FakeClock()
     release_turns, release_reacts = asyncio.Event(), asyncio.Event()
-    third = "399"
-    fake = FakeDiscord(guilds={GUILD: [CHAN, CHAN2, third]})
+    third, fourth = "399", "398"
+    fake = FakeDiscord(guilds={GUILD: [CHAN, CHAN2, third, fourth]})
 
     async def held(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await release_turns.wait()
@@ -145,14 +146,23 @@ def test_past_the_reaction_bound_a_journal_full_refusal_reaches_its_author_by_a_
             await h.until(lambda: len(notices()) == 2, what="the other room's own notice")
             assert (notices()[1].channel_id, _replies_to(notices()[1])) == (third, elsewhere)
 
+            h.fake.fail("POST /channels/{id}/messages", 403)  # a room he may not post in: refused, not tried again
+            await refused(fourth, "a room that refuses posts")
+            await h.until(lambda: _counted("journal_full", "none") - before["none"] == 1, what="the refused notice")
+            await refused(fourth, "again there")  # covered: a 4xx would be refused again
+            assert len(bridge._notices) == 0 and len(notices()) == 2
+
             clock.advance(NOTICE_INTERVAL)
             later = await refused(CHAN2, "after the interval")
             await h.until(lambda: len(notices()) == 3, what="a new notice once the interval has passed")
             assert (notices()[2].channel_id, _replies_to(notices()[2])) == (CHAN2, later)
             assert port.waiting == MAX_REFUSAL_REACTIONS  # none of these took a reaction
 
-            counted = {sign: _counted("journal_full", sign) - before[sign] for sign in SIGNS}
-            assert counted == {"reaction": MAX_REFUSAL_REACTIONS, "notice": 3, "covered": 1, "none": 0}
+            def counted() -> dict[str, float]:
+                return {sign: _counted("journal_full", sign) - before[sign] for sign in SIGNS}
+
+            expected = {"reaction": MAX_REFUSAL_REACTIONS, "notice": 3, "covered": 2, "none": 1}
+            await h.until(lambda: counted() == expected, what=f"the signs counted as {expected}")
             release_reacts.set()
             await h.until(lambda: len(bridge._reactions) == 0, what="every held reaction answered")
             release_turns.set()
