@@ -89,14 +89,14 @@ def base64_cores(data: bytes) -> tuple[str, ...]:
 class Forms:
     """One secret's forms as the fast searches look for them (:func:`forms`)."""
 
-    exact: str
+    exact: str  # without whitespace: the views searched have none, and a match may have any between characters
     hex: str  # lower case
     base64: tuple[str, ...]  # standard alphabet, one per alignment
 
 
 def forms(secret: str) -> Forms:
     data = secret.encode("utf-8")
-    return Forms(secret, binascii.hexlify(data).decode("ascii"), base64_cores(data))
+    return Forms("".join(secret.split()), binascii.hexlify(data).decode("ascii"), base64_cores(data))
 
 
 def _spaced(units: Iterable[str]) -> str:

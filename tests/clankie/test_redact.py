@@ -140,6 +140,13 @@ def test_unrelated_strings_and_near_misses_are_left_alone(text: str) -> None:
     assert not redact.found(text) and redact(text) == text
 
 
+def test_a_secret_with_whitespace_inside_is_found_as_it_is_and_spaced_otherwise() -> None:
+    """A value holding a space (a passphrase) is found exactly, and with its whitespace changed."""
+    redact = Redactor(["correct horse battery staple"])
+    assert redact("pw: correct horse battery staple.") == f"pw: {REDACTED}."
+    assert redact("pw: correct\nhorse  battery\tstaple.") == f"pw: {REDACTED}."
+
+
 def test_text_around_many_copies_stays_and_each_copy_goes() -> None:
     """Several copies in several forms in one text: each replaced, the words between them kept in order."""
     redact = Redactor([ODD])
