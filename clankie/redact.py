@@ -49,7 +49,7 @@ import binascii
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 from urllib.parse import unquote
 
 from pydantic import SecretStr
@@ -113,25 +113,30 @@ def _char(c: str) -> str:
 _B64_CHAR = {"+": r"(?:[+\-]|%2[bB])", "/": r"(?:[/_]|%2[fF])"}
 
 
-def _pattern(f: Forms, index: int) -> str:
-    """The alternatives for one secret: named ``x<i>`` (exact or URL-encoded), ``h<i>`` (hex), ``b<i>`` (base64)."""
-    exact = _spaced(_char(c) for c in f.exact)
-    hexed = "(?i:" + _spaced(f.hex) + ")"
-    b64 = "|".join(_spaced(_B64_CHAR.get(c, c) for c in core) for core in f.base64)
-    return f"(?P<x{index}>{exact})|(?P<h{index}>{hexed})|(?P<b{index}>{b64})"
+Kind = Literal["x", "h", "b"]
+"""A form's kind: ``x`` the value itself (spaced, URL-encoded), ``h`` hex, ``b`` base64."""
+
+
+def _pattern(f: Forms, kind: Kind) -> str:
+    """One secret's forms of one kind, whitespace allowed between any two characters."""
+    if kind == "x":
+        return _spaced(_char(c) for c in f.exact)
+    if kind == "h":
+        return "(?i:" + _spaced(f.hex) + ")"
+    return "|".join(_spaced(_B64_CHAR.get(c, c) for c in core) for core in f.base64)
 
 
 class Redactor:
     """Replaces every occurrence of a secret, in any of its forms (module docstring), with :data:`REDACTED`."""
 
-    __slots__ = ("_forms", "_pattern", "_secrets")
+    __slots__ = ("_forms", "_patterns", "_secrets")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         kept = {s.strip() for s in secrets if len(s.strip()) >= MIN_SECRET}
         # longest first: a secret that contains another is replaced whole
         self._secrets = tuple(sorted(kept, key=len, reverse=True))
         self._forms = tuple(forms(s) for s in self._secrets)
-        self._pattern: re.Pattern[str] | None = None  # compiled at the first text that holds a secret
+        self._patterns: dict[tuple[int, Kind], re.Pattern[str]] = {}  # each compiled at the first text holding it
 
     @classmethod
     def of(cls, settings: _HasSecrets) -> Redactor:
@@ -143,34 +148,42 @@ class Redactor:
         return bool(self._secrets)
 
     def __call__(self, text: str) -> str:
-        if not self.found(text):
-            return text
-        return self._rewrite(text)
+        hits = self._hits(text)
+        return self._rewrite(text, hits) if hits else text
 
     def found(self, text: str) -> bool:
         """Whether ``text`` holds any secret in any of its forms."""
+        return bool(self._hits(text))
+
+    def _hits(self, text: str) -> list[tuple[int, Kind]]:
+        """Which secrets' forms of which kinds ``text`` holds, by substring searches over its flat views."""
         if not self._forms:
-            return False
+            return []
         # translate is the faster way for ASCII text (str.split's whitespace there is exactly _ASCII_SPACE)
         flat = text.translate(_ASCII_SPACE) if text.isascii() else "".join(text.split())
         lower = flat.lower()
         alphabet = flat.replace("-", "+").replace("_", "/")
-        decoded = unquote(flat) if "%" in flat else None
-        for f in self._forms:
-            if f.exact in flat or f.hex in lower or any(core in alphabet for core in f.base64):
-                return True
-            if decoded is not None and (f.exact in decoded or any(core in decoded for core in f.base64)):
-                return True
-        return False
+        decoded = unquote(flat) if "%" in flat else ""
+        hits: list[tuple[int, Kind]] = []
+        for i, f in enumerate(self._forms):
+            if f.exact in flat or (decoded and f.exact in decoded):
+                hits.append((i, "x"))
+            if f.hex in lower:
+                hits.append((i, "h"))
+            if any(core in alphabet or (decoded and core in decoded) for core in f.base64):
+                hits.append((i, "b"))
+        return hits
 
-    def _rewrite(self, text: str) -> str:
-        if self._pattern is None:
-            self._pattern = re.compile("|".join(_pattern(f, i) for i, f in enumerate(self._forms)))
+    def _rewrite(self, text: str, hits: list[tuple[int, Kind]]) -> str:
+        spans: list[tuple[int, int, Kind]] = []
+        for i, kind in hits:
+            pattern = self._patterns.get((i, kind))
+            if pattern is None:
+                pattern = self._patterns[(i, kind)] = re.compile(_pattern(self._forms[i], kind))
+            spans.extend((m.start(), m.end(), kind) for m in pattern.finditer(text))
         out: list[str] = []
         done = 0  # text[:done] is written to out
-        for match in self._pattern.finditer(text):
-            start, end = match.span()
-            kind = (match.lastgroup or "x")[0]
+        for start, end, kind in sorted(spans, key=lambda span: (span[0], -span[1])):
             if kind != "x":  # an encoded copy: its whole run of encoding characters goes
                 run = _B64_RUN if kind == "b" else _HEX_RUN
                 while start > done and text[start - 1] in run:
@@ -180,7 +193,7 @@ class Redactor:
                 if kind == "b":
                     while end < len(text) and text[end] == "=":
                         end += 1
-            if end <= done:  # inside what the previous copy's run took
+            if end <= done:  # inside what an earlier copy took
                 continue
             out.append(text[done:max(start, done)])
             out.append(REDACTED)
