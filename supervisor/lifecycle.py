@@ -16,13 +16,8 @@ which, and how many crashes in a row it is. A restart intensity: more than ``int
 makes it FATAL with no automatic restart: the operator fixes the
 configuration and runs ``clankiectl start``.
 
-Every start after the first is counted by its cause (:data:`RESTART_REASONS`,
-``restarts_by``): the way the life before it ended (``crash``: it exited or
-was killed unasked; ``watchdog``: the supervisor killed it for missed
-heartbeats or a stalled run; ``spawn_error``: its exec failed), or
-``operator`` when an operator's ``start``/``restart`` (or a stop before it)
-is why it starts. ``clankie_child_restarts_total{reason}`` is this count, so
-a restart-loop alert can count crashes and leave deploys alone.
+Every start after the first is counted by why (``restarts_by``, :data:`RESTART_REASONS`): how the life
+before it ended (``crash``, ``watchdog``, ``spawn_error``), or ``operator`` when an operator is why it starts.
 """
 
 from __future__ import annotations
@@ -63,11 +58,8 @@ INPUTS = (Event.START, Event.SPAWN_FAILED, Event.READY, Event.STOP, Event.KILL, 
 """The events the shell feeds to :meth:`Lifecycle.handle`; the rest are derived by the core from them."""
 
 
-RESTART_REASONS = ("crash", "watchdog", "spawn_error", "operator")
-"""Why a child was started again, the ``reason`` label of ``clankie_child_restarts_total`` (every one always exported)."""
-
-OPERATOR = "operator"
-"""The START reason the shell gives for an operator's ``start`` or ``restart``; the timers' starts give none."""
+RESTART_REASONS = ("crash", "watchdog", "spawn_error", "operator")  # clankie_child_restarts_total{reason}
+OPERATOR = "operator"  # the START reason of an operator's start or restart (a timer's START gives none)
 
 
 class Action(enum.Enum):
