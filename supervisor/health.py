@@ -61,7 +61,8 @@ def child_line(name: str, state: State, reason: str, restarts: int, restart_reas
         return line(key, "fail", f"fatal: {reason}", f"fix that setting, then clankiectl start {name}")
     if state is State.FATAL:
         return line(key, "fail", f"fatal: {reason}", f"clankiectl logs {name} says why it crashed; then clankiectl start {name}")
-    return line(key, "fail", f"{state.value} ({reason or 'stopped by the operator'})", f"clankiectl start {name}")
+    why = "by the operator" if reason in ("", "stopped") else f"({reason})"
+    return line(key, "fail", f"{state.value} {why}", f"clankiectl start {name}")
 
 
 def discord_line(report: Mapping[str, object] | None, present: bool = True) -> HealthCheck:

@@ -34,7 +34,7 @@ def test_every_line_that_is_not_ok_says_what_to_do_and_an_ok_line_says_nothing_t
     assert lines[0].detail == "running, 2 restarts (last: crash)" and lines[0].fix == ""
     assert "clankiectl start tldraw" in lines[2].fix and "clankiectl logs tldraw" in lines[2].fix
     assert "fix that setting" in lines[3].fix
-    assert lines[4].fix == "clankiectl start browser"
+    assert lines[4].detail == "stopped by the operator" and lines[4].fix == "clankiectl start browser"
     assert all(h.fix for h in lines if h.status != "ok")
 
 
