@@ -112,6 +112,35 @@ def test_one_person_twelve_rooms_a_second_apart_all_answered_at_the_pace(env: di
     asyncio.run(main())
 
 
+def test_past_a_minutes_worth_of_waiting_turns_a_message_is_refused_or_folds(env: dict[str, str]) -> None:
+    """Through the real bridge, all at once: six run, six rooms wait (⏳ each), the thirteenth room is refused
+    ``rate_limited`` (one ⏳ hint, not retained), and a message in a room where the person waits folds into that
+    waiting turn; the fold and its turn are answered together, once, when the pace lets it go."""
+    clock = FakeClock()
+    rooms = (*ROOMS, "413")
+
+    async def main() -> None:
+        fake = FakeDiscord(guilds={GUILD: list(rooms)})
+        async with running(env, overrides=PACE, clock=clock, fake=fake) as h:
+            sent = []
+            for room in rooms:
+                sent.append(m := str((await h.fake.message(room, f"hi in {room}", author_id=PERSON))["id"]))
+                await h.until(lambda m=m: bool(h.outcomes(m)))  # type: ignore[misc]  # bound per loop pass
+            fold = str((await h.fake.message(ROOMS[6], "and another thing", author_id=PERSON))["id"])
+            await h.until(lambda: bool(h.outcomes(fold)))
+            assert [h.outcomes(m)[0] for m in sent] == ["accepted"] * 6 + ["waiting"] * 6 + ["dropped"]
+            assert [r["reason"] for r in h.receipts() if r["delivery_id"] == sent[12]] == ["rate_limited"]
+            assert h.outcomes(fold) == ["waiting"] and not h.app.ingress.seen(sent[12])
+            assert (h.app.bridge.paced, h.app.ingress.paced.people) == (7, 1)
+            await h.until(lambda: h.fake.reactions.get(sent[12]) == [HOURGLASS])  # the refusal's hint
+            clock.advance(10.0)
+            await h.until(lambda: bool(closing(h, fold)))
+            assert (closing(h, sent[6]), closing(h, fold)) == (["absorbed"], ["settled"])
+            assert [s.delivery_id for s in h.service.submits][6:] == [fold]
+
+    asyncio.run(main())
+
+
 def test_a_steering_member_is_paced_and_their_calls_are_bounded(env: dict[str, str]) -> None:
     """A member keeping a run alive with steered messages: each costs half a turn of their pace, so of 20 steers
     into a held run only 10 reach the service (the first turn took one of six tokens, ten halves took the rest);
