@@ -193,7 +193,7 @@ class Ingress:
         self.dedupe = Dedupe(retention=policy.retention_s, horizon=policy.horizon_s, bound=policy.max_retained)
         self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute,
                                  steer_share=policy.steer_share)
-        self.paced = PacedTurns(math.ceil(policy.user_turns_per_minute * policy.paced_minutes), MAX_JOIN)
+        self.paced = PacedTurns(math.ceil(policy.user_turns_per_minute * policy.paced_minutes), MAX_JOIN, self.fairness)
 
     # -------------------------------------------------------------- queries
 
@@ -300,31 +300,6 @@ class Ingress:
         if room is not None:
             self._hear(room)
         return Run(msg, unprompted=not addressed)
-
-    # -------------------------------------------------------------- the pace
-
-    def release(self, now: float) -> list[tuple[str, list[str]]]:
-        """The waiting turns whose authors' pace lets them start now, each as (room, message ids oldest first); their
-        tokens are spent. A person's turns go oldest first; one whose room's bucket is empty holds theirs back."""
-        out: list[tuple[str, list[str]]] = []
-        ready = [(person, cid) for person, cid in self.paced.heads() if self.fairness.ready(person, cid, now)]
-        while ready:
-            person, cid = ready.pop(0)
-            self.fairness.start(person, cid, now)
-            out.append(self.paced.pop(person))
-            following = self.paced.head(person)
-            if following is not None and self.fairness.ready(person, following, now):
-                ready.append((person, following))
-        return out
-
-    def next_release(self, now: float) -> float | None:
-        """When the earliest waiting turn's pace lets it start (None: nothing waits for its pace)."""
-        return min((self.fairness.ready_at(person, cid, now) for person, cid in self.paced.heads()), default=None)
-
-    def restore_paced(self, person: str, channel_id: str, message_id: str) -> None:
-        """Put a journaled message that was waiting for its author's pace back in its waiting turn (after a restart;
-        the bounds do not apply: it was admitted)."""
-        self.paced.add(person, channel_id, message_id)
 
     def _wait_for_pace(self, msg: Inbound, person: str, now: float, *, addressed: bool, live_run: bool,
                        journal_full: bool) -> Paced | Drop:

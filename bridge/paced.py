@@ -8,7 +8,7 @@ one *waiting turn*: a later message of theirs in that room folds into it. While
 a person has anything waiting, each new message of theirs waits too (it never
 jumps ahead of their earlier ones, even once the bucket has a token). When
 the person's bucket (and the room's) has a token again, their oldest waiting
-turn is let go (:meth:`PacedTurns.pop`): the shell hands its ids to the turn-slot
+turn is let go (:meth:`PacedTurns.release`): the shell hands its ids to the turn-slot
 queue (:mod:`bridge.waiting`), which joins them into one turn, the newest
 triggering it.
 
@@ -27,13 +27,16 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from bridge.fairness import Fairness
+
 
 class PacedTurns:
     """Each person's waiting turns (room → message ids, oldest first), people in the order they first waited."""
 
-    def __init__(self, per_person: int, per_turn: int) -> None:
+    def __init__(self, per_person: int, per_turn: int, fairness: Fairness) -> None:
         self.per_person = per_person
         self.per_turn = per_turn
+        self.fairness = fairness  # the buckets a waiting turn needs a token from before it goes
         self._people: OrderedDict[str, OrderedDict[str, list[str]]] = OrderedDict()
         self._count = 0
 
@@ -82,6 +85,24 @@ class PacedTurns:
             del self._people[person]
         self._count -= len(ids)
         return channel_id, ids
+
+    def release(self, now: float) -> list[tuple[str, list[str]]]:
+        """The waiting turns whose authors' pace lets them start now, each as (room, message ids oldest first); their
+        tokens are spent. A person's turns go oldest first; one whose room's bucket is empty holds theirs back."""
+        out: list[tuple[str, list[str]]] = []
+        ready = [(person, cid) for person, cid in self.heads() if self.fairness.ready(person, cid, now)]
+        while ready:
+            person, cid = ready.pop(0)
+            self.fairness.start(person, cid, now)
+            out.append(self.pop(person))
+            following = self.head(person)
+            if following is not None and self.fairness.ready(person, following, now):
+                ready.append((person, following))
+        return out
+
+    def next_release(self, now: float) -> float | None:
+        """When the earliest waiting turn's pace lets it start (None: nothing waits for its pace)."""
+        return min((self.fairness.ready_at(person, cid, now) for person, cid in self.heads()), default=None)
 
     def __len__(self) -> int:
         """Messages waiting for their author's pace."""

@@ -238,7 +238,7 @@ class Bridge:
         """A journaled message that was waiting for a slot (or its author's pace) when the bridge stopped waits again
         (in journal order); the pace's buckets start full, so up to a minute's worth of paced turns start at once."""
         if entry.paced is not None:
-            self.ingress.restore_paced(entry.paced, entry.room.channel_id, entry.delivery_id)
+            self.ingress.paced.add(entry.paced, entry.room.channel_id, entry.delivery_id)  # admitted: no bound
         else:
             self.waiting.add(entry.room.channel_id, entry.delivery_id)
 
@@ -263,7 +263,7 @@ class Bridge:
         messages into one turn), then sleep until the next one may go."""
         if self._closing:
             return
-        released = self.ingress.release(self.clock.wall())
+        released = self.ingress.paced.release(self.clock.wall())
         for channel_id, ids in released:
             for message_id in ids:
                 self.waiting.add(channel_id, message_id)
@@ -272,7 +272,7 @@ class Bridge:
         if self._pace_timer is not None:
             self._pace_timer.cancel()
             self._pace_timer = None
-        due = self.ingress.next_release(self.clock.wall())
+        due = self.ingress.paced.next_release(self.clock.wall())
         if due is not None:
             self._pace_timer = asyncio.get_running_loop().create_task(self._pace_wake(due - self.clock.wall()),
                                                                       name="pace")

@@ -65,8 +65,8 @@ def test_one_person_in_twenty_rooms_starts_six_turns_a_minute_and_others_are_unt
     assert decisions[12:] == [Drop("rate_limited")] * 8
     assert ing.seen("m6") and not ing.seen("m12")
     assert isinstance(ing.admit(msg("o1", channel="100", author="8"), 0.0), Run)
-    assert ing.release(9.9) == []
-    assert ing.release(10.0) == [("106", ["m6"])]  # a token came back: the oldest waiting turn goes
+    assert ing.paced.release(9.9) == []
+    assert ing.paced.release(10.0) == [("106", ["m6"])]  # a token came back: the oldest waiting turn goes
 
 
 def test_steered_buffered_waiting_owner_and_room_limits() -> None:

@@ -7,6 +7,7 @@ import asyncio
 import shutil
 
 from bridge.admission import Drop, Ingress, Paced, Policy, Run
+from bridge.fairness import Fairness
 from bridge.inbound import Inbound
 from bridge.paced import PacedTurns
 from bridge.waiting import MAX_JOIN
@@ -53,15 +54,15 @@ def test_waiting_turns_go_oldest_first_at_the_pace() -> None:
         assert isinstance(ing.admit(msg(f"m{i}", channel=str(100 + i)), 0.0), Run)
     for mid, room in (("a", "200"), ("b", "201"), ("c", "200")):
         assert isinstance(ing.admit(msg(mid, channel=room), 0.0), Paced)
-    assert ing.next_release(0.0) == 10.0 and ing.release(9.0) == []
-    assert ing.release(10.0) == [("200", ["a", "c"])]
-    assert ing.next_release(10.0) == 20.0 and ing.release(20.0) == [("201", ["b"])]
-    assert ing.next_release(20.0) is None
+    assert ing.paced.next_release(0.0) == 10.0 and ing.paced.release(9.0) == []
+    assert ing.paced.release(10.0) == [("200", ["a", "c"])]
+    assert ing.paced.next_release(10.0) == 20.0 and ing.paced.release(20.0) == [("201", ["b"])]
+    assert ing.paced.next_release(20.0) is None
 
 
 def test_the_bound_is_a_setting() -> None:
     """``paced_minutes`` 0: nothing waits (refused as before); 2: two minutes' worth of turns wait."""
-    assert PacedTurns(0, MAX_JOIN).admits("p", "1") is False
+    assert PacedTurns(0, MAX_JOIN, Fairness(6, 30)).admits("p", "1") is False
     ing = Ingress(Policy(guild_ids=frozenset({"1"}), user_turns_per_minute=6, paced_minutes=2.0))
     decisions = [ing.admit(msg(f"m{i}", channel=str(100 + i)), 0.0) for i in range(19)]
     assert [type(d) for d in decisions] == [Run] * 6 + [Paced] * 12 + [Drop]
@@ -97,7 +98,7 @@ def test_one_person_twelve_rooms_a_second_apart_all_answered_at_the_pace(env: di
             await h.until(lambda: len(started) == 7)  # 12 s in: the first that waited went at 10 s
             assert "; paced: 5 of 1 people" in h.app.heartbeat().detail
             while len(started) < 12:
-                due = h.app.ingress.next_release(clock.wall())
+                due = h.app.ingress.paced.next_release(clock.wall())
                 assert due is not None
                 n = len(started)
                 clock.advance(due - clock.wall())
@@ -165,7 +166,7 @@ def test_a_steering_member_is_paced_and_their_calls_are_bounded(env: dict[str, s
             release.set()
             await h.until(lambda: all(closing(h, m) for m in [held, *steers[:10]]))
             assert not any(closing(h, m) for m in steers[10:])
-            due = h.app.ingress.next_release(clock.wall())
+            due = h.app.ingress.paced.next_release(clock.wall())
             assert due is not None
             clock.advance(due - clock.wall())
             await h.until(lambda: all(closing(h, m) for m in steers[10:]))
