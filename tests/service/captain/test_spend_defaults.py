@@ -9,6 +9,7 @@ import pytest
 
 from clankie import settings as settings_mod
 from clankie.metrics import METER
+from clankie.protocol import BudgetRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from tests.service.captain.harness import FakeBridge, msg, run, service, service_env
@@ -27,7 +28,7 @@ def test_the_default_person_budget_stops_a_person_who_spent_it(
     """No budget configured: one reply billed 3M output tokens ($45 on the default model) spends the person's $40
     and the room's first $45; that person's next turn, in another room, fails ``captain_budget_exhausted`` with no
     model request; someone else is answered. The start log, the status line, the heartbeat and the metric say
-    the tree has no budget of its own."""
+    the tree has no budget of its own, until the operator gives it one."""
 
     async def body() -> None:
         async with FakeAnthropic() as fake, service(env, fake) as app:
@@ -46,6 +47,12 @@ def test_the_default_person_budget_stops_a_person_who_spent_it(
             assert report is not None
             unbounded = {row.labels: row.value for row in report.gauges["clankie_budget_unbounded"]}
             assert unbounded == {("tree",): 1.0, ("room",): 0.0, ("user",): 0.0}
+            await app._budget(BudgetRequest(action="raise", key="tree", usd=500.0))  # the operator gives it one
+            beat = app.heartbeat()
+            assert "no tree budget" not in beat.detail and beat.report["budget_unbounded"] == []
+            report = METER.report()
+            assert report is not None
+            assert {row.labels: row.value for row in report.gauges["clankie_budget_unbounded"]}[("tree",)] == 0.0
 
     monkeypatch.setattr(METER, "enabled", True)  # the service's gauges, as under CLANKIE_METRICS_LISTEN
     with caplog.at_level(logging.WARNING, logger="service.captain.spending"):
