@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
+import sys
+
+import pytest
 
 from bridge.admission import Drop, Ingress, Paced, Policy, Run
 from bridge.fairness import Fairness
 from bridge.inbound import Inbound
 from bridge.paced import PacedTurns
 from bridge.waiting import MAX_JOIN
-from clankie import ipc
+from clankie import ipc, paths
+from clankie.jsonl import read_lines
 from clankie.protocol import TurnResult, TurnSubmit
+from clankie.settings import load
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_discord import FakeDiscord
-from tests.bridge.harness import CHAN, GUILD, PERSON, running
+from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService, running
 from tests.bridge.test_e2e_bounds import closing
+from tests.polling import until
+from tests.replies import CLOSING
 
 HOURGLASS = "\u23f3"
 ROOMS = tuple(str(400 + i) for i in range(12))
@@ -201,5 +209,55 @@ def test_a_bridge_killed_with_messages_waiting_for_the_pace_loses_none(env: dict
             assert {m: closing(h2, m) for m in sent} == {m: ["settled"] for m in sent}
             assert sorted(s.delivery_id for s in h2.service.submits) == sorted(sent[6:])
             assert not any(e.open for e in h2.app.journal.state.entries.values())
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_real_bridge_process_killed_with_messages_waiting_for_the_pace_loses_none(env: dict[str, str]) -> None:
+    """`kill -9` of the real `python -m bridge` while six messages wait for their author's pace: the next process
+    reads them back from the journal and answers them (its buckets start full), and each of the twelve messages has
+    exactly one closing receipt."""
+
+    async def main() -> None:
+        fake = FakeDiscord(guilds={GUILD: list(ROOMS)})
+        await fake.start()
+        settings = load(env)
+        paths.ensure_private_dir(settings.runtime_dir)
+        service = FakeService(paths.socket_path(settings.runtime_dir, "service"))
+        await service.start()
+        penv = {**env, "DISCORD_TOKEN": fake.token, "CLANKIE_DISCORD_API_BASE": fake.api_base,
+                "CLANKIE_DISCORD_GUILD_IDS": GUILD, **PACE}
+        receipts = settings.state_dir / "receipts" / "bridge.jsonl"
+
+        def closings(m: str) -> list[str]:
+            return [r["outcome"] for r in read_lines(receipts) if r["delivery_id"] == m and r["outcome"] in CLOSING]
+
+        def waiting(m: str) -> bool:
+            return any(r["delivery_id"] == m and r["outcome"] == "waiting" for r in read_lines(receipts))
+
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bridge", env=penv,
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            await fake.wait_for(lambda: fake.readies == 1, timeout=20)
+            sent = [str((await fake.message(room, f"hi in {room}", author_id=PERSON))["id"]) for room in ROOMS]
+            await until(lambda: all(closings(m) for m in sent[:6]) and all(waiting(m) for m in sent[6:]), 20,
+                        "six answered and six waiting for the pace")
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            assert not any(closings(m) for m in sent[6:])
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bridge", env=penv,
+                                                        stdout=asyncio.subprocess.DEVNULL,
+                                                        stderr=asyncio.subprocess.DEVNULL)
+            await until(lambda: all(closings(m) for m in sent), 30, "every message closed after the restart")
+            assert {m: closings(m) for m in sent} == {m: ["settled"] for m in sent}
+            assert sorted(s.delivery_id for s in service.submits) == sorted(sent)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await service.close()
+            await fake.close()
 
     asyncio.run(main())
