@@ -9,6 +9,7 @@ import pytest
 
 from clankie import settings as settings_mod
 from clankie.metrics import METER
+from clankie.pricing import price_of
 from clankie.protocol import BudgetRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
@@ -20,6 +21,19 @@ def test_every_room_and_person_has_a_day_budget_out_of_the_box(env: dict[str, st
     s = settings_mod.load(service_env(env, None))
     assert s.budget_user_day_usd == 40.0 and s.budget_room_day_usd == 100.0
     assert s.budget_day_usd == 0 and s.budget_day_tokens == 0
+
+
+def test_an_honest_heavy_day_stays_under_the_warning_of_the_defaults(env: dict[str, str]) -> None:
+    """docs/spend.md's heavy day, priced by the real table on the default model: 200 turns of 3 calls on a
+    60,000-token conversation (2,000 new tokens written, 700 out), and the conversation written again once an hour
+    for ten hours; it costs $25.20, under 80 % of a person's budget (no warning), and four such people fit a room's."""
+    s = settings_mod.load(service_env(env, None))
+    price = price_of(s.model_prices, s.model)
+    call = price.usd(input=0, output=700, cache_read=60_000, cache_write_5m=2_000, cache_write_1h=0)
+    rewrite = price.usd(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=60_000)
+    day = 200 * 3 * call + 10 * rewrite
+    assert round(day, 2) == 25.20
+    assert day < 0.8 * s.budget_user_day_usd and 4 * day <= s.budget_room_day_usd + 1.0
 
 
 def test_the_default_person_budget_stops_a_person_who_spent_it(
