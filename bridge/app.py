@@ -188,7 +188,8 @@ class BridgeApp:
                 detail += f", held ({self.bridge.disk.reason})"
                 report["waiting_held"] = self.bridge.disk.reason
         if self.bridge.paced:
-            detail += f"; paced: {self.bridge.paced} of {self.ingress.paced.people} people"
+            people = self.ingress.paced.people
+            detail += f"; paced: {self.bridge.paced} of {people} {'person' if people == 1 else 'people'}"
         if self.journal.full:
             detail += "; journal full"
         if disk is not None:

@@ -104,7 +104,7 @@ def test_one_person_twelve_rooms_a_second_apart_all_answered_at_the_pace(env: di
             assert [h.outcomes(m)[0] for m in sent] == ["accepted"] * 6 + ["waiting"] * 6
             assert {r["reason"] for r in h.receipts() if r["outcome"] == "waiting"} == {"paced"}
             await h.until(lambda: len(started) == 7)  # 12 s in: the first that waited went at 10 s
-            assert "; paced: 5 of 1 people" in h.app.heartbeat().detail
+            assert "; paced: 5 of 1 person" in h.app.heartbeat().detail
             while len(started) < 12:
                 due = h.app.ingress.paced.next_release(clock.wall())
                 assert due is not None
