@@ -150,6 +150,33 @@ def test_past_a_minutes_worth_of_waiting_turns_a_message_is_refused_or_folds(env
     asyncio.run(main())
 
 
+def test_hourglass_removals_in_flight_are_bounded_by_the_turn_cap(env: dict[str, str]) -> None:
+    """One removal task per closed turn, at most ``CLANKIE_DISCORD_MAX_TURNS`` (1 here): while Discord holds the first
+    removal, the next answered turn's ⏳ stays (cosmetic: it was answered); the held one comes off once let go."""
+    clock = FakeClock()
+    overrides = {**PACE, "CLANKIE_USER_TURNS_PER_MINUTE": "1", "CLANKIE_USER_PACED_MINUTES": "2",
+                 "CLANKIE_DISCORD_MAX_TURNS": "1"}
+
+    async def main() -> None:
+        fake = FakeDiscord(guilds={GUILD: list(ROOMS)})
+        async with running(env, overrides=overrides, clock=clock, fake=fake) as h:
+            sent = []
+            for room in ROOMS[:3]:
+                sent.append(m := str((await h.fake.message(room, f"hi in {room}", author_id=PERSON))["id"]))
+                await h.until(lambda m=m: bool(h.outcomes(m)))  # type: ignore[misc]  # bound per loop pass
+            await h.until(lambda: all(h.fake.reactions.get(m) == [HOURGLASS] for m in sent[1:]))
+            gate = h.fake.hold("DELETE /channels/{id}/messages/{id}/reactions/{emoji}/@me")
+            for m in sent[1:]:
+                clock.advance(60.0)  # a token back: the next waiting turn goes, and is answered
+                await h.until(lambda m=m: bool(closing(h, m)))  # type: ignore[misc]  # bound per loop pass
+            await h.until(lambda: len([c for c in h.fake.calls if c.route.startswith("DELETE /channels")]) == 1)
+            gate.set()
+            await h.until(lambda: h.fake.reactions.get(sent[1]) == [])
+            assert h.fake.reactions.get(sent[2]) == [HOURGLASS] and h.fake.unreacted == [sent[1]]
+
+    asyncio.run(main())
+
+
 def test_a_steering_member_is_paced_and_their_calls_are_bounded(env: dict[str, str]) -> None:
     """A member keeping a run alive with steered messages: each costs half a turn of their pace, so of 20 steers
     into a held run only 10 reach the service (the first turn took one of six tokens, ten halves took the rest);
