@@ -8,12 +8,13 @@ one *waiting turn*: a later message of theirs in that room folds into it. While
 a person has anything waiting, each new message of theirs waits too (it never
 jumps ahead of their earlier ones, even once the bucket has a token). When
 the person's bucket (and the room's) has a token again, their oldest waiting
-turn is let go (:meth:`PacedTurns.release`): the shell hands its ids to the turn-slot
-queue (:mod:`bridge.waiting`), which joins them into one turn, the newest
-triggering it.
+turn is let go (:meth:`PacedTurns.release`, which spends the token): the shell
+hands its ids to the turn-slot queue (:mod:`bridge.waiting`), which joins them
+into one turn, the newest triggering it, and sleeps until
+:meth:`PacedTurns.next_release`.
 
 Bounded by settings: a person holds at most ``per_person`` waiting turns
-(``CLANKIE_USER_PACED_TURNS``: a minute's worth of their pace by default), and a
+(``CLANKIE_USER_PACED_MINUTES`` of their pace: a minute's worth by default), and a
 waiting turn at most ``per_turn`` messages (what one turn carries:
 :data:`bridge.waiting.MAX_JOIN`). Past either, :meth:`PacedTurns.admits` says no
 and admission refuses the message ``rate_limited``, as it did every message over
