@@ -70,6 +70,8 @@ FAMILIES: dict[str, Family] = {
                                            ("scope",)),
     "clankie_budget_limit_tokens": Family("gauge", "Today's token budget, only when one is set (scope tree).", ("scope",)),
     "clankie_budget_limit_usd": Family("gauge", "Today's dollar budget, only when one is set (scope tree).", ("scope",)),
+    "clankie_budget_unbounded": Family("gauge", "1 while a scope (tree, room, user) has no day budget in either unit, else 0.",
+                                       ("scope",)),
     # the bridge
     "clankie_ingress_messages_total": Family("counter", "Discord messages the bridge judged, by verdict and drop reason.",
                                              ("verdict", "reason")),
