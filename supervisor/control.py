@@ -163,7 +163,7 @@ class Control:
             max_frame=self.tree.settings.max_frame_bytes,
             partial_frame_timeout=self._partial_frame_timeout,
             limits=control_limits(self.tree.settings),
-            admit=outside_the_tree,  # root or our uid (the uid rule), and never a process of the tree itself
+            admit_socket=outside_the_tree,  # root or our uid (the uid rule), and only a process proven outside the tree
         )
 
     async def close(self) -> None:

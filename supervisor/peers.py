@@ -9,11 +9,12 @@ spare's. The bridge is spawned with its pid known at once and is heard of
 by the service long before it can have imported anything and dialled.
 
 ``control.sock`` serves the operator: root or the supervisor's own uid (the
-uid rule of :mod:`clankie.ipc`), and never a process of the tree itself
-(:func:`outside_the_tree`): not a child, not Chromium, Node or a tool's
-``bash`` below one. The supervisor is a child subreaper, so a process that
-double-forks out of a child is re-parented to the supervisor and is still
-in the tree.
+uid rule of :mod:`clankie.ipc`), and only a process *proven* outside the
+tree (:func:`outside_the_tree`, :mod:`supervisor.provenance`): not a child,
+not Chromium, Node or a tool's ``bash`` below one, and not a process that is
+gone before it could be checked. The supervisor is a child subreaper, so a
+process that double-forks out of a child is re-parented to the supervisor and
+is still in the tree.
 """
 
 from __future__ import annotations
@@ -21,48 +22,47 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+import socket
+from collections.abc import Iterable
 
 from clankie import ipc, peers
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Code, Peers
+from supervisor import provenance
 from supervisor.owner import Owner
 from supervisor.process import Child
 from supervisor.spawn import Proc
 
 log = logging.getLogger(__name__)
 
-MAX_DEPTH = 4096
-"""Ancestors walked at most (a chain longer than any real process tree ends the walk: refused)."""
-
-
-def descends_from(pid: int, root: int, parent_of: Callable[[int], int | None]) -> bool:
-    """Whether ``pid`` is ``root`` or below it, walking ``parent_of`` (None: the process is gone)."""
-    for _ in range(MAX_DEPTH):
-        if pid == root:
-            return True
-        parent = parent_of(pid)
-        if parent is None or parent <= 1:
-            return False
-        pid = parent
-    return True
-
-
-def parent_pid(pid: int) -> int | None:
-    """``pid``'s parent from ``/proc/<pid>/stat`` (after the command name, which may hold anything), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
+def outside_the_tree(sock: socket.socket, pid: int, uid: int) -> peers.Refusal | None:
+    """``control.sock``'s check beyond the uid rule: the peer must be *proven* not to be this supervisor's
+    descendant (:mod:`supervisor.provenance`); one that cannot be (gone, unreadable) is refused ``peer_unproven``."""
+    me = os.getpid()
+    if pid == me:
         return None
-    return int(stat.rsplit(b")", 1)[1].split()[1])
-
-
-def outside_the_tree(pid: int, uid: int) -> peers.Refusal | None:
-    """``control.sock``'s check beyond the uid rule: the peer must not be this supervisor's descendant."""
-    if pid != os.getpid() and descends_from(pid, os.getpid(), parent_pid):
+    pidfd = provenance.peer_pidfd(sock, pid)
+    if pidfd is None:
+        return peers.Refusal(Code.PEER_UNPROVEN, f"pid {pid} is gone: a control client must still be there to be "
+                                                 "proven outside the tree")
+    lineage = provenance.PidfdLineage()
+    try:
+        verdict = provenance.locate(lineage.adopt(pidfd, pid), me, lineage)
+        if verdict.where is provenance.Where.UNPROVEN and other_uid_outside(uid) and lineage.alive(pidfd):
+            return None  # root's live process, hidden by ProtectProc=invisible: no process of ours can be root
+    finally:
+        lineage.close(pidfd)
+    if verdict.where is provenance.Where.OUTSIDE:
+        return None
+    if verdict.where is provenance.Where.INSIDE:
         return peers.Refusal(Code.PEER_IN_TREE, f"pid {pid} runs inside the tree; control.sock serves the operator")
-    return None
+    return peers.Refusal(Code.PEER_UNPROVEN, f"pid {pid} cannot be proven outside the tree ({verdict.why})")
+
+
+def other_uid_outside(uid: int) -> bool:
+    """Whether a peer of ``uid`` cannot be a process of this tree whatever its chain: root, while this supervisor is
+    not root and has ``no_new_privs`` (so no process it starts can ever become root)."""
+    return uid == 0 and os.getuid() != 0 and provenance.no_new_privs()
 
 
 class Announcer:
