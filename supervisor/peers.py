@@ -20,8 +20,10 @@ is still in the tree.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import select
 import socket
 from collections.abc import Iterable
 
@@ -35,17 +37,92 @@ from supervisor.spawn import Proc
 
 log = logging.getLogger(__name__)
 
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
+"""``getsockopt`` option for a pidfd of the peer (Linux 6.5; Python 3.11 does not name it; 77 on every arch)."""
+
+
+def parent_pid(pid: int) -> int | None:
+    """``pid``'s parent from ``/proc/<pid>/stat`` (after the command name, which may hold anything), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    try:
+        return int(stat.rsplit(b")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
+
+
+class PidfdLineage:
+    """The kernel's processes: a handle is a pidfd; its parent is read from ``/proc``."""
+
+    def __init__(self) -> None:
+        self._pids: dict[int, int] = {}
+
+    def adopt(self, pidfd: int, pid: int) -> int:
+        """Take a pidfd opened elsewhere (the peer's, from its socket) as a handle on ``pid``."""
+        self._pids[pidfd] = pid
+        return pidfd
+
+    def pid(self, handle: int) -> int:
+        return self._pids[handle]
+
+    def parent(self, handle: int) -> int | None:
+        return parent_pid(self._pids[handle])
+
+    def alive(self, handle: int) -> bool:
+        poll = select.poll()
+        poll.register(handle, select.POLLIN)
+        return not poll.poll(0)  # a pidfd turns readable when its process exits
+
+    def open(self, pid: int) -> int | None:
+        try:
+            return self.adopt(os.pidfd_open(pid), pid)
+        except OSError:  # ESRCH: no such process now
+            return None
+
+    def close(self, handle: int) -> None:
+        self._pids.pop(handle, None)
+        os.close(handle)
+
+
+def peer_pidfd(sock: socket.socket, pid: int) -> int | None:
+    """A pidfd of the process that connected ``sock`` (``SO_PEERPIDFD``; ``pidfd_open(pid)`` on a kernel without
+    it), or None when there is none to be had (the peer is gone, or has no pid we can see)."""
+    if pid <= 0:
+        return None
+    try:
+        return int(sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD))
+    except OSError as exc:
+        if exc.errno not in (errno.ENOPROTOOPT, errno.EOPNOTSUPP):  # EINVAL, ESRCH: the peer is gone
+            return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def no_new_privs(status: str = "/proc/self/status") -> bool:
+    """Whether this process (and so every process it starts) can never gain privileges by ``execve``."""
+    try:
+        with open(status, encoding="ascii", errors="replace") as fh:
+            return any(line.split() == ["NoNewPrivs:", "1"] for line in fh)
+    except OSError:
+        return False
+
+
 def outside_the_tree(sock: socket.socket, pid: int, uid: int) -> peers.Refusal | None:
     """``control.sock``'s check beyond the uid rule: the peer must be *proven* not to be this supervisor's
     descendant (:mod:`supervisor.provenance`); one that cannot be (gone, unreadable) is refused ``peer_unproven``."""
     me = os.getpid()
     if pid == me:
         return None
-    pidfd = provenance.peer_pidfd(sock, pid)
+    pidfd = peer_pidfd(sock, pid)
     if pidfd is None:
         return peers.Refusal(Code.PEER_UNPROVEN, f"pid {pid} is gone: a control client must still be there to be "
                                                  "proven outside the tree")
-    lineage = provenance.PidfdLineage()
+    lineage = PidfdLineage()
     try:
         verdict = provenance.locate(lineage.adopt(pidfd, pid), me, lineage)
         if verdict.where is provenance.Where.UNPROVEN and other_uid_outside(uid) and lineage.alive(pidfd):
@@ -62,7 +139,7 @@ def outside_the_tree(sock: socket.socket, pid: int, uid: int) -> peers.Refusal |
 def other_uid_outside(uid: int) -> bool:
     """Whether a peer of ``uid`` cannot be a process of this tree whatever its chain: root, while this supervisor is
     not root and has ``no_new_privs`` (so no process it starts can ever become root)."""
-    return uid == 0 and os.getuid() != 0 and provenance.no_new_privs()
+    return uid == 0 and os.getuid() != 0 and no_new_privs()
 
 
 class Announcer:

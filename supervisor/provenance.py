@@ -1,4 +1,4 @@
-"""Whether a ``control.sock`` peer is provably outside the tree: the walk (pure) and the kernel's pidfds it walks.
+"""Whether a ``control.sock`` peer is provably outside the tree: the walk over its parent chain, a pure core.
 
 ``control.sock`` serves the operator, never a process of the tree (a child,
 Chromium, Node, a tool's ``bash``, an orphan of one, which the subreaper
@@ -24,25 +24,18 @@ one that connected:
    parent and still alive means the parent did not exit in between (its exit
    re-parents the child at once), so the handle is on the real parent.
 
-:func:`locate` is the walk, pure over a :class:`Lineage`; :class:`PidfdLineage`
-is the kernel's.
+:func:`locate` is the walk, pure over a :class:`Lineage` (no I/O here; the
+kernel's, with pidfds, is :class:`supervisor.peers.PidfdLineage`).
 """
 
 from __future__ import annotations
 
 import enum
-import errno
-import os
-import select
-import socket
 from dataclasses import dataclass
 from typing import Protocol
 
 MAX_DEPTH = 4096
 """Ancestors walked at most (a chain longer than any real process tree is not proven outside: refused)."""
-
-SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
-"""``getsockopt`` option for a pidfd of the peer (Linux 6.5; Python 3.11 does not name it; 77 on every arch)."""
 
 
 class Where(enum.Enum):
@@ -107,74 +100,3 @@ def locate(peer: int, root: int, lineage: Lineage, max_depth: int = MAX_DEPTH) -
     finally:
         for handle in opened:
             lineage.close(handle)
-
-
-def parent_pid(pid: int) -> int | None:
-    """``pid``'s parent from ``/proc/<pid>/stat`` (after the command name, which may hold anything), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    try:
-        return int(stat.rsplit(b")", 1)[1].split()[1])
-    except (IndexError, ValueError):
-        return None
-
-
-class PidfdLineage:
-    """The kernel's processes: a handle is a pidfd; its parent is read from ``/proc``."""
-
-    def __init__(self) -> None:
-        self._pids: dict[int, int] = {}
-
-    def adopt(self, pidfd: int, pid: int) -> int:
-        """Take a pidfd opened elsewhere (the peer's, from its socket) as a handle on ``pid``."""
-        self._pids[pidfd] = pid
-        return pidfd
-
-    def pid(self, handle: int) -> int:
-        return self._pids[handle]
-
-    def parent(self, handle: int) -> int | None:
-        return parent_pid(self._pids[handle])
-
-    def alive(self, handle: int) -> bool:
-        poll = select.poll()
-        poll.register(handle, select.POLLIN)
-        return not poll.poll(0)  # a pidfd turns readable when its process exits
-
-    def open(self, pid: int) -> int | None:
-        try:
-            return self.adopt(os.pidfd_open(pid), pid)
-        except OSError:  # ESRCH: no such process now
-            return None
-
-    def close(self, handle: int) -> None:
-        self._pids.pop(handle, None)
-        os.close(handle)
-
-
-def peer_pidfd(sock: socket.socket, pid: int) -> int | None:
-    """A pidfd of the process that connected ``sock`` (``SO_PEERPIDFD``; ``pidfd_open(pid)`` on a kernel without
-    it), or None when there is none to be had (the peer is gone, or has no pid we can see)."""
-    if pid <= 0:
-        return None
-    try:
-        return int(sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD))
-    except OSError as exc:
-        if exc.errno not in (errno.ENOPROTOOPT, errno.EOPNOTSUPP):  # EINVAL, ESRCH: the peer is gone
-            return None
-    try:
-        return os.pidfd_open(pid)
-    except OSError:
-        return None
-
-
-def no_new_privs(status: str = "/proc/self/status") -> bool:
-    """Whether this process (and so every process it starts) can never gain privileges by ``execve``."""
-    try:
-        with open(status, encoding="ascii", errors="replace") as fh:
-            return any(line.split() == ["NoNewPrivs:", "1"] for line in fh)
-    except OSError:
-        return False

@@ -15,9 +15,9 @@ from typing import Any, cast
 from clankie import ipc
 from clankie.protocol import Peers, Record
 from supervisor.owner import Owner
-from supervisor.peers import Announcer, other_uid_outside, outside_the_tree
+from supervisor.peers import Announcer, no_new_privs, other_uid_outside, outside_the_tree, parent_pid
 from supervisor.process import Child
-from supervisor.provenance import MAX_DEPTH, Where, locate, no_new_privs, parent_pid
+from supervisor.provenance import MAX_DEPTH, Where, locate
 from tests.polling import until
 
 DIAL = """
