@@ -7,7 +7,10 @@ connected (this process holds it too), say hello and ask ``status``. The kernel 
 peer. One JSON line per try goes to OUT: ``{"try": i, "verdict": "answered" | "refused: <why>"}``; a last try dials from
 this process itself, alive and inside the tree.
 
-    python control_probe.py SOCK OUT TRIES
+    python control_probe.py SOCK OUT TRIES [SUPERVISOR_PID]
+
+Without SUPERVISOR_PID it is the supervisor's own child (its parent is the supervisor) and, its verdicts written,
+waits to be stopped, so the supervisor does not start it again; with it (a tool's ``bash`` deep in the tree) it exits.
 """
 
 from __future__ import annotations
@@ -63,10 +66,10 @@ def one_try(path: str, supervisor: int) -> str:
     return asyncio.run(ask(sock))
 
 
-def main(path: str, out: Path, tries: int) -> None:
+def main(path: str, out: Path, tries: int, supervisor_pid: int | None) -> None:
     if out.exists():  # started again by the supervisor after the test's run: probe once only
         signal.pause()
-    supervisor = os.getppid()
+    supervisor = os.getppid() if supervisor_pid is None else supervisor_pid
     lines = []
     for i in range(tries):
         lines.append(json.dumps({"try": i, "verdict": one_try(path, supervisor)}))
@@ -76,8 +79,9 @@ def main(path: str, out: Path, tries: int) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.rename(out)
-    signal.pause()
+    if supervisor_pid is None:
+        signal.pause()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else None)
