@@ -57,6 +57,10 @@ class TimedProvider:
     def model(self) -> str:
         return self.inner.model
 
+    @property
+    def server(self) -> tuple[str, int] | None:
+        return self.inner.server
+
     async def complete(self, request: ModelRequest, on_signal: Callable[[Signal], None]) -> ModelResponse:
         start = time.perf_counter()
         try:

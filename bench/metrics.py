@@ -55,7 +55,8 @@ MODES = ("off", "metrics", "metrics+traces")
 
 
 class Collector:
-    """A stand-in OTLP/HTTP collector: takes every ``/v1/traces`` batch, counts them and their bytes."""
+    """A stand-in OTLP/HTTP collector: takes every ``/v1/traces`` batch, counts them and their bytes; takes the
+    GenAI metrics (``/v1/metrics``) too, uncounted."""
 
     def __init__(self) -> None:
         self.batches = 0
@@ -66,6 +67,7 @@ class Collector:
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/traces", self._traces)
+        app.router.add_post("/v1/metrics", self._metrics)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -74,6 +76,10 @@ class Collector:
     async def _traces(self, request: web.Request) -> web.Response:
         self.bytes += len(await request.read())
         self.batches += 1
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        await request.read()
         return web.Response(body=b"", content_type="application/x-protobuf")
 
     async def close(self) -> None:

@@ -5,7 +5,8 @@ DM) ends ``failed``, the bridge adds ``CLANKIE_DISCORD_FAILURE_REACTION``
 (default ⚠️; empty disables) to the trigger and posts no text. Unaddressed
 and catch-up turns fail as quietly as before. A message the bridge refuses
 for backpressure (``journal_full``: "not now", a re-send may run) gets the
-same reaction, whoever it was addressed to. Discord's add-reaction is a
+same reaction, whoever it was addressed to (past the bound of such reactions in
+flight, a notice in its room instead: :mod:`bridge.refusal_notice`). Discord's add-reaction is a
 PUT: adding the same emoji twice leaves one reaction, which is what makes
 the reaction idempotent across a bridge restart (the journal's close is
 written after the reaction, so a crash in between reacts again, harmlessly).

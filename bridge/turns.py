@@ -3,7 +3,9 @@
 :class:`Bridge` sits between the Discord client (which hands it inbound
 messages) and the service link (which runs turns). It carries out
 admission's verdict on each message (:mod:`bridge.admission`): a drop or a
-duplicate gets its receipt (a refusal for backpressure or pace, a reaction),
+duplicate gets its receipt (a refusal for backpressure or pace, a reaction;
+for backpressure past the bound of reactions in flight, a room notice:
+:mod:`bridge.refusal_notice`),
 a message for a drifted room is buffered for its room's catch-up turn, one
 that finds every turn slot taken waits for a slot, and the rest start a turn
 at once. A message that waits (in a backlog or for a slot) has one record,
@@ -48,9 +50,10 @@ from bridge.held import Counters, Held, Phase
 from bridge.inbound import Inbound
 from bridge.journal import Journal
 from bridge.journal_state import Entry
-from bridge.port import DiscordPort
+from bridge.port import DiscordPort, PostError
 from bridge.reaction import react
 from bridge.receipts import Receipts
+from bridge.refusal_notice import NOTICE, NoticeGate, Sign
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
 from bridge.turn import TurnHolder
@@ -126,6 +129,8 @@ class Bridge:
         # bound is that sum and reaching it would be a leak (spawn raises; the message stays in the journal).
         self._turns = TaskSet("bridge.turns", ingress.policy.max_turns + ingress.policy.engagement_max_rooms)
         self._reactions = TaskSet("bridge.refusal-reactions", MAX_REFUSAL_REACTIONS)  # under a flood the rest go without
+        self.notices = NoticeGate()  # past that bound, a backpressure refusal's room gets one notice (bridge.refusal_notice)
+        self._notices = TaskSet("bridge.refusal-notices", self.notices.max_rooms)
 
     # ------------------------------------------------------------ ingress
 
@@ -141,7 +146,7 @@ class Bridge:
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)
             if decision.code in BACKPRESSURE:
-                self._react_refused(inbound.channel_id, inbound.message_id, self.failure_reaction)
+                self._refused_visibly(inbound, decision.code)
             elif decision.code == RATE_LIMITED and self.ingress.rate_hint(inbound, self.clock.wall()):
                 self._react_refused(inbound.channel_id, inbound.message_id, HOURGLASS)
             return None
@@ -200,6 +205,42 @@ class Bridge:
         the rest go without (their ``dropped`` receipts still say why)."""
         if emoji and not self._reactions.full:
             self._reactions.spawn(react(self.port, channel_id, message_id, emoji), name="refusal-reaction")
+
+    def _refused_visibly(self, inbound: Inbound, code: str) -> None:
+        """A message refused for backpressure reaches its author: the failure reaction on it while reactions keep up;
+        past their bound (or with the reaction off), a notice in its room replying to it, at most one per room per
+        few minutes (:mod:`bridge.refusal_notice`). Each refusal's sign is counted (a notice's once it is posted)."""
+        sign: Sign
+        if self.failure_reaction and not self._reactions.full:
+            self._react_refused(inbound.channel_id, inbound.message_id, self.failure_reaction)
+            sign = "reaction"
+        else:
+            sign = self.notices.decide(inbound.channel_id, self.clock.monotonic())
+            if sign == "notice" and self._notices.full:  # notices outlived their interval: the room may try again
+                self.notices.failed(inbound.channel_id)
+                sign = "none"
+            if sign == "notice":
+                self._notices.spawn(self._notice(inbound, code), name="refusal-notice")
+                return
+        METER.count("clankie_refusal_signs_total", code, sign)
+
+    async def _notice(self, inbound: Inbound, code: str) -> None:
+        """Post the room's notice; a refused post keeps the room covered (a 4xx would be refused again), one that
+        may succeed later (429, 5xx, no answer) lets the next refusal there try again."""
+        sign: Sign = "none"
+        try:
+            await self.port.post(inbound.channel_id, NOTICE, guild_id=inbound.guild_id, reply_to=inbound.message_id,
+                                 files=(), nonce=None)
+            sign = "notice"
+        except PostError as exc:
+            if exc.transient:
+                self.notices.failed(inbound.channel_id)
+            log.info("refusal notice in channel %s not posted (%s)", inbound.channel_id, exc.code)
+        except Exception as exc:  # cosmetic to the turn path: the refusal's receipt stands either way
+            self.notices.failed(inbound.channel_id)
+            log.info("refusal notice in channel %s failed (%s)", inbound.channel_id, type(exc).__name__)
+        finally:
+            METER.count("clankie_refusal_signs_total", code, sign)
 
     def _spawn(self, held: Held) -> None:
         task = self._turns.spawn(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")
@@ -270,7 +311,9 @@ class Bridge:
         self.disk.close()
         self._turns.cancel()
         self._reactions.cancel()
+        self._notices.cancel()
         await self._turns.join()
         await self._reactions.join()
+        await self._notices.join()
         for held in self.held.values():
             held.stop_typing()

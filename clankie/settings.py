@@ -258,8 +258,12 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         alias = field.upper()
         if not (e.get(alias) or "").strip():
             init[field] = value
-    if (e.get("CLANKIE_DEMO") or "").strip().lower() in ("1", "true", "yes", "on"):
-        init["discord_token"] = None  # demo mode never talks to Discord, whatever token is set
+    if (e.get("CLANKIE_DEMO") or "").strip().lower() in ("1", "true", "yes", "on") and not urls.is_loopback(
+        e.get("CLANKIE_DISCORD_API_BASE") or ""
+    ):
+        # demo mode never talks to Discord, whatever token is set: a token is kept only for a Discord stand-in on
+        # a loopback address (clankie.testing.fake_discord), where the bridge shows text updates and the card
+        init["discord_token"] = None
     if FAILURE_REACTION in e and not e[FAILURE_REACTION].strip():
         init["discord_failure_reaction"] = ""  # set but empty: disabled (blank variables are otherwise ignored)
     init.update(overrides)

@@ -7,6 +7,7 @@ configuration error (exit 78).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit
 
@@ -46,3 +47,15 @@ def discord_api_base(value: str) -> str:
     if not _API_PATH.match(path):
         raise ValueError("must end with the API version path, e.g. http://127.0.0.1:8080/api/v10")
     return parts._replace(path=path).geturl()
+
+
+def is_loopback(value: str) -> bool:
+    """Whether ``value`` is an http(s) URL whose host is a loopback IP literal (``127.0.0.0/8``, ``::1``).
+
+    A name (``localhost`` included) is not: what it resolves to is not this function's to know.
+    """
+    try:
+        host = _split(value).hostname or ""
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

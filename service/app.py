@@ -77,7 +77,7 @@ def make_provider(settings: Settings) -> Provider | None:
         from service.agent.demo import DemoProvider
 
         log.warning("demo mode: every turn is answered by the built-in offline model")
-        return DemoProvider()
+        return DemoProvider(settings.attachment_root)
     if settings.anthropic_api_key is None or not settings.anthropic_api_key.get_secret_value().strip():
         return None
     from service.agent.provider import AnthropicProvider
@@ -307,7 +307,7 @@ def warm() -> None:
 def build(settings: Settings, environ: Mapping[str, str]) -> ServiceApp:
     """This life's service, once activated: raise the fd limit, then build (see :data:`SPEC`)."""
     fdlimit.raise_to_hard()
-    telemetry.configure(settings)  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+    telemetry.configure(settings, tree_id(environ))  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return ServiceApp(settings, environ=environ)
 
 

@@ -4,20 +4,26 @@ The captain and the agent runtime call :func:`invoke_agent`, :func:`chat`
 and :func:`execute_tool` around a turn, a model call and a tool call. By
 default those are no-ops and OpenTelemetry is never imported. With
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (and the ``otel`` extra installed),
-:func:`configure` installs :mod:`service.otel`, which emits spans with the
-OpenTelemetry GenAI semantic conventions (docs/observability.md, "Traces").
+:func:`configure` installs :mod:`service.otel`, which emits spans and the
+GenAI client metrics with the OpenTelemetry GenAI semantic conventions
+(docs/observability.md, "Traces").
 
 What a span may carry is fixed here, never a message: ids, codes, model
-names, token counts, tool names, and the lane only as :func:`lane_hash`. The
-span types below take exactly those, so no caller can hand one a prompt, a
-reply or a tool's input or output.
+names, token counts, durations, the provider's address, tool names, and the
+lane only as :func:`lane_hash`. The span types below take exactly those, so no
+caller can hand one a prompt, a reply or a tool's input or output. A model
+call's ``chat`` span names the conversation of the turn it runs in (the lane's
+hash that :func:`invoke_agent` set for its context, and for the run's task
+started inside it), as journald's ``LANE=`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from clankie.errors import ConfigError
@@ -28,7 +34,7 @@ from service.agent.outcome import Usage
 log = logging.getLogger(__name__)
 
 TOOL_NAME_CHARS = 64
-__all__ = ["ChatSpan", "NoTracer", "ToolSpan", "Tracer", "TurnSpan", "chat", "configure", "execute_tool", "install",
+__all__ = ["ChatCall", "ChatSpan", "NoTracer", "ToolSpan", "Tracer", "TurnSpan", "chat", "configure", "execute_tool", "install",
            "invoke_agent", "lane_hash", "shutdown"]
 
 
@@ -37,12 +43,25 @@ class TurnSpan(Protocol):
         """The turn's result: its outcome and, if it failed, its code."""
 
 
-class ChatSpan(Protocol):
-    def answered(self, model: str, usage: Usage, stop_reason: str) -> None:
-        """The model answered: the model that did, its token counts and why it stopped."""
+@dataclass(frozen=True, kw_only=True)
+class ChatCall:
+    """What a ``chat`` span says of its request, never its content: every call streams."""
 
-    def failed(self, code: str) -> None:
-        """The call failed with this kind of error (a code, never the provider's message)."""
+    model: str
+    max_tokens: int
+    server: tuple[str, int] | None = None  # where the request goes (host, port); None: a model that calls nowhere
+    conversation: str | None = None  # the lane's hash (lane_hash), from the turn the call runs in
+
+
+class ChatSpan(Protocol):
+    def first_chunk(self, seconds: float) -> None:
+        """The stream's first chunk arrived, ``seconds`` after the request left."""
+
+    def answered(self, model: str, usage: Usage, stop_reason: str, response_id: str, seconds: float) -> None:
+        """The model answered: the model that did, its token counts, why it stopped, the answer's id, the call's time."""
+
+    def failed(self, code: str, seconds: float) -> None:
+        """The call failed with this kind of error (a code, never the provider's message) after ``seconds``."""
 
 
 class ToolSpan(Protocol):
@@ -51,9 +70,10 @@ class ToolSpan(Protocol):
 
 
 class Tracer(Protocol):
-    def invoke_agent(self, agent: str, lane: str, delivery_id: str) -> contextlib.AbstractContextManager[TurnSpan]: ...
+    def invoke_agent(self, agent: str, lane: str, delivery_id: str,
+                     model: str) -> contextlib.AbstractContextManager[TurnSpan]: ...
 
-    def chat(self, model: str) -> contextlib.AbstractContextManager[ChatSpan]: ...
+    def chat(self, call: ChatCall) -> contextlib.AbstractContextManager[ChatSpan]: ...
 
     def execute_tool(self, name: str, call_id: str) -> contextlib.AbstractContextManager[ToolSpan]: ...
 
@@ -66,10 +86,13 @@ class _Nothing:
     def ended(self, *args: object) -> None:
         return None
 
-    def answered(self, model: str, usage: Usage, stop_reason: str) -> None:
+    def first_chunk(self, seconds: float) -> None:
         return None
 
-    def failed(self, code: str) -> None:
+    def answered(self, model: str, usage: Usage, stop_reason: str, response_id: str, seconds: float) -> None:
+        return None
+
+    def failed(self, code: str, seconds: float) -> None:
         return None
 
 
@@ -80,11 +103,11 @@ class NoTracer:
     """Tracing off: no span, no import, nothing kept."""
 
     @contextlib.contextmanager
-    def invoke_agent(self, agent: str, lane: str, delivery_id: str) -> Iterator[TurnSpan]:
+    def invoke_agent(self, agent: str, lane: str, delivery_id: str, model: str) -> Iterator[TurnSpan]:
         yield _NOTHING
 
     @contextlib.contextmanager
-    def chat(self, model: str) -> Iterator[ChatSpan]:
+    def chat(self, call: ChatCall) -> Iterator[ChatSpan]:
         yield _NOTHING
 
     @contextlib.contextmanager
@@ -96,6 +119,7 @@ class NoTracer:
 
 
 _tracer: Tracer = NoTracer()
+_conversation: contextvars.ContextVar[str | None] = contextvars.ContextVar("clankie_trace_conversation", default=None)
 
 
 def install(tracer: Tracer) -> Tracer:
@@ -105,8 +129,9 @@ def install(tracer: Tracer) -> Tracer:
     return before
 
 
-def configure(settings: Settings) -> None:
-    """Install the OTLP tracer when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; without the otel extra that is a ConfigError."""
+def configure(settings: Settings, instance: str | None = None) -> None:
+    """Install the OTLP tracer (spans and GenAI metrics) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set; without the otel
+    extra that is a ConfigError. ``instance`` is the tree's id (``service.instance.id`` unless the operator set one)."""
     if settings.otel_exporter_otlp_endpoint is None:
         return
     try:
@@ -114,8 +139,10 @@ def configure(settings: Settings) -> None:
     except ImportError as exc:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is not installed "
                           f"(pip install 'clankie[otel]'): {exc.name}") from None
-    install(otel.OtelTracer.to_endpoint(settings.otel_exporter_otlp_endpoint))
-    log.info("tracing: GenAI spans to the OTLP endpoint (no message content)")
+    resource = settings.otel_resource(instance)  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, the tree's id
+    install(otel.OtelTracer.to_endpoint(settings.otel_exporter_otlp_endpoint, resource))
+    log.info("tracing: GenAI spans and metrics to the OTLP endpoint as service.name=%s (no message content)",
+             resource["service.name"])
 
 
 def shutdown() -> None:
@@ -123,14 +150,23 @@ def shutdown() -> None:
     install(NoTracer()).shutdown()
 
 
-def invoke_agent(agent: str, lane: str, delivery_id: str) -> contextlib.AbstractContextManager[TurnSpan]:
-    """A turn's span (``invoke_agent``); the lane is exported only as :func:`lane_hash`."""
-    return _tracer.invoke_agent(agent, lane, delivery_id)
+@contextlib.contextmanager
+def invoke_agent(agent: str, lane: str, delivery_id: str, model: str) -> Iterator[TurnSpan]:
+    """A turn's span (``invoke_agent``) for a turn asking ``model``; the lane is exported only as :func:`lane_hash`.
+
+    Inside it (and in tasks started inside it: the run a turn starts), :func:`chat` spans carry the same hash.
+    """
+    token = _conversation.set(lane_hash(lane))
+    try:
+        with _tracer.invoke_agent(agent, lane, delivery_id, model) as span:
+            yield span
+    finally:
+        _conversation.reset(token)
 
 
-def chat(model: str) -> contextlib.AbstractContextManager[ChatSpan]:
-    """One model call's span (``chat <model>``)."""
-    return _tracer.chat(model)
+def chat(model: str, max_tokens: int, server: tuple[str, int] | None) -> contextlib.AbstractContextManager[ChatSpan]:
+    """One model call's span (``chat <model>``), in the conversation of the turn it runs in."""
+    return _tracer.chat(ChatCall(model=model, max_tokens=max_tokens, server=server, conversation=_conversation.get()))
 
 
 def execute_tool(name: str, call_id: str) -> contextlib.AbstractContextManager[ToolSpan]:

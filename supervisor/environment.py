@@ -3,7 +3,7 @@
 Every child gets the basics (``PATH``, locale, ``HOME``, ``TMPDIR``,
 ``PYTHONPATH``…), the ``CLANKIE_*`` settings with the paths made absolute,
 and the variables its spec passes through (the service: ``ANTHROPIC_BASE_URL``,
-the proxy variables and the ``OTEL_*`` ones of its traces; the bridge: the proxy variables). No secret is ever
+the proxy variables and the ``OTEL_*`` ones of its traces and metrics; the bridge: the proxy variables). No secret is ever
 in a child's environment (:data:`clankie.secrets.SECRET_VARIABLES`): the
 service and the bridge get theirs on a one-shot pipe (:mod:`clankie.secrets`),
 hosts get none, and so neither do Chromium, Playwright's Node driver or the
@@ -37,8 +37,11 @@ OTEL_VARIABLES = (
     "OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_COMPRESSION",
     "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
     "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT",
 )
-"""The standard OpenTelemetry variables, for the service's traces (docs/observability.md)."""
+"""The standard OpenTelemetry variables, for the service's traces and GenAI metrics (docs/observability.md)."""
 
 SERVICE_PASSTHROUGH = ("ANTHROPIC_BASE_URL", *PROXY_VARIABLES, *OTEL_VARIABLES)
 BRIDGE_PASSTHROUGH = PROXY_VARIABLES

@@ -242,19 +242,39 @@ class FakeDiscord(RestHandlers):
         await self._notify()
 
 
+async def narrate(fake: FakeDiscord, out: Callable[[str], None]) -> None:
+    """Tell ``out`` what the bot does, as it happens: each post (its files by name and size), edit and deletion."""
+    posts = edits = deleted = 0
+    while True:
+        async with fake._changed:
+            await fake._changed.wait()
+        for post in fake.posts[posts:]:
+            files = "".join(f" [file {name}, {len(data)} bytes]" for name, data in post.files)
+            out(f"<- #{post.channel_id} message {post.id}: {post.content}{files}")
+        for mid, content in fake.edits[edits:]:
+            out(f"<- message {mid} edited: {content}")
+        for mid in fake.deleted[deleted:]:
+            out(f"<- message {mid} deleted")
+        posts, edits, deleted = len(fake.posts), len(fake.edits), len(fake.deleted)
+
+
 def main() -> None:
-    """``python -m clankie.testing.fake_discord``: a demo server; type ``<channel> <text>`` on stdin."""
+    """``python -m clankie.testing.fake_discord``: a demo server; type ``<channel> <text>`` on stdin, and see what
+    the bot posts, edits and deletes (with ``./scripts/run --demo``: the text updates, the card and the pictures)."""
     import sys
 
     async def serve() -> None:
         fake = FakeDiscord()
         await fake.start()
-        print(f"CLANKIE_DISCORD_API_BASE={fake.api_base} DISCORD_TOKEN={fake.token} CLANKIE_DISCORD_GUILD_IDS=100")
+        print(f"CLANKIE_DISCORD_API_BASE={fake.api_base} DISCORD_TOKEN={fake.token} CLANKIE_DISCORD_GUILD_IDS=100",
+              flush=True)
+        watch = asyncio.ensure_future(narrate(fake, lambda line: print(line, flush=True)))
         loop = asyncio.get_running_loop()
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             channel, _, text = line.strip().partition(" ")
             if text:
                 await fake.message(channel, text)
+        watch.cancel()
         await fake.close()
 
     asyncio.run(serve())

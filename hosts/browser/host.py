@@ -55,6 +55,7 @@ from hosts.runtime import serve_on, write_artifact, write_through
 from . import policy
 from .apart import Apart, go_apart, no_new_privs
 from .chromium import clear_stale, find_chromium, launch_excerpt, navigation_error, sandbox_failure, sandbox_obstacle, sandbox_reason
+from .demo_site import DemoSite
 from .external import SharedArtifacts, go_external
 from .lifecycle import Event, Lifecycle, idle_due
 from .proxy import MARKER, PolicyProxy, Resolver, Session, system_resolver
@@ -88,7 +89,8 @@ class BrowserHost:
         self.settings = settings
         self.clock = clock
         pins = policy.Pins.parse(settings.browser_pinned_hosts)
-        self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver)
+        self.proxy = PolicyProxy(allow_private=settings.browser_allow_private, pins=pins, resolver=resolver,
+                                 demo=DemoSite(clock) if settings.demo else None)  # the demo page: demo mode only
         self.sandbox = settings.browser_sandbox == "require"
         self.apart: Apart | None = None
         self.shared: SharedArtifacts | None = None  # run outside the tree: where the tree reads its screenshots
@@ -220,6 +222,8 @@ class BrowserHost:
 
     async def _precheck(self, target: policy.Target) -> None:
         """A quick, friendly refusal before any browser work; the proxy is still the enforcement point."""
+        if self.proxy.demo is not None and target.scheme == "http" and self.proxy.demo.serves(target.host, target.port):
+            return  # the demo page: the proxy answers it itself, it is no address to vet
         try:
             await self.proxy.vet(target.host, target.port)
         except policy.UrlRefused as exc:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from clankie.waits import within
 
 from . import policy
+from .demo_site import DemoSite
 from .http1 import CHUNK, HOP_BY_HOP, IDLE_TIMEOUT, body_length, pipe, relay_response, send_body
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,10 @@ class PolicyProxy:
 
     def __init__(
         self, *, allow_private: bool, pins: policy.Pins, resolver: Resolver = system_resolver,
-        max_connections: int = MAX_SESSION_CONNECTIONS,
+        max_connections: int = MAX_SESSION_CONNECTIONS, demo: DemoSite | None = None,
     ) -> None:
         self.allow_private = allow_private
+        self.demo = demo  # demo mode only: the demo page, answered here (hosts/browser/demo_site.py)
         self.pins = pins
         self.resolver = resolver
         self.max_connections = max_connections
@@ -259,6 +261,11 @@ class PolicyProxy:
         rest = target[len("http://") :]
         authority, slash, path = rest.partition("/")
         host, port = _split_authority(authority, 80)
+        if self.demo is not None and self.demo.serves(policy.normalise_host(host), port):
+            answer = await self.demo.answer(method, f"/{path if slash else ''}")
+            writer.write(answer.encode())  # in process: no connection to any address
+            await within(writer.drain(), IDLE_TIMEOUT)
+            return
         length = body_length(headers)  # before connecting: a request we cannot frame is refused (400)
         up_reader, up_writer = await self._open(host, port)
         kept = [h for h in headers if h and not h.lower().startswith(HOP_BY_HOP)]

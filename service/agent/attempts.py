@@ -131,23 +131,39 @@ class Attempts:
         async with self._governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
             asked = request()
             started = self._clock.monotonic()
-            with telemetry.chat(self._provider.model) as span:
+            with telemetry.chat(self._provider.model, asked.max_tokens, self._provider.server) as span:
                 try:
-                    response = await self._provider.complete(asked, on_signal)
+                    response = await self._provider.complete(asked, self._first_chunk(on_signal, span, started))
                 except ProviderError as err:
                     result = "rate_limited" if err.rate_limited else err.kind.value
-                    span.failed(result)
-                    _measured(result, self._clock.monotonic() - started)
+                    seconds = self._clock.monotonic() - started
+                    span.failed(result, seconds)
+                    _measured(result, seconds)
                     ticket.answered(reports(err.rate_limits))
                     if self._waits_out(err):
                         ticket.throttled(err.retry_after)
                     raise
-                span.answered(response.model, response.usage, response.stop_reason)
-            _measured("ok", self._clock.monotonic() - started, response.usage)
+                seconds = self._clock.monotonic() - started
+                span.answered(response.model, response.usage, response.stop_reason, response.id, seconds)
+            _measured("ok", seconds, response.usage)
             usage = response.usage
             ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
             self.charged(usage, response.model, asked.summary)
             return response
+
+    def _first_chunk(self, on_signal: Callable[[Signal], None], span: telemetry.ChatSpan,
+                     started: float) -> Callable[[Signal], None]:
+        """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took."""
+        first = True
+
+        def signal(sign: Signal) -> None:
+            nonlocal first
+            if first:
+                first = False
+                span.first_chunk(self._clock.monotonic() - started)
+            on_signal(sign)
+
+        return signal
 
     def _record(self, run_id: str, err: ProviderError, attempt: int) -> None:
         self._session.append_custom(

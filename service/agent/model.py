@@ -55,6 +55,7 @@ class ModelResponse:
     usage: Usage
     model: str
     rate_limits: dict[str, str] = field(default_factory=dict)  # the answer's anthropic-ratelimit-* headers
+    id: str = ""  # the answer's id (msg_...), for traces; empty for a model that gives none
 
 
 class Provider(Protocol):
@@ -62,6 +63,11 @@ class Provider(Protocol):
 
     @property
     def model(self) -> str: ...
+
+    @property
+    def server(self) -> tuple[str, int] | None:
+        """Where the calls go (host, port) for traces; None for a model that calls nowhere."""
+        ...
 
     async def complete(
         self, request: ModelRequest, on_signal: Callable[[Signal], None]

@@ -96,6 +96,12 @@ class AnthropicProvider:
     def model(self) -> str:
         return self._model
 
+    @property
+    def server(self) -> tuple[str, int] | None:
+        """The API's host and port, as the client dials them (the port its scheme's when the URL names none)."""
+        url = self._client.base_url
+        return url.host, url.port or (443 if url.scheme == "https" else 80)
+
     async def aclose(self) -> None:
         await self._client.close()
 
@@ -170,6 +176,7 @@ class AnthropicProvider:
             ),
             model=message.model,
             rate_limits=limits,
+            id=message.id,
         )
 
 

@@ -111,6 +111,11 @@ class Captain:
         self.claims_ignored = 0  # turns whose wire flags claimed authority the settings do not grant
 
     @property
+    def model(self) -> str:
+        """The model its turns ask (the demo model in demo mode; the configured one without a provider)."""
+        return self._provider.model if self._provider is not None else self._s.model
+
+    @property
     def lanes(self) -> OrderedDict[str, LaneShell]:
         return self.registry.lanes
 

@@ -155,7 +155,7 @@ class TurnService:
     async def _turn(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str, started: float) -> TurnResult:
         did = submit.delivery_id
         try:
-            with telemetry.invoke_agent(self.captain.character, lane, did) as span:
+            with telemetry.invoke_agent(self.captain.character, lane, did, self.captain.model) as span:
                 try:
                     result = await self.captain.submit(submit, delivery)
                 except Exception:

@@ -194,6 +194,20 @@ def test_demo_mode_drops_the_discord_token_and_refuses_a_real_key(tmp_path: Path
         assert "\n" not in str(caught.value) and "sk-" not in str(caught.value)
 
 
+def test_demo_mode_keeps_a_token_only_for_a_discord_stand_in_on_loopback() -> None:
+    """A token survives demo mode only when the Discord API base is a loopback address (a local stand-in such as
+    clankie.testing.fake_discord); discord.com, another address or a name (even localhost) drops it."""
+    def token(base: str) -> bool:
+        env = {"CLANKIE_DEMO": "1", "DISCORD_TOKEN": "tok", "HOME": "/h", "CLANKIE_DISCORD_API_BASE": base}
+        return settings.load(env).discord_token is not None
+
+    assert token("http://127.0.0.1:8080/api/v10") and token("http://[::1]:8080/api/v10")
+    assert token("http://127.9.9.9:1/api/v10")
+    for base in ("https://discord.com/api/v10", "http://localhost:8080/api/v10", "http://10.0.0.1:8080/api/v10",
+                 "http://[::ffff:127.0.0.1]:8080/api/v10", "http://127.0.0.1.nip.io/api/v10"):
+        assert not token(base), base
+
+
 def test_the_room_settings_default_on_and_an_empty_reaction_disables_it() -> None:
     """The failure reaction defaults to ⚠️ and the tool card to on; setting the reaction empty turns it off."""
     s = settings.load({"HOME": "/h"})

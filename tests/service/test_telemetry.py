@@ -84,7 +84,8 @@ def test_a_turn_with_a_tool_call_is_one_agent_span_over_two_chats_and_a_tool(env
     assert turn.kind is SpanKind.INTERNAL
     assert attributes(turn) == {
         "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "anthropic", "gen_ai.agent.name": "clankie",
-        "gen_ai.conversation.id": telemetry.lane_hash(lane), "clankie.delivery_id": "m1", "clankie.turn.outcome": "settled",
+        "gen_ai.request.model": chats[0].name.removeprefix("chat "), "gen_ai.conversation.id": telemetry.lane_hash(lane),
+        "clankie.delivery_id": "m1", "clankie.turn.outcome": "settled",
     }
     assert lane not in json.dumps(attributes(turn)) and len(telemetry.lane_hash(lane)) == 16
 

@@ -189,6 +189,10 @@ class BuggyProvider:
     def model(self) -> str:
         return self._real.model
 
+    @property
+    def server(self) -> tuple[str, int] | None:
+        return self._real.server
+
     async def complete(self, request: ModelRequest, on_signal: Callable[[Signal], None]) -> ModelResponse:
         self.calls += 1
         if self.calls == 1:
