@@ -125,21 +125,15 @@ def outside_the_tree(sock: socket.socket, pid: int, uid: int) -> peers.Refusal |
     lineage = PidfdLineage()
     try:
         verdict = provenance.locate(lineage.adopt(pidfd, pid), me, lineage)
-        if verdict.where is provenance.Where.UNPROVEN and other_uid_outside(uid) and lineage.alive(pidfd):
-            return None  # root's live process, hidden by ProtectProc=invisible: no process of ours can be root
+        standing = provenance.Standing(uid=uid, our_uid=os.getuid(), no_new_privs=no_new_privs(),
+                                       alive=lineage.alive(pidfd))
     finally:
         lineage.close(pidfd)
-    if verdict.where is provenance.Where.OUTSIDE:
+    if provenance.admitted(verdict, standing):
         return None
     if verdict.where is provenance.Where.INSIDE:
         return peers.Refusal(Code.PEER_IN_TREE, f"pid {pid} runs inside the tree; control.sock serves the operator")
     return peers.Refusal(Code.PEER_UNPROVEN, f"pid {pid} cannot be proven outside the tree ({verdict.why})")
-
-
-def other_uid_outside(uid: int) -> bool:
-    """Whether a peer of ``uid`` cannot be a process of this tree whatever its chain: root, while this supervisor is
-    not root and has ``no_new_privs`` (so no process it starts can ever become root)."""
-    return uid == 0 and os.getuid() != 0 and no_new_privs()
 
 
 class Announcer:

@@ -100,3 +100,25 @@ def locate(peer: int, root: int, lineage: Lineage, max_depth: int = MAX_DEPTH) -
     finally:
         for handle in opened:
             lineage.close(handle)
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What is known of a peer beyond its walk: its uid, ours, whether we have ``no_new_privs``, whether it lives."""
+
+    uid: int
+    our_uid: int
+    no_new_privs: bool
+    alive: bool
+
+
+def admitted(verdict: Verdict, standing: Standing) -> bool:
+    """Whether ``control.sock`` lets the peer in: proven outside by its walk; or, not proven either way, a live root
+    peer of a non-root supervisor with ``no_new_privs`` (no process it starts can ever become root; under the unit
+    root's ``/proc`` is hidden from it, ``ProtectProc=invisible``). Inside, or gone, it never is."""
+    if verdict.where is Where.OUTSIDE:
+        return True
+    if verdict.where is Where.INSIDE:
+        return False
+    return standing.alive and standing.uid == 0 and standing.our_uid != 0 and standing.no_new_privs
+

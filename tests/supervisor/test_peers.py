@@ -4,7 +4,6 @@ and (issue 37) any peer it cannot prove outside the tree."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Coroutine
@@ -12,12 +11,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
+
 from clankie import ipc
 from clankie.protocol import Peers, Record
 from supervisor.owner import Owner
-from supervisor.peers import Announcer, no_new_privs, other_uid_outside, outside_the_tree, parent_pid
+from supervisor.peers import Announcer, no_new_privs, outside_the_tree
 from supervisor.process import Child
-from supervisor.provenance import MAX_DEPTH, Where, locate
+from supervisor.provenance import MAX_DEPTH, Standing, Verdict, Where, admitted, locate
 from tests.polling import until
 
 DIAL = """
@@ -180,50 +181,31 @@ def test_control_sock_refuses_a_peer_gone_before_it_was_checked(runtime_dir: Pat
     asyncio.run(main())
 
 
-def test_a_different_uid_counts_as_outside_only_for_root_under_no_new_privs(tmp_path: Path) -> None:
-    """Root's clankiectl under the unit (ProtectProc=invisible hides it from a non-root supervisor) is outside only
-    because no process of a non-root, no_new_privs tree can become root; NoNewPrivs is read from /proc."""
+@pytest.mark.parametrize(
+    ("where", "uid", "our_uid", "nnp", "alive", "let_in"),
+    [
+        (Where.OUTSIDE, 1000, 1000, False, True, True),  # the operator's own clankiectl, its chain read whole
+        (Where.INSIDE, 1000, 1000, True, True, False),  # a process of the tree
+        (Where.INSIDE, 0, 1000, True, True, False),  # inside is inside, whatever its uid
+        (Where.UNPROVEN, 1000, 1000, True, True, False),  # our uid, unreadable: it could be ours
+        (Where.UNPROVEN, 0, 1000, True, True, True),  # root's clankiectl under ProtectProc=invisible
+        (Where.UNPROVEN, 0, 1000, True, False, False),  # ... but a gone one is not
+        (Where.UNPROVEN, 0, 1000, False, True, False),  # without no_new_privs a child could have become root (sudo)
+        (Where.UNPROVEN, 0, 0, True, True, False),  # a root tree: root is our own uid
+    ],
+)
+def test_the_peer_decision(where: Where, uid: int, our_uid: int, nnp: bool, alive: bool, let_in: bool) -> None:
+    """Proven outside: in. Inside or gone: out. Unproven: in only as a live root peer of a non-root supervisor with
+    no_new_privs, since no process of such a tree can ever be root."""
+    assert admitted(Verdict(where, "why"), Standing(uid=uid, our_uid=our_uid, no_new_privs=nnp, alive=alive)) is let_in
+
+
+def test_no_new_privs_is_read_from_proc(tmp_path: Path) -> None:
     status = tmp_path / "status"
     status.write_text("Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t2\n")
     assert no_new_privs(str(status))
     status.write_text("Name:\tx\nNoNewPrivs:\t0\n")
     assert not no_new_privs(str(status)) and not no_new_privs(str(tmp_path / "missing"))
-    assert not other_uid_outside(os.getuid())  # our own uid is never evidence
-
-
-def test_control_sock_refuses_a_process_of_the_tree_and_admits_one_outside_it(runtime_dir: Path) -> None:
-    """Run with this process as the supervisor: its own child dialling control.sock hears peer_in_tree; the same
-    program orphaned out of the family (re-parented away, as an operator's shell is) is admitted; refusals counted."""
-
-    async def main() -> None:
-        path = runtime_dir / "control.sock"
-        server = await ipc.serve(path, "supervisor-control", nothing, admit_socket=outside_the_tree)
-        try:
-            child = await asyncio.create_subprocess_exec(sys.executable, "-c", DIAL, str(path),
-                                                         stdout=subprocess.PIPE)
-            said, _ = await child.communicate()
-            assert said.decode().startswith("refused") and "peer_in_tree" in said.decode(), said
-            assert server.refusals == {"peer_in_tree": 1}
-
-            # `sh` starts the dialler in the background and exits at once: the dialler's parent is then init (or
-            # whichever subreaper sits above this test), not this process
-            orphan = await asyncio.create_subprocess_exec(
-                "sh", "-c", f'{sys.executable} -c "$0" "$1" > "$2" 2>&1 &', DIAL, str(path), str(runtime_dir / "out"))
-            assert await orphan.wait() == 0
-            out = runtime_dir / "out"
-            said_now = await until(lambda: out.exists() and out.read_text().strip(), 60, "the orphan dialler's verdict", step=0.1)
-            assert said_now == "admitted"
-            assert server.refusals == {"peer_in_tree": 1}
-        finally:
-            await server.close()
-
-    asyncio.run(main())
-
-
-def test_a_gone_process_has_no_parent() -> None:
-    """parent_pid reads /proc; a pid above any pid_max is nobody's child."""
-    assert parent_pid(999_999_999) is None
-    assert parent_pid(1) == 0
 
 
 class FakeLink:
