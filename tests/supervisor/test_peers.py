@@ -4,6 +4,9 @@ and (issue 37) any peer it cannot prove outside the tree."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Coroutine
@@ -16,7 +19,7 @@ import pytest
 from clankie import ipc
 from clankie.protocol import Peers, Record
 from supervisor.owner import Owner
-from supervisor.peers import Announcer, no_new_privs, outside_the_tree
+from supervisor.peers import Announcer, no_new_privs, outside_the_tree, parent_pid, peer_pidfd
 from supervisor.process import Child
 from supervisor.provenance import MAX_DEPTH, Standing, Verdict, Where, admitted, locate
 from tests.polling import until
@@ -208,6 +211,12 @@ def test_no_new_privs_is_read_from_proc(tmp_path: Path) -> None:
     assert not no_new_privs(str(status)) and not no_new_privs(str(tmp_path / "missing"))
 
 
+def test_a_gone_process_has_no_parent() -> None:
+    """parent_pid reads /proc; a pid above any pid_max is nobody's child."""
+    assert parent_pid(999_999_999) is None
+    assert parent_pid(1) == 0
+
+
 class FakeLink:
     def __init__(self) -> None:
         self.closed = False
@@ -272,3 +281,28 @@ def test_each_process_hears_its_list_once_per_change_spares_included() -> None:
         assert heard(service) == [(10,), (11,)] and heard(browser) == [(20, 21)]
 
     asyncio.run(main())
+
+
+class NoPidfdOption:
+    """A socket on a kernel without SO_PEERPIDFD (before 6.5), or one whose peer is gone."""
+
+    def __init__(self, err: int) -> None:
+        self.err = err
+
+    def getsockopt(self, level: int, option: int) -> int:
+        raise OSError(self.err, os.strerror(self.err))
+
+
+def test_without_so_peerpidfd_the_peers_pidfd_is_opened_by_its_pid_and_a_gone_peer_has_none() -> None:
+    """ENOPROTOOPT (an old kernel): pidfd_open of the pid, a live process's; EINVAL from the option (the peer is gone):
+    no pidfd at all, so the peer is refused; a pid of 0 (a peer we cannot see) has none either."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fd = peer_pidfd(cast(socket.socket, NoPidfdOption(errno.ENOPROTOOPT)), child.pid)
+        assert fd is not None
+        os.close(fd)
+        assert peer_pidfd(cast(socket.socket, NoPidfdOption(errno.EINVAL)), child.pid) is None
+        assert peer_pidfd(cast(socket.socket, NoPidfdOption(errno.ENOPROTOOPT)), 0) is None
+    finally:
+        child.kill()
+        child.wait()
