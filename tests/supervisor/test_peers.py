@@ -211,6 +211,35 @@ def test_no_new_privs_is_read_from_proc(tmp_path: Path) -> None:
     assert not no_new_privs(str(status)) and not no_new_privs(str(tmp_path / "missing"))
 
 
+def test_control_sock_refuses_a_process_of_the_tree_and_admits_one_outside_it(runtime_dir: Path) -> None:
+    """Run with this process as the supervisor: its own child dialling control.sock hears peer_in_tree; the same
+    program orphaned out of the family (re-parented away, as an operator's shell is) is admitted; refusals counted."""
+
+    async def main() -> None:
+        path = runtime_dir / "control.sock"
+        server = await ipc.serve(path, "supervisor-control", nothing, admit_socket=outside_the_tree)
+        try:
+            child = await asyncio.create_subprocess_exec(sys.executable, "-c", DIAL, str(path),
+                                                         stdout=subprocess.PIPE)
+            said, _ = await child.communicate()
+            assert said.decode().startswith("refused") and "peer_in_tree" in said.decode(), said
+            assert server.refusals == {"peer_in_tree": 1}
+
+            # `sh` starts the dialler in the background and exits at once: the dialler's parent is then init (or
+            # whichever subreaper sits above this test), not this process
+            orphan = await asyncio.create_subprocess_exec(
+                "sh", "-c", f'{sys.executable} -c "$0" "$1" > "$2" 2>&1 &', DIAL, str(path), str(runtime_dir / "out"))
+            assert await orphan.wait() == 0
+            out = runtime_dir / "out"
+            said_now = await until(lambda: out.exists() and out.read_text().strip(), 60, "the orphan dialler's verdict", step=0.1)
+            assert said_now == "admitted"
+            assert server.refusals == {"peer_in_tree": 1}
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
 def test_a_gone_process_has_no_parent() -> None:
     """parent_pid reads /proc; a pid above any pid_max is nobody's child."""
     assert parent_pid(999_999_999) is None
