@@ -89,14 +89,14 @@ class PidfdLineage:
 
 def peer_pidfd(sock: socket.socket, pid: int) -> int | None:
     """A pidfd of the process that connected ``sock`` (``SO_PEERPIDFD``; ``pidfd_open(pid)`` on a kernel without
-    it), or None when there is none to be had (the peer is gone, or has no pid we can see)."""
-    if pid <= 0:
-        return None
+    it), or None when there is none to be had (the peer is gone; or, on such a kernel, has no pid we can see)."""
     try:
         return int(sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD))
     except OSError as exc:
         if exc.errno not in (errno.ENOPROTOOPT, errno.EOPNOTSUPP):  # EINVAL, ESRCH: the peer is gone
             return None
+    if pid <= 0:
+        return None
     try:
         return os.pidfd_open(pid)
     except OSError:
@@ -124,7 +124,10 @@ def outside_the_tree(sock: socket.socket, pid: int, uid: int) -> peers.Refusal |
                                                  "proven outside the tree")
     lineage = PidfdLineage()
     try:
-        verdict = provenance.locate(lineage.adopt(pidfd, pid), me, lineage)
+        if pid == 0:  # our pid namespace has no name for it: it lives in one above ours, where no child of ours goes
+            verdict = provenance.beyond_our_namespace(alive=lineage.alive(pidfd))
+        else:
+            verdict = provenance.locate(lineage.adopt(pidfd, pid), me, lineage)
         standing = provenance.Standing(uid=uid, our_uid=os.getuid(), no_new_privs=no_new_privs(),
                                        alive=lineage.alive(pidfd))
     finally:

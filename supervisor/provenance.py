@@ -102,6 +102,15 @@ def locate(peer: int, root: int, lineage: Lineage, max_depth: int = MAX_DEPTH) -
             lineage.close(handle)
 
 
+def beyond_our_namespace(*, alive: bool) -> Verdict:
+    """A peer whose pid our pid namespace cannot name (``SO_PEERCRED`` says 0): it lives in a namespace above ours
+    (an operator on the host of a containerised tree), where no process of ours can go (``setns`` only enters a
+    namespace below one's own). Outside while it lives; gone, it is not proven anything."""
+    if alive:
+        return Verdict(Where.OUTSIDE, "a live process of a pid namespace above ours")
+    return Verdict(Where.UNPROVEN, "a gone process of a pid namespace above ours")
+
+
 @dataclass(frozen=True, slots=True)
 class Standing:
     """What is known of a peer beyond its walk: its uid, ours, whether we have ``no_new_privs``, whether it lives."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from clankie.protocol import Peers, Record
 from supervisor.owner import Owner
 from supervisor.peers import Announcer, no_new_privs, outside_the_tree, parent_pid, peer_pidfd
 from supervisor.process import Child
-from supervisor.provenance import MAX_DEPTH, Standing, Verdict, Where, admitted, locate
+from supervisor.provenance import MAX_DEPTH, Standing, Verdict, Where, admitted, beyond_our_namespace, locate
 from tests.polling import until
 
 DIAL = """
@@ -335,3 +336,52 @@ def test_without_so_peerpidfd_the_peers_pidfd_is_opened_by_its_pid_and_a_gone_pe
     finally:
         child.kill()
         child.wait()
+
+
+SERVE_IN_NAMESPACE = """
+import asyncio, sys
+from pathlib import Path
+from clankie import ipc
+from supervisor.peers import outside_the_tree
+async def nothing(conn, method, params):
+    return None
+async def main():
+    server = await ipc.serve(Path(sys.argv[1]), "supervisor-control", nothing, admit_socket=outside_the_tree)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    print(dict(server.refusals), len(server.connections), flush=True)
+    await server.close()
+asyncio.run(main())
+"""
+
+
+def test_an_operator_in_a_pid_namespace_above_the_trees_is_outside(runtime_dir: Path) -> None:
+    """The supervisor in a pid namespace of its own (a container), the operator's client in the one above: its pid
+    reads 0 there, and a live process our namespace cannot name is no descendant of ours, so it is let in."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a pid namespace")
+    path = runtime_dir / "control.sock"
+    server = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", SERVE_IN_NAMESPACE,
+                               str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        assert server.stdout.readline().strip() == "ready"
+
+        async def dial() -> None:
+            conn = await ipc.connect(path, "supervisor-control")
+            await conn.aclose()
+
+        asyncio.run(dial())
+        server.stdin.write("\n")
+        server.stdin.flush()
+        assert server.stdout.readline().strip().startswith("{} ")  # nothing refused
+    finally:
+        server.kill()
+        server.wait()
+        server.stdin.close()
+        server.stdout.close()
+
+
+def test_beyond_our_namespace_is_outside_only_while_alive() -> None:
+    assert beyond_our_namespace(alive=True).where is Where.OUTSIDE
+    assert beyond_our_namespace(alive=False).where is Where.UNPROVEN
