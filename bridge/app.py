@@ -62,6 +62,8 @@ def policy(settings: Settings) -> Policy:
         max_turns=settings.discord_max_turns,
         user_turns_per_minute=settings.user_turns_per_minute,
         room_turns_per_minute=settings.room_turns_per_minute,
+        steer_share=settings.user_steer_share,
+        paced_minutes=settings.user_paced_minutes,
         engagement_idle_s=settings.discord_engagement_idle_seconds,
         engagement_max_rooms=settings.discord_engagement_max_rooms,
     )
@@ -153,6 +155,8 @@ class BridgeApp:
             "pending_triggers": self.bridge.pending_triggers,
             "waiting": len(self.bridge.waiting),
             "waiting_rooms": self.bridge.waiting.rooms,
+            "paced": self.bridge.paced,
+            "paced_people": self.ingress.paced.people,
             "journal_bytes": self.journal.size,
             "tool_cards": self.bridge.cards.live,
             "admitted": c.admitted,
@@ -183,6 +187,9 @@ class BridgeApp:
             if self.bridge.disk.reason is not None:  # a full disk holds them in the journal (bridge.disk)
                 detail += f", held ({self.bridge.disk.reason})"
                 report["waiting_held"] = self.bridge.disk.reason
+        if self.bridge.paced:
+            people = self.ingress.paced.people
+            detail += f"; paced: {self.bridge.paced} of {people} {'person' if people == 1 else 'people'}"
         if self.journal.full:
             detail += "; journal full"
         if disk is not None:

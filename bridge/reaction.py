@@ -38,3 +38,17 @@ async def react(port: DiscordPort, channel_id: str, message_id: str, emoji: str)
         log.info("failure reaction on %s failed (%s)", message_id, type(exc).__name__)
         return "reaction_error"
     return None
+
+
+async def unreact(port: DiscordPort, channel_id: str, message_id: str, emoji: str) -> str | None:
+    """Take the bot's reaction off once; returns None when Discord took it off, else the failure code (never
+    raises: the ⏳ on a message that waited for its pace is cosmetic)."""
+    try:
+        await port.unreact(channel_id, message_id, emoji)
+    except PostError as exc:
+        log.info("reaction removal on %s refused (%s)", message_id, exc.code)
+        return exc.code
+    except Exception as exc:  # cosmetic: never costs anything else
+        log.info("reaction removal on %s failed (%s)", message_id, type(exc).__name__)
+        return "reaction_error"
+    return None

@@ -67,6 +67,8 @@ FAMILIES: dict[str, Family] = {
     "clankie_budget_remaining": Family("gauge", "What is left of today's budget (scope tree; unit tokens or usd), only when one is set.",
                                        ("scope", "unit")),
     "clankie_budget_limit": Family("gauge", "Today's budget (scope tree; unit tokens or usd), only when one is set.", ("scope", "unit")),
+    "clankie_budget_unbounded": Family("gauge", "1 while a scope (tree, room, user) has no day budget in either unit, else 0.",
+                                       ("scope",)),
     # the bridge
     "clankie_ingress_messages_total": Family("counter", "Discord messages the bridge judged, by verdict and drop reason.",
                                              ("verdict", "reason")),

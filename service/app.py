@@ -277,6 +277,9 @@ class ServiceApp:
             if isinstance(left, int | float) and isinstance(limit, int | float) and limit > 0:
                 METER.set("clankie_budget_remaining", float(max(0, left)), "tree", unit)
                 METER.set("clankie_budget_limit", float(limit), "tree", unit)
+        unbounded = report.get("budget_unbounded")
+        for scope in ("tree", "room", "user"):  # 1: that scope has no day budget at all
+            METER.set("clankie_budget_unbounded", 1.0 if isinstance(unbounded, list) and scope in unbounded else 0.0, scope)
         now = self.clock.monotonic()
         if self._on_disk_at is None or now - self._on_disk_at >= ON_DISK_EVERY_S:
             self._on_disk_at = now

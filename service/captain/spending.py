@@ -87,6 +87,9 @@ class Spending:
         tree = self.budgets.standing(TREE)
         log.info("spend today (%s): %d tokens, $%.4f, from %d ledger lines and the session trees",
                  self.budgets.day, tree.spent.tokens, tree.spent.usd, read.lines)
+        if TREE in self.unbounded():
+            log.warning("spend: the tree has no day budget (CLANKIE_BUDGET_DAY_USD and CLANKIE_BUDGET_DAY_TOKENS are 0): "
+                        "a day's spend is bounded only by each room's and each person's budget")
 
     def roll(self) -> None:
         """A new UTC day: fresh totals (raises and resets were for the day that ended)."""
@@ -96,6 +99,12 @@ class Spending:
             self.budgets = DayBudgets(self.limits, day=today, max_keys=self.settings.budget_max_keys)
             self.notices.clear()
             self.ledger.prune(today)
+
+    def unbounded(self) -> tuple[str, ...]:
+        """The scopes with no day budget in either unit now (``tree``, ``room``, ``user``); the tree's counts an
+        operator's raise. Said at start, in the status line, the heartbeat and ``clankie_budget_unbounded``."""
+        tree = () if self.budgets.limited(TREE) else (TREE,)
+        return tree + tuple(s.value for s in (Scope.ROOM, Scope.USER) if not (self.limits[s].tokens or self.limits[s].usd))
 
     # -- lanes -----------------------------------------------------------------
 
@@ -172,6 +181,7 @@ class Spending:
                 "budget_usd_spent": round(tree.spent.usd, 6), "budget_tokens_limit": tree.limit.tokens,
                 "budget_usd_limit": tree.limit.usd, "budget_tokens_left": tree.tokens_left,
                 "budget_usd_left": None if tree.usd_left is None else round(tree.usd_left, 6),
+                "budget_unbounded": list(self.unbounded()),
                 "budget_keys_forgotten": self.budgets.forgotten, "budget_warned": list(self.budgets.warned[:10]),
                 "cache_read_share": None if self.tree_health.share is None else round(self.tree_health.share, 4),
                 "cache_lanes_broken": sorted(k for k, h in self.health.items() if h.broken)[:10]}
@@ -184,6 +194,8 @@ class Spending:
             parts.append(f"left {_tokens(max(0, tree.tokens_left))}/{_tokens(tree.limit.tokens)} tok")
         if tree.usd_left is not None:
             parts.append(f"left ${max(0.0, tree.usd_left):.2f}/${tree.limit.usd:.2f}")
+        if tree.tokens_left is None and tree.usd_left is None:
+            parts.append("no tree budget")
         for scope in (Scope.ROOM, Scope.USER):
             limit = self.limits[scope]
             if limit.tokens or limit.usd:
