@@ -140,7 +140,7 @@ class Port:
         self._answer = answer
         self.max_connections = max_connections
         self.header_seconds = header_seconds
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []  # one per address the host names (localhost: 127.0.0.1 and ::1)
         self._held: dict[int, _Held] = {}  # a connection's number -> it; insertion order is age
         self._numbers = itertools.count()
         self._tasks = TaskSet("metrics connections", 2 * max_connections + 1)
@@ -161,25 +161,26 @@ class Port:
             log.warning("CLANKIE_METRICS_MAX_CONNECTIONS=%d is more than a %dth of the fd limit (%d): holding at most %d",
                         self.max_connections, FD_SHARE, soft, room)
             self.max_connections = room
+        socks: list[socket.socket] = []
         try:
             infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-            family, kind, proto, _, address = infos[0]
-            sock = socket.socket(family, kind, proto)
+            for family, kind, proto, _, address in dict.fromkeys(infos):  # every address of the host, as asyncio does
+                sock = socket.socket(family, kind, proto)
+                socks.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+                sock.listen(BACKLOG)
+                sock.setblocking(False)
         except OSError as exc:
+            for sock in socks:
+                sock.close()
             raise ConfigError(f"CLANKIE_METRICS_LISTEN: cannot listen on {self.host}:{self.port} "
                               f"({exc.strerror or exc})") from exc
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.listen(BACKLOG)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            raise ConfigError(f"CLANKIE_METRICS_LISTEN: cannot listen on {self.host}:{self.port} "
-                              f"({exc.strerror})") from exc
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        loop.add_reader(sock.fileno(), self._accept)
+        self._socks = socks
+        for sock in socks:
+            loop.add_reader(sock.fileno(), self._accept, sock)
         log.info("serving metrics on %s:%d/metrics (at most %d connections, %gs to send a request)", self.host,
                  self.port, self.max_connections, self.header_seconds)
         if not loopback(self.host):
@@ -189,10 +190,7 @@ class Port:
 
     # -- accepting -------------------------------------------------------------
 
-    def _accept(self) -> None:
-        sock = self._sock
-        if sock is None:
-            return
+    def _accept(self, sock: socket.socket) -> None:
         for _ in range(ACCEPT_BATCH):
             if self._tasks.full:  # evicted connections still ending: leave the rest in the backlog until they have
                 return
@@ -213,15 +211,16 @@ class Port:
 
     def _pause(self) -> None:
         loop = asyncio.get_running_loop()
-        if self._sock is None or self._paused is not None:
+        if not self._socks or self._paused is not None:
             return
-        loop.remove_reader(self._sock.fileno())
+        for sock in self._socks:
+            loop.remove_reader(sock.fileno())
         self._paused = loop.call_later(ACCEPT_PAUSE, self._resume)
 
     def _resume(self) -> None:
         self._paused = None
-        if self._sock is not None:
-            asyncio.get_running_loop().add_reader(self._sock.fileno(), self._accept)
+        for sock in self._socks:
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._accept, sock)
 
     def _take(self, conn: socket.socket) -> None:
         verdict = admit([(key, h.reading) for key, h in self._held.items()], self.max_connections)
@@ -314,11 +313,11 @@ class Port:
         return _PortCollector(self)
 
     async def close(self) -> None:
-        sock, self._sock = self._sock, None
+        socks, self._socks = self._socks, []
         if self._paused is not None:
             self._paused.cancel()
             self._paused = None
-        if sock is not None:
+        for sock in socks:
             with contextlib.suppress(ValueError, OSError):
                 asyncio.get_running_loop().remove_reader(sock.fileno())
             sock.close()
