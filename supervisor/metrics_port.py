@@ -232,7 +232,7 @@ class Port:
         if verdict.evict is not None:
             victim = self._held.pop(verdict.evict)
             if victim.task is not None:
-                victim.task.cancel()  # its own finally closes the socket
+                victim.task.cancel()  # its done-callback closes the socket once the task has ended
             self._drop("evicted", "metrics port at its cap of %d connections: the one waiting longest for its "
                        "request makes room for each new one", self.max_connections)
         conn.setblocking(False)
