@@ -188,7 +188,10 @@ class ServiceApp:
 
     async def _abort_run(self, params: AbortRun) -> AbortReply:
         if params.reason != "stalled":  # the operator's proxy answers within 10 s: report the abort as sent
-            return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
+            aborted = self.captain.abort(params.lane, params.run_id, params.reason)
+            self.turns.evidence.record("operator", "abort", lane=params.lane, cause=None if aborted else "no_live_run",
+                                       caller=params.caller)
+            return AbortReply(aborted=aborted)
         wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
         return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
 
@@ -216,9 +219,12 @@ class ServiceApp:
             key = budget_key(params.key)
             if key is None:
                 raise RemoteError(Code.INVALID_BUDGET, "a budget key is tree, room:<guild|dm>/<channel> or user:<id>")
-            standing = sp.operate(params.action, key, params.tokens, params.usd)
+            tokens, usd = (0, 0.0) if params.unlimited else (params.tokens, params.usd)  # 0 inside: no limit
+            standing = sp.operate(params.action, key, tokens, usd, caller=params.caller)
             cause = f"tokens={standing.limit.tokens} usd={standing.limit.usd:g}" if params.action == "raise" else None
-            self.turns.evidence.record("operator", f"budget_{params.action}", lane=key, cause=cause)
+            cause = "unlimited" if params.unlimited else cause
+            self.turns.evidence.record("operator", f"budget_{params.action}", lane=key, cause=cause,
+                                       caller=params.caller)
             message = f"{params.action} {key}"
             keys = [key]
         else:

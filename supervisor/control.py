@@ -22,6 +22,7 @@ from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTim
 from clankie.protocol import (
     AbortRun,
     BudgetRequest,
+    Caller,
     ChildStatus,
     ChildTarget,
     Code,
@@ -151,6 +152,14 @@ def control_limits(settings: Settings) -> ipc.Limits:
     )
 
 
+def _audit(conn: ipc.Connection, action: str, target: str) -> Caller:
+    """One log line for an operator's action, naming the caller's pid and uid (``SO_PEERCRED`` at accept): what the
+    service then does with it carries the same :class:`Caller` into its evidence and ledger."""
+    pid, uid = conn.caller if conn.caller is not None else (0, 0)
+    log.info("control: %s %s by pid %d uid %d", action, target[:200], pid, uid)
+    return Caller(pid=pid, uid=uid)
+
+
 class Control:
     """The control-socket handler, bound to one tree."""
 
@@ -167,7 +176,7 @@ class Control:
             max_frame=self.tree.settings.max_frame_bytes,
             partial_frame_timeout=self._partial_frame_timeout,
             limits=control_limits(self.tree.settings),
-            admit=outside_the_tree,  # root or our uid (the uid rule), and never a process of the tree itself
+            admit_socket=outside_the_tree,  # root or our uid (the uid rule), and only a process proven outside the tree
         )
 
     async def close(self) -> None:
@@ -230,7 +239,8 @@ class Control:
             reply = reply.model_copy(update={"children": (browser, *reply.children)})
         return reply
 
-    async def _control(self, method: str, params: ChildTarget) -> ControlReply:
+    async def _control(self, method: str, conn: ipc.Connection, params: ChildTarget) -> ControlReply:
+        _audit(conn, method, params.name)
         tree = self.tree
         if tree.stopping:
             raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
@@ -250,23 +260,29 @@ class Control:
         children = tuple(child_status(tree, c) for c in targets)
         return ControlReply(ok=True, message=f"{method} {params.name}", children=children)
 
-    def _shutdown(self, params: Empty) -> ControlReply:
+    def _shutdown(self, conn: ipc.Connection, params: Empty) -> ControlReply:
+        _audit(conn, "shutdown", "")
         asyncio.get_running_loop().call_soon(self.tree.request_stop)
         return ControlReply(ok=True, message="shutting down")
 
     async def _lanes(self, params: LanesRequest) -> Record | None:
         return await self._proxy("lanes", params, PROXY_TIMEOUT)
 
-    async def _abort(self, params: AbortRun) -> Record | None:
-        return await self._proxy("abort_run", params.model_copy(update={"reason": "operator"}), PROXY_TIMEOUT)
+    async def _abort(self, conn: ipc.Connection, params: AbortRun) -> Record | None:
+        caller = _audit(conn, "abort", params.lane)
+        return await self._proxy("abort_run", params.model_copy(update={"reason": "operator", "caller": caller}),
+                                 PROXY_TIMEOUT)
 
-    async def _say(self, params: SayRequest) -> Record | None:
-        return await self._proxy("say", params, SAY_TIMEOUT)
+    async def _say(self, conn: ipc.Connection, params: SayRequest) -> Record | None:
+        caller = _audit(conn, "say", params.room)  # the room, never the text
+        return await self._proxy("say", params.model_copy(update={"caller": caller}), SAY_TIMEOUT)
 
-    async def _budget(self, params: BudgetRequest) -> Record | None:
-        return await self._proxy("budget", params, PROXY_TIMEOUT)
+    async def _budget(self, conn: ipc.Connection, params: BudgetRequest) -> Record | None:
+        caller = _audit(conn, f"budget {params.action}", params.key) if params.action != "show" else None
+        return await self._proxy("budget", params.model_copy(update={"caller": caller}), PROXY_TIMEOUT)
 
-    async def _doctor(self, params: Empty) -> DoctorReply:
+    async def _doctor(self, conn: ipc.Connection, params: Empty) -> DoctorReply:
+        _audit(conn, "doctor", "")
         if self.tree.stopping:
             raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
         return await run_doctor(self.tree.children, self.tree.settings)

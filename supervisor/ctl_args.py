@@ -20,7 +20,7 @@ SAY_WAIT = 600.0
 """Default seconds ``say`` waits for the turn (the supervisor gives the service as long)."""
 
 ARGUMENT_NAMES = {"name": "NAME", "room": "ROOM", "text": "TEXT", "lines": "-n/--lines", "lane": "LANE", "key": "KEY",
-                  "tokens": "--tokens", "usd": "--usd", "hash": "--hash"}
+                  "tokens": "--tokens", "usd": "--usd", "hash": "--hash", "unlimited": "--unlimited"}
 """Record field -> the clankiectl argument it comes from (for bad-argument messages)."""
 
 
@@ -70,8 +70,9 @@ def parser() -> argparse.ArgumentParser:
     bu = sub.add_parser("budget", help="today's budgets; raise one for the rest of the day, or reset what a key spent")
     bu.add_argument("action", nargs="?", choices=("show", "raise", "reset"), default="show")
     bu.add_argument("key", nargs="?", default="tree", help="tree (default), room:<guild|dm>/<channel> or user:<id>")
-    bu.add_argument("--tokens", type=int, default=None, help="raise: the token limit for the rest of the day (0: none)")
-    bu.add_argument("--usd", type=float, default=None, help="raise: the dollar limit for the rest of the day (0: none)")
+    bu.add_argument("--tokens", type=int, default=None, help="raise: the token limit for the rest of the day")
+    bu.add_argument("--usd", type=float, default=None, help="raise: the dollar limit for the rest of the day")
+    bu.add_argument("--unlimited", action="store_true", help="raise: no limit at all for the rest of the day")
     bu.add_argument("--json", action="store_true")
     dr = sub.add_parser("doctor", help="prove every picture-writing host and the bridge agree on the attachment root")
     dr.add_argument("--json", action="store_true")
@@ -94,7 +95,7 @@ def params_of(args: argparse.Namespace) -> Record | None:
     if cmd == "say":
         return SayRequest(room=args.room, text=args.text)
     if cmd == "budget":
-        return BudgetRequest(action=args.action, key=args.key, tokens=args.tokens, usd=args.usd)
+        return BudgetRequest(action=args.action, key=args.key, tokens=args.tokens, usd=args.usd, unlimited=args.unlimited)
     if cmd == "logs":
         return LogsRequest(name=args.name, lines=max(0, args.lines))
     if cmd == "lanes":

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -35,12 +35,9 @@ from prometheus_client.registry import Collector
 
 from clankie.metrics import FAMILIES, MAX_SERIES, Family
 from clankie.protocol import HistogramReport, MetricsReport
-from clankie.settings_observability import parse_listen
 from clankie.version import revision, version
 from supervisor.lifecycle import RESTART_REASONS, Lifecycle, State
-
-if TYPE_CHECKING:
-    from aiohttp import web
+from supervisor.metrics_port import Port
 
 log = logging.getLogger(__name__)
 
@@ -268,38 +265,23 @@ def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, 
 
 
 class MetricsServer:
-    """``GET /metrics`` on ``CLANKIE_METRICS_LISTEN`` (aiohttp, imported only when it is set)."""
+    """``GET /metrics`` on ``CLANKIE_METRICS_LISTEN``, on a port no flood can turn against the supervisor
+    (:mod:`supervisor.metrics_port`: a connection cap, a header-read timeout, one log line per flood)."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry) -> None:
-        self.host, self.port = parse_listen(listen)
+    def __init__(self, listen: str, registry: CollectorRegistry, *, max_connections: int = 16,
+                 header_seconds: float = 10.0) -> None:
         self.registry = registry
-        self._runner: web.AppRunner | None = None
-        self.scrapes = 0
+        self.port = Port(listen, lambda accept: exposition(registry, accept), max_connections=max_connections,
+                         header_seconds=header_seconds)
+        registry.register(self.port.collector())
+        self.host = self.port.host
+
+    @property
+    def scrapes(self) -> int:
+        return self.port.scrapes
 
     async def start(self) -> None:
-        from aiohttp import web
-
-        async def metrics(request: web.Request) -> web.Response:
-            body, content_type = exposition(self.registry, request.headers.get("Accept"))
-            self.scrapes += 1
-            return web.Response(body=body, headers={"Content-Type": content_type, "Cache-Control": "no-store"})
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            from clankie.errors import ConfigError
-
-            raise ConfigError(f"CLANKIE_METRICS_LISTEN: cannot listen on {self.host}:{self.port} ({exc.strerror})") from exc
-        self._runner = runner
-        log.info("serving metrics on %s:%d/metrics", self.host, self.port)
+        await self.port.start()
 
     async def close(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await self.port.close()

@@ -70,6 +70,7 @@ class Code(StrEnum):
     PEER_UID_REFUSED = "peer_uid_refused"
     PEER_NOT_ALLOWED = "peer_not_allowed"
     PEER_IN_TREE = "peer_in_tree"
+    PEER_UNPROVEN = "peer_unproven"
     # supervisor
     NO_SUCH_CHILD = "no_such_child"
     SERVICE_UNAVAILABLE = "service_unavailable"

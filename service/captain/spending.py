@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from clankie.clock import Clock
 from clankie.pricing import price_of
-from clankie.protocol import Room, Tokens
+from clankie.protocol import Caller, Room, Tokens
 from clankie.settings import Settings
 from service.agent.model import CacheTtl
 from service.agent.outcome import OutcomeKind, Usage
@@ -151,19 +151,23 @@ class Spending:
 
     # -- the operator ----------------------------------------------------------
 
-    def operate(self, action: str, key: str, tokens: int | None, usd: float | None) -> Standing:
-        """``raise`` a budget for the rest of the day, or ``reset`` what a key spent; written to the ledger."""
+    def operate(self, action: str, key: str, tokens: int | None, usd: float | None, *,
+                caller: Caller | None = None) -> Standing:
+        """``raise`` a budget for the rest of the day, or ``reset`` what a key spent; written to the ledger with who
+        asked (``caller``: its pid and uid on ``control.sock``)."""
         self.roll()
+        who = {} if caller is None else {"caller_pid": caller.pid, "caller_uid": caller.uid}
         if action == "raise":
             have = self.budgets.limit(key)
             limit = Amount(have.tokens if tokens is None else tokens, have.usd if usd is None else usd)
             standing = self.budgets.raise_limit(key, limit)
             self.ledger.append(self.budgets.day, {"at": self.clock.wall(), "kind": "raise", "key": key,
-                                                  "tokens": limit.tokens, "usd": limit.usd})
+                                                  "tokens": limit.tokens, "usd": limit.usd, **who})
         else:
             standing = self.budgets.reset(key)
-            self.ledger.append(self.budgets.day, {"at": self.clock.wall(), "kind": "reset", "key": key})
-        log.warning("operator: budget %s %s -> limit %d tokens $%.4f, spent %d tokens $%.4f", action, key,
+            self.ledger.append(self.budgets.day, {"at": self.clock.wall(), "kind": "reset", "key": key, **who})
+        log.warning("operator (pid %s uid %s): budget %s %s -> limit %d tokens $%.4f, spent %d tokens $%.4f",
+                    who.get("caller_pid", "?"), who.get("caller_uid", "?"), action, key,
                     standing.limit.tokens, standing.limit.usd, standing.spent.tokens, standing.spent.usd)
         return standing
 
