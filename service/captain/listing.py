@@ -103,11 +103,5 @@ def disk_lanes(paths: CaptainPaths, skip: Iterable[str], limit: int) -> list[Dis
 
 def count_disk_lanes(paths: CaptainPaths, live: Iterable[str]) -> int:
     """How many lanes have a directory under ``rooms/`` or ``system/`` and are not in ``live`` (names only: no stat)."""
-    keys: set[str] = set()
-    for parent in (paths.root / "rooms", paths.root / "system"):
-        try:
-            with os.scandir(parent) as found:
-                keys.update(unquote(item.name) for item in found if item.is_dir(follow_symlinks=False))
-        except OSError:  # no lane of this kind yet
-            continue
+    keys = {unquote(directory.name) for directory in _lane_dirs(paths)}
     return len(keys.difference(live))
