@@ -68,8 +68,9 @@ def test_a_sigkilled_bridge_is_resumed_and_the_gap_is_answered_once(tmp_path: Pa
             assert t.discord.gateway.shared == 0  # the dead bridge's socket was gone before its successor resumed
             # no catch-up: the only recovery is the first bridge's, after its new session, with nothing to read
             assert re.findall(r"recovery: (\d+) rooms read", t.stderr()) == ["0"]
-            status = await t.child("bridge")
-            assert "gateway: session" in status.detail and "1 resumes, 1 identifies today" in status.detail
+            # the status line is the last heartbeat's: wait for the one sent after the RESUME
+            await t.wait_child(lambda c: "gateway: session" in c.detail and "1 resumes, 1 identifies today" in c.detail,
+                               "bridge")
 
     asyncio.run(main())
 
