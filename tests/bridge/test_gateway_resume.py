@@ -226,7 +226,7 @@ def test_a_planned_stop_keeps_the_session_for_the_next_bridge(env: dict[str, str
                 m = await w.fake.message(CHAN, "before the restart", author_id=PERSON)
                 await w.until(lambda: w.replies_to(m["id"]) == 1, "answered")
                 await first.stop()
-            assert w.fake.gateway.closed_codes[-1] == 4000
+            await w.until(lambda: w.fake.gateway.closed_codes == [4000], "the fake saw the socket closed with 4000")
             gap = await w.fake.message(CHAN, "during the restart", author_id=PERSON)
             async with life(w):
                 await w.until(lambda: w.replies_to(gap["id"]) == 1, "the gap answered")
@@ -243,7 +243,7 @@ def test_resume_off_identifies_every_time_and_closes_with_1000(env: dict[str, st
         async with world(env, {"CLANKIE_DISCORD_GATEWAY_RESUME": "false"}) as w:
             async with life(w) as first:
                 await first.stop()
-            assert w.fake.gateway.closed_codes[-1] == 1000
+            await w.until(lambda: w.fake.gateway.closed_codes == [1000], "the fake saw the socket closed with 1000")
             gap = await w.fake.message(CHAN, "during the restart", author_id=PERSON)
             async with life(w):
                 await w.until(lambda: w.replies_to(gap["id"]) == 1, "read back and answered")

@@ -87,7 +87,8 @@ def test_restart_bridge_hands_the_session_over(tmp_path: Path, runtime_dir: Path
             await restarting
             await t.wait_child(lambda c: c.state == "running" and "discord: connected" in c.detail, "bridge")
             await answered_once(t, gap, "the restart's gap answered")
-            assert 4000 in t.discord.gateway.closed_codes and 1000 not in t.discord.gateway.closed_codes
+            await until(lambda: 4000 in t.discord.gateway.closed_codes, 30, "the old bridge's socket closed with 4000")
+            assert 1000 not in t.discord.gateway.closed_codes
             assert (t.discord.identifies, t.discord.resumes) == (1, 1)
 
     asyncio.run(main())
