@@ -61,7 +61,7 @@ class SpendToday:
     """Every lane's tokens on one UTC day, counted incrementally (thread-safe: ``status`` reads in a worker thread)."""
 
     def __init__(self, captain_root: Path) -> None:
-        self.root = captain_root
+        self.root = str(captain_root)
         self.day = ""
         self._lanes: dict[str, _Lane] = {}
         self._lock = threading.Lock()
@@ -79,31 +79,34 @@ class SpendToday:
             seen: set[str] = set()
             total = Tokens()
             for name in TREE_DIRS:
-                for directory in _tree_dirs(self.root / name):
-                    key = str(directory)
-                    lane = self._lanes.get(key)
+                for directory in _tree_dirs(os.path.join(self.root, name)):
+                    lane = self._lanes.get(directory)
                     if lane is None:
-                        lane = self._lanes[key] = _Lane()
-                    seen.add(key)
+                        lane = self._lanes[directory] = _Lane()
+                    seen.add(directory)
                     total = total + self._count(directory, lane, day)
             for gone in self._lanes.keys() - seen:
                 del self._lanes[gone]
             return total
 
-    def _count(self, directory: Path, lane: _Lane, day: str) -> Tokens:
+    def _count(self, directory: str, lane: _Lane, day: str) -> Tokens:
         for name in _unread(directory, lane.done, day.replace("-", "")):
             if lane.live and name != lane.live:  # a newer tree: the live one is finished
-                _read(directory / lane.live, lane, day)
+                _read(os.path.join(directory, lane.live), lane, day)
                 lane.close_live()
             if not lane.live:
                 lane.start(name)
-            _read(directory / name, lane, day)
+            _read(os.path.join(directory, name), lane, day)
         return lane.total + lane.live_total
 
 
-def _tree_dirs(top: Path) -> list[Path]:
-    """The directories under ``top`` (itself included) that may hold trees (few: one per lane)."""
-    out: list[Path] = []
+def _tree_dirs(top: str) -> list[str]:
+    """The directories under ``top`` (itself included) that may hold trees (few: one per lane).
+
+    Plain strings, never :class:`pathlib.Path`: a Path interns each part of its name, and a scan that made one per
+    entry would churn the interpreter's table of interned strings (its resizes are memory the scan leaves behind).
+    """
+    out: list[str] = []
     stack = [top]
     while stack:
         here = stack.pop()
@@ -112,7 +115,7 @@ def _tree_dirs(top: Path) -> list[Path]:
                 has_trees = False
                 for entry in it:
                     if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
+                        stack.append(entry.path)
                     elif entry.name.endswith(".jsonl"):
                         has_trees = True
         except OSError:
@@ -122,7 +125,7 @@ def _tree_dirs(top: Path) -> list[Path]:
     return out
 
 
-def _unread(directory: Path, done: str, stamp: str) -> list[str]:
+def _unread(directory: str, done: str, stamp: str) -> list[str]:
     """The lane's trees after ``done`` that may hold the day's entries, in name (start) order.
 
     Streamed: only the names kept are held, never the directory's listing.
@@ -148,7 +151,7 @@ def _unread(directory: Path, done: str, stamp: str) -> list[str]:
     return sorted(keep)
 
 
-def _read(path: Path, lane: _Lane, day: str) -> None:
+def _read(path: str, lane: _Lane, day: str) -> None:
     """Count the whole lines of the lane's live tree written since its offset (from the start if it was replaced)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)

@@ -47,8 +47,8 @@ def test_a_new_tree_finishes_the_one_before_and_trees_that_ended_before_the_day_
     opened: list[str] = []
     read = spend_today._read
 
-    def counting(path: Path, lane: Any, day: str) -> None:
-        opened.append(path.name)
+    def counting(path: str, lane: Any, day: str) -> None:
+        opened.append(Path(path).name)
         read(path, lane, day)
 
     monkeypatch.setattr(spend_today, "_read", counting)
