@@ -105,7 +105,8 @@ def test_the_supervisors_memory_is_flat_over_thousands_of_lines_heartbeats_and_c
     clock = SystemClock()
 
     async def main() -> list[Round]:
-        tree = Tree(settings, specs, clock=clock, env=env, subreaper=False, stderr=StderrQueue(devnull))
+        stderr = StderrQueue(devnull)  # the children's lines are forwarded as under a terminal, to /dev/null
+        tree = Tree(settings, specs, clock=clock, env=env, subreaper=False, stderr=stderr)
         control = Control(tree)
         await control.start(sock)
         stop = asyncio.Event()
@@ -163,6 +164,7 @@ def test_the_supervisors_memory_is_flat_over_thousands_of_lines_heartbeats_and_c
                 stop.set()
                 await running
                 await control.close()
+                stderr.close()
 
     tracemalloc.start()
     try:
