@@ -50,14 +50,14 @@ def test_the_alert_rules_pass_promtool_check_and_their_unit_tests(tmp_path: Path
     """``promtool check rules`` and ``promtool test rules`` on the page's own blocks."""
     (tmp_path / "alerts.yml").write_text(block("alerts.yml"))
     (tmp_path / "alerts.test.yml").write_text(block("alerts.test.yml"))
-    assert "SUCCESS: 10 rules found" in promtool("check", "rules", "alerts.yml", cwd=tmp_path)
+    assert "SUCCESS: 11 rules found" in promtool("check", "rules", "alerts.yml", cwd=tmp_path)
     assert "SUCCESS" in promtool("test", "rules", "alerts.test.yml", cwd=tmp_path)
 
 
 def test_every_alert_is_unit_tested_firing_and_silent() -> None:
     """Each alert appears in the tests with an expected alert and with none, and names only exported series."""
     rules = re.findall(r"- alert: (\w+)\n\s+expr: (.*?)\n\s+(?:for|labels):", block("alerts.yml"), flags=re.S)
-    assert len(rules) == 10
+    assert len(rules) == 11
     cases = re.findall(r"alertname: (\w+)\n\s+exp_alerts:(.*?)(?=\n\s+- eval_time|\n  - interval|\Z)", block("alerts.test.yml"),
                        flags=re.S)
     for name, expr in rules:
