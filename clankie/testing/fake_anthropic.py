@@ -24,6 +24,14 @@ answer carries ``anthropic-ratelimit-*`` headers, and a request the buckets
 cannot take gets a 429 ``rate_limit_error`` with ``retry-after``
 (:attr:`FakeAnthropic.rate_limited` counts them).
 
+With ``api_key`` the fake is one account: a request without that key
+(``x-api-key`` or ``Authorization: Bearer``) gets a 401.
+It also answers as Google Vertex AI does for Claude
+(``POST /v1/projects/P/locations/R/publishers/anthropic/models/M:streamRawPredict``:
+the model in the path, ``anthropic_version`` in the body, the same event
+stream), so the SDK's ``AsyncAnthropicVertex`` reaches it with ``base_url``
+set to ``<base_url>/v1``; :attr:`FakeAnthropic.paths` records every path.
+
 Run ``python -m clankie.testing.fake_anthropic --port 8765`` for a local
 demo server that echoes the last user text.
 """
@@ -80,6 +88,11 @@ __all__ = [  # the scenario helpers are re-exported: tests write fa.text(...), f
 log = logging.getLogger(__name__)
 
 
+def _bearer(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    return auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+
+
 class FakeAnthropic:
     """The loopback server. Use ``async with FakeAnthropic() as fake:`` and ``fake.base_url``."""
 
@@ -90,8 +103,11 @@ class FakeAnthropic:
         echo_by_default: bool = True,
         limits: RateLimits | None = None,
         clock: Clock | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []  # each request's path, in order (the Vertex path names the model)
+        self.api_key = api_key
         self._clock = clock or SystemClock()
         self.limiter = Limiter(limits, self._clock.monotonic()) if limits is not None else None
         self.cache = PromptCache(cache_min_tokens, now=self._clock.monotonic)
@@ -124,6 +140,7 @@ class FakeAnthropic:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{target}", self._vertex)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -152,8 +169,32 @@ class FakeAnthropic:
 
     # -- handlers --------------------------------------------------------------
 
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
+    def _refused(self, given: str | None) -> web.Response | None:
+        """A 401 when this fake is one account and the request did not carry its key."""
+        if self.api_key is None or given == self.api_key:
+            return None
+        return self._failure(Failure(status=401, error_type="authentication_error", message="invalid x-api-key"))
+
+    async def _vertex(self, request: web.Request) -> web.StreamResponse:
+        """Vertex AI's ``:streamRawPredict`` (``:rawPredict`` unstreamed): the model from the path, then as the API."""
+        model, _, specifier = request.match_info["target"].rpartition(":")
+        refused = self._refused(_bearer(request))
+        if refused is not None:
+            return refused
         body = await request.json()
+        if specifier not in ("streamRawPredict", "rawPredict") or "model" in body or "anthropic_version" not in body:
+            return self._failure(Failure(status=400, error_type="invalid_request_error", message="not a Vertex request"))
+        body["model"] = model
+        return await self._answer(request, body)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refused(request.headers.get("x-api-key") or _bearer(request))  # the SDK sends either
+        if refused is not None:
+            return refused
+        return await self._answer(request, await request.json())
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        self.paths.append(request.path)
         self.requests.append(body)
         async with self._changed:
             self._changed.notify_all()
