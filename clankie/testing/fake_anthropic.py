@@ -30,7 +30,11 @@ It also answers as Google Vertex AI does for Claude
 (``POST /v1/projects/P/locations/R/publishers/anthropic/models/M:streamRawPredict``:
 the model in the path, ``anthropic_version`` in the body, the same event
 stream), so the SDK's ``AsyncAnthropicVertex`` reaches it with ``base_url``
-set to ``<base_url>/v1``; :attr:`FakeAnthropic.paths` records every path.
+set to ``<base_url>/v1``; and as Amazon Bedrock does
+(``POST /model/M/invoke-with-response-stream``: the same events, each the
+base64 ``bytes`` of a chunk in AWS event-stream binary framing), so
+``AsyncAnthropicBedrock`` reaches it with ``base_url``. :attr:`FakeAnthropic.paths`
+records every path.
 
 Run ``python -m clankie.testing.fake_anthropic --port 8765`` for a local
 demo server that echoes the last user text.
@@ -42,7 +46,7 @@ import argparse
 import asyncio
 import collections
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -65,7 +69,7 @@ from clankie.testing.fake_anthropic_scenarios import (
     thinking,
     tool_use,
 )
-from clankie.testing.fake_anthropic_stream import events, frame, message, req_id
+from clankie.testing.fake_anthropic_stream import event_stream_frame, events, frame, message, req_id
 
 __all__ = [  # the scenario helpers are re-exported: tests write fa.text(...), fa.Failure(...)
     "Failure",
@@ -141,6 +145,7 @@ class FakeAnthropic:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{target}", self._vertex)
+        app.router.add_post("/model/{model}/{action:invoke|invoke-with-response-stream}", self._bedrock)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -193,7 +198,24 @@ class FakeAnthropic:
             return refused
         return await self._answer(request, await request.json())
 
-    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    async def _bedrock(self, request: web.Request) -> web.StreamResponse:
+        """Bedrock's ``invoke-with-response-stream`` (``invoke`` unstreamed): AWS event-stream frames, each a chunk
+        whose ``bytes`` are one event's JSON. A Bedrock API key (a bearer) or SigV4 whose access key is this
+        account's key is accepted; the signature itself is not verified."""
+        auth = request.headers.get("Authorization", "")
+        signed = auth.startswith("AWS4-HMAC-SHA256 Credential=")
+        refused = self._refused(auth.split("Credential=", 1)[1].split("/", 1)[0] if signed else _bearer(request))
+        if refused is not None:
+            return refused
+        body = await request.json()
+        if "model" in body or "stream" in body or "anthropic_version" not in body:
+            return self._failure(Failure(status=400, error_type="invalid_request_error", message="not a Bedrock request"))
+        body["model"] = request.match_info["model"]
+        body["stream"] = request.match_info["action"] == "invoke-with-response-stream"
+        return await self._answer(request, body, event_stream_frame, "application/vnd.amazon.eventstream")
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], framed: Callable[[str, dict[str, Any]], bytes] = frame,
+                      content_type: str = "text/event-stream") -> web.StreamResponse:
         self.paths.append(request.path)
         self.requests.append(body)
         async with self._changed:
@@ -225,7 +247,7 @@ class FakeAnthropic:
             return web.json_response(message(body, scenario.blocks, scenario.stop_reason, usage, output), headers=limits)
         response = web.StreamResponse(
             status=200,
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "request-id": req_id(), **limits},
+            headers={"Content-Type": content_type, "Cache-Control": "no-cache", "request-id": req_id(), **limits},
         )
         await response.prepare(request)
         for index, (name, data) in enumerate(events(body, scenario, usage, output)):
@@ -239,12 +261,12 @@ class FakeAnthropic:
                 return response
             if index == scenario.error_after:
                 error = {"type": "error", "error": {"type": scenario.error_type, "message": scenario.error_message}}
-                await response.write(frame("error", error))
+                await response.write(framed("error", error))
                 break
             if index == scenario.garbage_after:
                 await response.write(f"event: {name}\ndata: {{not json\n\n".encode())
                 break
-            await response.write(frame(name, data))
+            await response.write(framed(name, data))
             if scenario.delay:
                 await self._pause(scenario.delay, None)
         await response.write_eof()

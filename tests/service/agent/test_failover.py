@@ -29,7 +29,9 @@ from tests.service.agent.helpers import SYSTEM, arun, echo_tool
 
 MODEL = "claude-test"
 VERTEX_MODEL = "claude-test@20250929"
-KEYS = {"primary": "sk-primary-0000", "backup": "sk-backup-1111", "gcp": "ya29.vertex-2222"}
+BEDROCK_MODEL = "anthropic.claude-test-20250929-v1:0"
+KEYS = {"primary": "sk-primary-0000", "backup": "sk-backup-1111", "gcp": "ya29.vertex-2222", "aws": "AKIAFAKE3333"}
+SIGV4 = '{"aws_access_key": "AKIAFAKE3333", "aws_secret_key": "aws-secret-4444"}'  # the aws route signs with these
 
 
 @dataclass
@@ -59,7 +61,8 @@ class Net:
 @contextlib.asynccontextmanager
 async def net(tmp_path: Path, kinds: Sequence[str] = ("backup",), tools: Sequence[Tool] = (),
               failover_after: float = 20.0) -> AsyncIterator[Net]:
-    """The primary and the named fallbacks (``backup``: a second Anthropic account; ``gcp``: Vertex), an agent over them."""
+    """The primary and the named fallbacks (``backup``: a second Anthropic account; ``gcp``: Vertex; ``aws``: Bedrock,
+    SigV4-signed), an agent over them."""
     clock = FakeClock(autojump=True)
     fakes = {name: fa.FakeAnthropic(api_key=KEYS[name]) for name in ("primary", *kinds)}
     for fake in fakes.values():
@@ -67,12 +70,17 @@ async def net(tmp_path: Path, kinds: Sequence[str] = ("backup",), tools: Sequenc
     primary = AnthropicProvider(api_key=KEYS["primary"], model=MODEL, base_url=fakes["primary"].base_url)
     routes = [ModelRoute("primary", "anthropic", primary, Governor(clock, max_concurrent=8))]
     for name in kinds:
+        secret = KEYS[name]
         if name == "gcp":
             route = Route(name=name, kind="vertex", model=VERTEX_MODEL, region="us-east5", project_id="proj-1",
                           base_url=fakes[name].base_url + "/v1", credential="VERTEX_TOKEN")
+        elif name == "aws":
+            route = Route(name=name, kind="bedrock", model=BEDROCK_MODEL, region="us-west-2", base_url=fakes[name].base_url,
+                          credential="AWS_KEYS")
+            secret = SIGV4
         else:
             route = Route(name=name, kind="anthropic", base_url=fakes[name].base_url, credential="BACKUP_KEY")
-        routes.append(ModelRoute(name, route.kind, AnthropicProvider.for_route(route, KEYS[name], MODEL),
+        routes.append(ModelRoute(name, route.kind, AnthropicProvider.for_route(route, secret, MODEL),
                                  Governor(clock, max_concurrent=8)))
     table = Routes(routes, clock, failover_after=failover_after)
     session = SessionTree.create(tmp_path / "lane", clock)
@@ -199,6 +207,27 @@ def test_vertex_route_through_the_real_vertex_client_and_its_cache(tmp_path: Pat
             assert first.usage.cache_write > 0 and first.usage.cache_read == 0
             assert second.usage.cache_read >= first.usage.cache_write  # the whole first prefix read back
             assert n.routes.all[1].provider_name == "gcp.vertex_ai"
+
+    arun(body())
+
+
+def test_bedrock_route_through_the_real_bedrock_client_and_its_cache(tmp_path: Path) -> None:
+    """Bedrock as the second fallback (Vertex down too): invoke-with-response-stream with the route's model id, AWS
+    event-stream framing decoded by the SDK, SigV4 with the route's keys; its second call reads the first's cache."""
+
+    async def body() -> None:
+        async with net(tmp_path, kinds=("gcp", "aws")) as n:
+            n.down("primary")
+            n.down("gcp", fa.server_error())
+            first = await n.agent.run("one")
+            second = await n.agent.run("two")
+            assert (first.text, second.text) == ("echo: one", "echo: two")
+            assert n.served() == {"primary": 1, "gcp": 1, "aws": 2}
+            bedrock = n.fakes["aws"]
+            assert bedrock.paths == [f"/model/{BEDROCK_MODEL}/invoke-with-response-stream"] * 2
+            assert first.usage.cache_write > 0 and second.usage.cache_read >= first.usage.cache_write
+            assert [r.provider_name for r in n.routes.all] == ["anthropic", "gcp.vertex_ai", "aws.bedrock"]
+            assert [s.state for s in n.routes.status()] == ["open", "open", "closed"]
 
     arun(body())
 
