@@ -109,6 +109,7 @@ class RouteSettings(BaseModel):
     # JSON list of fallback routes after the primary, each {name, kind (anthropic, vertex, bedrock), model, base_url, region, ...}
     model_routes: Annotated[tuple[Route, ...], NoDecode] = ()
     model_failover_after_seconds: float = Field(default=20.0, ge=0, le=3600)  # a 429 whose wait is longer marks its route down
+    model_slow_start: bool = True  # a route's governor that knows nothing sends one call and learns before the rest
     _route_secrets: dict[str, SecretStr] = PrivateAttr(default_factory=dict)  # filled by load() (route_secrets)
 
     @field_validator("model_routes", mode="before")

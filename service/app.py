@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from clankie import ipc, spend
 from clankie.child import tree_id
@@ -44,6 +44,7 @@ from clankie.router import Router
 from clankie.settings import Settings
 from service import fdlimit, telemetry
 from service.agent.governor import Governor
+from service.agent.learned import Learned
 from service.agent.model import Provider
 from service.agent.routes import PRIMARY, ModelRoute, Routes
 from service.captain.captain import Captain, CaptainDeps
@@ -95,7 +96,8 @@ def _age(seconds: float) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m"
 
 
-def make_routes(settings: Settings, provider: Provider | None, primary: Governor, clock: Clock) -> Routes | None:
+def make_routes(settings: Settings, provider: Provider | None, primary: Governor,
+                governor: Callable[[str], Governor]) -> Routes | None:
     """The primary (``provider`` through ``primary``) then each fallback route of ``CLANKIE_MODEL_ROUTES`` with its
     own governor; None without a provider. A fallback whose secret did not reach this process is left out, said once."""
     if provider is None:
@@ -113,9 +115,9 @@ def make_routes(settings: Settings, provider: Provider | None, primary: Governor
             routes.append(ModelRoute(
                 route.name, route.kind,
                 AnthropicProvider.for_route(route, None if secret is None else secret.get_secret_value(), settings.model),
-                Governor(clock, max_concurrent=settings.model_max_concurrent),
+                governor(route.name),
             ))
-    return Routes(routes, clock, failover_after=settings.model_failover_after_seconds)
+    return Routes(routes, primary.clock, failover_after=settings.model_failover_after_seconds)
 
 
 def browser_client(settings: Settings, clock: Clock) -> HostClient:
@@ -144,8 +146,9 @@ class ServiceApp:
         paths = CaptainPaths.under(settings.state_dir)
         configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
-        self.governor = Governor(self.clock, max_concurrent=settings.model_max_concurrent)
-        self.routes = make_routes(settings, self.provider, self.governor, self.clock)
+        self.learned = Learned(paths.root, self.clock)  # each route's learned window, across restarts
+        self.governor = self._governor(PRIMARY)
+        self.routes = make_routes(settings, self.provider, self.governor, self._governor)
         self.spending = Spending(settings, self.clock, paths.root)
         self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
                                    max_retained=settings.delivery_max_retained, tree=tree_id(self.environ))
@@ -167,6 +170,12 @@ class ServiceApp:
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
         self._on_disk_at: float | None = None  # when clankie_lanes_on_disk was last counted
+
+    def _governor(self, route: str) -> Governor:
+        """Route ``route``'s governor: its own account's pace, slow-started from what an earlier life learned."""
+        return Governor(self.clock, max_concurrent=self.settings.model_max_concurrent,
+                        slow_start=self.settings.model_slow_start, window=self.learned.window(route),
+                        remember=self.learned.remember(route))
 
     async def start(self, listener: socket.socket | None = None) -> None:
         """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""
@@ -206,6 +215,7 @@ class ServiceApp:
             self.server = None
         await self.browser.aclose()
         await self.tldraw.aclose()
+        self.learned.flush()
         if self.routes is not None:
             await self.routes.aclose()  # the primary's provider and every fallback's
         elif self.provider is not None:

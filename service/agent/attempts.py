@@ -29,7 +29,7 @@ from clankie.metrics import METER
 from service import telemetry
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
-from service.agent.governor import Governor
+from service.agent.governor import Governor, Ticket
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, Usage
 from service.agent.pacing import reports
@@ -157,7 +157,7 @@ class Attempts:
                 self._routes.started(pick)
                 with telemetry.chat(provider.model, asked.max_tokens, provider.server, route.provider_name) as span:
                     try:
-                        response = await provider.complete(asked, self._first_chunk(on_signal, span, started))
+                        response = await provider.complete(asked, self._first_chunk(on_signal, span, started, ticket))
                     except ProviderError as err:
                         settled = True
                         result = "rate_limited" if err.rate_limited else err.kind.value
@@ -182,12 +182,16 @@ class Attempts:
                 self._routes.abandoned(pick)
 
     def _first_chunk(self, on_signal: Callable[[Signal], None], span: telemetry.ChatSpan,
-                     started: float) -> Callable[[Signal], None]:
-        """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took."""
+                     started: float, ticket: Ticket) -> Callable[[Signal], None]:
+        """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took;
+        ``opened`` (the account took the call) goes to the governor only."""
         first = True
 
         def signal(sign: Signal) -> None:
             nonlocal first
+            if sign.kind == "opened":
+                ticket.opened(reports(sign.rate_limits))
+                return
             if first:
                 first = False
                 span.first_chunk(self._clock.monotonic() - started)

@@ -10,6 +10,12 @@ ceiling minus one calls run while the queue is held.
 A 429 any call gets pauses every call that has not started; the call that got
 it goes back through the governor (:class:`~service.agent.attempts.Attempts`).
 
+With ``slow_start`` a governor that knows nothing yet lets one call go (or
+the window an earlier life learned, ``window``) and the rest wait until
+answers widen it (:class:`~service.agent.pacing.Pacing`, "Slow start");
+``remember`` hears each new learned window (:mod:`service.agent.learned`
+keeps it across restarts).
+
 A call that waits tells its run (``on_wait(True)`` then ``on_wait(False)``):
 the run is paced, not stalled, and the stall watchdog does not count that
 silence (:mod:`service.captain.reports`). :meth:`Governor.status` is what the
@@ -45,11 +51,24 @@ class Ticket:
     def __init__(self, governor: Governor, seq: int) -> None:
         self._governor = governor
         self.seq = seq
+        self._taken = False  # the account took this call (its stream opened or it answered): slow start widened once
+
+    def opened(self, reported: Mapping[str, Report] | None) -> None:
+        """The call's stream opened (the account took it), with its rate-limit headers (parsed)."""
+        self._governor.learn(self.seq, reported, None, None)
+        self._took()
 
     def answered(self, reported: Mapping[str, Report] | None, input_tokens: int | None = None,
                  output_tokens: int | None = None) -> None:
         """The answer's rate-limit headers (parsed) and, for a complete answer, what it cost."""
         self._governor.learn(self.seq, reported, input_tokens, output_tokens)
+        if input_tokens is not None:
+            self._took()
+
+    def _took(self) -> None:
+        if not self._taken:
+            self._taken = True
+            self._governor.took()
 
     def throttled(self, retry_after: float | None) -> float:
         """The answer was a 429: pause every call; returns the pause in seconds."""
@@ -59,11 +78,16 @@ class Ticket:
 class Governor:
     """One per service process; see the module docstring."""
 
-    def __init__(self, clock: Clock, *, max_concurrent: int) -> None:
+    def __init__(self, clock: Clock, *, max_concurrent: int, slow_start: bool = False, window: int | None = None,
+                 remember: Callable[[int], None] | None = None) -> None:
+        self.clock = clock
         self._clock = clock
         self._slots = asyncio.Semaphore(max_concurrent)
         self._gate = asyncio.Lock()
-        self.pacing = Pacing()
+        self._room = asyncio.Event()  # set when a call ends or the window widens: a call waiting for room looks again
+        self.pacing = Pacing(window=(window or 1) if slow_start else None, max_window=max_concurrent)
+        self._remember = remember
+        self._remembered = self.pacing.learned()
         self.in_flight = 0
         self.waiting = 0
 
@@ -87,9 +111,16 @@ class Governor:
                 if self._gate.locked():  # another call is waiting for the pace: so is this one
                     tell()
                 async with self._gate:
-                    while (delay := self.pacing.delay(self._clock.monotonic())) > 0:
-                        tell()
-                        await self._clock.sleep(delay)
+                    while True:
+                        if (delay := self.pacing.delay(self._clock.monotonic())) > 0:
+                            tell()
+                            await self._clock.sleep(delay)
+                        elif not self.pacing.room(self.in_flight):  # slow start: wait for an answer to widen it
+                            tell()
+                            self._room.clear()
+                            await self._room.wait()
+                        else:
+                            break
                     seq = self.pacing.start()
             except BaseException:  # cancelled while waiting for the pace (an abort)
                 self._slots.release()
@@ -103,6 +134,7 @@ class Governor:
             yield Ticket(self, seq)
         finally:
             self.in_flight -= 1
+            self._room.set()
             self._slots.release()
 
     def learn(self, seq: int, reported: Mapping[str, Report] | None, input_tokens: int | None,
@@ -112,8 +144,22 @@ class Governor:
         if input_tokens is not None and output_tokens is not None:
             self.pacing.spent(input_tokens, output_tokens)
 
+    def took(self) -> None:
+        """A call got through (slow start widens its window by one) and the calls waiting for room look again."""
+        self.pacing.answered()
+        self._room.set()
+        self._learned()
+
+    def _learned(self) -> None:
+        window = self.pacing.learned()
+        if window != self._remembered:
+            self._remembered = window
+            if self._remember is not None:
+                self._remember(window)
+
     def throttle(self, retry_after: float | None) -> float:
         pause = self.pacing.throttle(retry_after, self._clock.monotonic())
+        self._learned()
         log.warning("model calls paused %.1fs: the provider's rate limit (429)", pause)
         return pause
 

@@ -16,6 +16,15 @@ exponentially weighted mean of each answer's uncached input, cache writes
 included, and of its output): a lane whose prompt is mostly cached costs its
 bucket little, and the estimate follows that.
 
+**Slow start.** A pacing that knows nothing yet (a fresh start, a route
+newly in use) keeps a window of calls in flight: one, or what an earlier
+life learned (:attr:`Pacing.window`). Each answer widens it by one; the
+first answer that reports the buckets opens it (the buckets pace from then
+on), and a 429 halves it. So a crowd at start sends one call, learns, and
+only then the rest, instead of discovering the limits with a burst of 429s;
+a route that reports no buckets (Vertex, Bedrock) grows its window by its
+answers and backs off on its 429s.
+
 Everything here takes ``now`` (monotonic seconds); a reset is an epoch time,
 turned into "seconds from now" with the wall clock the caller passes.
 """
@@ -113,7 +122,9 @@ class Cost:
 class Pacing:
     """When may the next model call start? Learned from the answers, paused by 429s."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None, max_window: int = 1 << 16) -> None:
+        self.max_window = max(1, max_window)
+        self.window = None if window is None or window >= self.max_window else max(1, window)  # None: open
         self._known: dict[str, _Known] = {}
         self._started: deque[tuple[int, Cost]] = deque()  # calls started, oldest first, while any bucket is known
         self._seq = 0
@@ -158,6 +169,23 @@ class Pacing:
             while self._started and self._started[0][0] <= oldest:
                 self._started.popleft()
 
+    def room(self, in_flight: int) -> bool:
+        """May another call start with ``in_flight`` running (slow start's window)?"""
+        return self.window is None or in_flight < self.window
+
+    def answered(self) -> None:
+        """A call was answered: the window opens once the buckets are known, else widens by one."""
+        if self.window is None:
+            return
+        self.window = None if self._known or self.window + 1 >= self.max_window else self.window + 1
+
+    def learned(self) -> int:
+        """The window a later life may start with: the one reached, or half the requests bucket once it is known."""
+        requests = self._known.get("requests")
+        if requests is not None:
+            return max(1, min(self.max_window, requests.limit // 2))
+        return self.window if self.window is not None else self.max_window
+
     def spent(self, input_tokens: int, output_tokens: int) -> None:
         """What an answered call cost (uncached input including cache writes, and output)."""
         self._input = input_tokens if self._input == 0 else (1 - EWMA) * self._input + EWMA * input_tokens
@@ -166,6 +194,8 @@ class Pacing:
     def throttle(self, retry_after: float | None, now: float) -> float:
         """A 429: every call waits until ``retry_after`` from now, or until the empty bucket refills. Returns the pause."""
         self.throttled += 1
+        if not self._known:  # no buckets to pace by: fewer calls at once (the window grows back by answers)
+            self.window = max(1, (self.window or self.max_window) // 2)
         if retry_after is None:
             dry = [k.full_at - now for k in self._known.values() if k.level(now) < 1]
             retry_after = max(dry) if dry and max(dry) > 0 else FALLBACK_PAUSE

@@ -181,6 +181,7 @@ class AnthropicProvider:
         stopped = False
         async with self._client.messages.stream(**self.params(request)) as stream:
             limits = rate_limit_headers(stream.response.headers)
+            on_signal(Signal(kind="opened", rate_limits=limits))
             async for event in stream:
                 if event.type == "text":
                     on_signal(Signal(kind="text", text=event.text))
