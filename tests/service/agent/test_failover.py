@@ -8,14 +8,20 @@ a request with another route's key gets a 401, so a call that went the wrong way
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from clankie.metrics import Meter
 from clankie.settings_routes import Route
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
+from service import telemetry
+from service.agent import attempts
+from service.agent import routes as routes_module
 from service.agent.agent import Agent
 from service.agent.breaker import BASE_SECONDS
 from service.agent.events import AgentEvent, RetryStart, RunEnd
@@ -25,6 +31,7 @@ from service.agent.provider import AnthropicProvider
 from service.agent.routes import ModelRoute, Routes
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
+from service.telemetry import ChatCall, ChatSpan, NoTracer
 from tests.service.agent.helpers import SYSTEM, arun, echo_tool
 
 MODEL = "claude-test"
@@ -247,5 +254,50 @@ def test_a_route_with_the_wrong_key_is_refused_by_its_fake(tmp_path: Path) -> No
             finally:
                 await wrong.aclose()
                 session.close()
+
+    arun(body())
+
+
+class Calls(NoTracer):
+    """A tracer that keeps each chat span's call (its provider name), nothing else."""
+
+    def __init__(self) -> None:
+        self.calls: list[ChatCall] = []
+
+    @contextlib.contextmanager
+    def chat(self, call: ChatCall) -> Iterator[ChatSpan]:
+        self.calls.append(call)
+        with super().chat(call) as span:
+            yield span
+
+
+def test_each_call_counts_under_its_route_and_its_span_names_the_routes_provider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metrics: requests by route and result, the route's up gauge, one failover; traces: gen_ai.provider.name of
+    the route the call went on (anthropic, then gcp.vertex_ai while the primary is down)."""
+
+    async def body() -> None:
+        tracer = Calls()
+        before = telemetry.install(tracer)
+        meter = Meter()
+        meter.enabled = True
+        for module in (attempts, routes_module):
+            monkeypatch.setattr(module, "METER", meter)
+        try:
+            async with net(tmp_path, kinds=("gcp",)) as n:
+                n.down("primary")
+                await n.agent.run("one")
+        finally:
+            telemetry.install(before)
+        report = meter.report()
+        assert report is not None
+        counters = {(name, s.labels): s.value for name, rows in report.counters.items() for s in rows}
+        gauges = {(name, s.labels): s.value for name, rows in report.gauges.items() for s in rows}
+        assert counters[("clankie_model_requests_total", ("primary", "transient"))] >= 1
+        assert counters[("clankie_model_requests_total", ("gcp", "ok"))] >= 1
+        assert counters[("clankie_model_failovers_total", ("primary",))] >= 1
+        assert gauges[("clankie_model_route_up", ("primary",))] == 0.0 and gauges[("clankie_model_route_up", ("gcp",))] == 1.0
+        assert [c.provider for c in tracer.calls] == ["anthropic", "gcp.vertex_ai"]
 
     arun(body())
