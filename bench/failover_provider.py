@@ -11,7 +11,7 @@ accounts). Two parts, each as a pair of trees in the same run, side by side:
    Anthropic account (its own key and its own prompt cache) named in
    ``CLANKIE_MODEL_ROUTES``; ``today``: no routes, as every tree ran before.
    Reported: the share of messages answered (a bot post in the room after it,
-   within the drain; goal ≥ 99 %), the reply wait p50 of messages sent during
+   within the drain, and no failure reaction on it; goal ≥ 99 %), the reply wait p50 of messages sent during
    the outage over the p50 of those sent before it (goal within +2 s), the
    cache-read share of each room's second call on the fallback (its median
    over rooms: cache read / every input token of that call; goal ≥ 80 %),
@@ -56,6 +56,7 @@ from clankie.testing import fake_anthropic as fa  # noqa: E402
 from clankie.testing.fake_anthropic_cache import PromptCache  # noqa: E402
 
 BACKUP_KEY = "sk-bench-backup-route"
+FAILED = "\u26a0\ufe0f"  # the reaction a failed addressed turn gets (CLANKIE_DISCORD_FAILURE_REACTION's default)
 ROOM = re.compile(r"room-(\d+)")
 
 
@@ -172,18 +173,21 @@ async def outage(args: argparse.Namespace, name: str, routed: bool) -> dict[str,
         finally:
             await bench.stop()
             await backup.close()
-    waits = {mid: watch.after(room, at) for room, at, mid in sent}
+    failed = {mid for _, _, mid in sent if FAILED in bench.discord.reactions.get(mid, [])}  # the turn failed: ⚠️
+    waits = {mid: None if mid in failed else watch.after(room, at) for room, at, mid in sent}
     answered = [w for w in waits.values() if w is not None]
     before = [w for (room, at, mid) in sent if at < down_at and (w := waits[mid]) is not None]
     during = [w for (room, at, mid) in sent if down_at <= at < heal_at and (w := waits[mid]) is not None]
     out = {
         "name": name, "sent": len(sent), "answered": len(answered), "share": len(answered) / max(1, len(sent)),
+        "failed": len(failed),
         "before_p50": pct(before, 0.5), "during_p50": pct(during, 0.5),
         "during_sent": sum(1 for _, at, _ in sent if down_at <= at < heal_at), "during_answered": len(during),
         "twice": sum(1 for n in watch.replies.values() if n > 1), "back_s": back_at - healed_at,
         "cache_share": second_call_cache_share(backup), "primary_calls": primary.served, "backup_calls": backup.served,
     }
-    print(f"  outage {name:>6}: {out['answered']}/{out['sent']} answered ({out['share']:.1%}); during the outage "
+    print(f"  outage {name:>6}: {out['answered']}/{out['sent']} answered ({out['share']:.1%}, {out['failed']} failed); "
+          f"during the outage "
           f"{out['during_answered']}/{out['during_sent']}, wait p50 {out['during_p50']:.2f} s (before {out['before_p50']:.2f} s); "
           f"answered twice {out['twice']}; back on the primary {out['back_s']:.1f} s after it healed; fallback's second-call "
           f"cache-read share {out['cache_share']:.0%}; calls primary {out['primary_calls']}, backup {out['backup_calls']}",
