@@ -98,6 +98,7 @@ class Tree:
             "DISCORD_TOKEN": discord.token, "CLANKIE_DISCORD_API_BASE": discord.api_base,
             "CLANKIE_DISCORD_GUILD_IDS": GUILD, "ANTHROPIC_API_KEY": "sk-bench", "ANTHROPIC_BASE_URL": anthropic.base_url,
             "CLANKIE_USER_TURNS_PER_MINUTE": "0", "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",  # one author speaks for the crowd
+            "CLANKIE_BUDGET_USER_DAY_USD": "0", "CLANKIE_BUDGET_ROOM_DAY_USD": "0",  # ... and pays for it: no day budgets
         }
         self.proc: asyncio.subprocess.Process | None = None
 

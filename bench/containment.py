@@ -3,8 +3,10 @@
 1. The prompt. A cold turn with ten history messages (quotes, newlines, emoji, a forged owner line) as
    the captain now renders it (each text one JSON string, a per-turn boundary) against the old
    ``[time] <id> text`` lines: bytes per turn and render time.
-2. Redaction. A 2,000-character reply passed through ``clankie.redact`` with both secrets configured,
-   against no redaction: microseconds per reply.
+2. Redaction. A 2,000-character reply passed through ``clankie.redact`` with both secrets configured
+   (every form: exact, hex, base64, URL-encoded, split), against the exact values alone (a plain substring
+   scan per secret, what redaction was before issue 37) and against no redaction: microseconds per reply;
+   and the same reply holding a base64 copy of the key (the rewrite path).
 3. The policy proxy. The real browser host process (real Chromium) screenshots a page with 60
    subresources, warm, with today's proxy (one vetted request per connection) and with the old one
    (the request line vetted, then raw bytes piped both ways), the old one put back into the same host
@@ -17,13 +19,14 @@ Run: ``python bench/containment.py``; ends with one ``bench containment:`` line.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import statistics
 import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +113,31 @@ def prompts(rounds: int = 2000) -> tuple[int, int, float, float]:
 # ---------------------------------------------------------------- 2. redaction
 
 
-def redaction(rounds: int = 20000) -> tuple[float, float]:
+def _per_call_us(call: Callable[[], object], rounds: int) -> float:
+    started = time.perf_counter()
+    for _ in range(rounds):
+        call()
+    return (time.perf_counter() - started) / rounds * 1e6
+
+
+def redaction(rounds: int = 20000) -> tuple[float, float, float, float]:
+    """(every form, exact values only, no redaction, a reply holding a base64 copy): microseconds per reply."""
     token, key = "MTA5.fake-discord-token." + "t" * 40, "sk-ant-api03-" + "k" * 95
     reply = ("Here is what I found about the bracket. " * 50)[:2000]
     redact = Redactor([token, key])
-    started = time.perf_counter()
-    for _ in range(rounds):
-        redact(reply)
-    with_us = (time.perf_counter() - started) / rounds * 1e6
-    started = time.perf_counter()
-    for _ in range(rounds):
-        reply.strip()  # the work a reply gets either way
-    without_us = (time.perf_counter() - started) / rounds * 1e6
-    return with_us, without_us
+    secrets = (key, token)
+
+    def exact_only() -> str:  # the redactor before issue 37: a substring scan per secret
+        text = reply
+        for secret in secrets:
+            if secret in text:
+                text = text.replace(secret, "[redacted]")
+        return text
+
+    holding = reply[:1000] + base64.b64encode(key.encode()).decode() + reply[1000:]
+    assert redact(reply) == reply and key not in redact(holding) and redact.found(holding)
+    return (_per_call_us(lambda: redact(reply), rounds), _per_call_us(exact_only, rounds),
+            _per_call_us(reply.strip, rounds), _per_call_us(lambda: redact(holding), rounds // 10))
 
 
 # ---------------------------------------------------------------- 3. the proxy
@@ -209,7 +224,7 @@ async def proxies(base: Path, rounds: int = 3, n: int = 5) -> dict[str, tuple[li
 
 def main() -> None:
     new_bytes, old_bytes, new_us, old_us = prompts()
-    red_us, plain_us = redaction()
+    red_us, exact_us, plain_us, hit_us = redaction()
     with tempfile.TemporaryDirectory(prefix="ckc-", dir="/tmp") as tmp:  # short: socket paths
         shots = asyncio.run(proxies(Path(tmp)))
     one, old = shots["one request"], shots["old pipe"]
@@ -218,14 +233,15 @@ def main() -> None:
     print(f"{'cold-turn prompt (10 history messages)':<44}{'contained':>12}{'old lines':>12}{'ratio':>8}")
     print(f"{'  bytes':<44}{new_bytes:>12}{old_bytes:>12}{new_bytes / old_bytes:>8.2f}")
     print(f"{'  render, us':<44}{new_us:>12.1f}{old_us:>12.1f}{new_us / old_us:>8.2f}")
-    print(f"{'2,000-char reply':<44}{'redacted':>12}{'not':>12}")
-    print(f"{'  us per reply':<44}{red_us:>12.2f}{plain_us:>12.2f}")
+    print(f"{'2,000-char reply, us per reply':<44}{'all forms':>12}{'exact only':>12}{'not':>12}{'a copy in it':>14}")
+    print(f"{'':<44}{red_us:>12.2f}{exact_us:>12.2f}{plain_us:>12.2f}{hit_us:>14.2f}")
     print(f"{'screenshot, page with 60 subresources':<44}{'one request':>12}{'old pipe':>12}{'ratio':>8}")
     print(f"{'  median ms (warm, 15 each)':<44}{one_ms:>12.0f}{old_ms:>12.0f}{one_ms / old_ms:>8.2f}")
     print(f"{'  site connections per request':<44}{one_conn:>12.2f}{old_conn:>12.2f}")
     print(
         f"bench containment: prompt_bytes_ratio={new_bytes / old_bytes:.2f} prompt_render_us={new_us:.1f} "
-        f"redact_us={red_us:.2f} shot_one_request_ms={one_ms:.0f} shot_old_pipe_ms={old_ms:.0f} "
+        f"redact_us={red_us:.2f} redact_exact_us={exact_us:.2f} redact_hit_us={hit_us:.1f} "
+        f"shot_one_request_ms={one_ms:.0f} shot_old_pipe_ms={old_ms:.0f} "
         f"shot_ratio={one_ms / old_ms:.2f} conns_per_request={one_conn:.2f}/{old_conn:.2f}"
     )
 

@@ -159,6 +159,7 @@ async def main() -> int:
             "CLANKIE_DISCORD_GUILD_IDS": GUILD,
             "CLANKIE_LOG_LEVEL": "WARNING",
             "CLANKIE_USER_TURNS_PER_MINUTE": "0", "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",  # one author speaks for the crowd
+            "CLANKIE_BUDGET_USER_DAY_USD": "0", "CLANKIE_BUDGET_ROOM_DAY_USD": "0",  # ... and pays for it: no day budgets
         }
         paths.ensure_private_dir(tmp / "run")
         try:

@@ -161,6 +161,7 @@ class Tree:
             "CLANKIE_DISCORD_API_BASE": self.discord.api_base,
             "CLANKIE_DISCORD_GUILD_IDS": GUILD,
             "CLANKIE_USER_TURNS_PER_MINUTE": "0", "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",  # one author speaks for the crowd
+            "CLANKIE_BUDGET_USER_DAY_USD": "0", "CLANKIE_BUDGET_ROOM_DAY_USD": "0",  # ... and pays for it: no day budgets
             "ANTHROPIC_API_KEY": "sk-bench-fake",
             "ANTHROPIC_BASE_URL": self.anthropic.base_url,
             "CLANKIE_BROWSER_ALLOW_PRIVATE": "true",

@@ -16,8 +16,13 @@ Order (each drop names its reason code):
 7. same id seen before                  duplicate (same content) / ``delivery_id_conflict``
    (:class:`bridge.dedupe.Dedupe`: never full; past its bound the oldest ids beyond the catch-up horizon go)
 8. room drifted, not addressed, no live run   buffered for the catch-up turn
-   a new turn (not steered into a live run, not buffered) past its author's or its room's
-   turns per minute (:mod:`bridge.fairness`; the owner is exempt)   ``rate_limited`` (not retained)
+   its author has messages waiting for their pace: it waits behind them (:class:`Paced`; in a room
+   where they have a waiting turn it folds into it)
+   a new turn past its author's turns per minute, or a message steered into a live run past its
+   share of a turn (:mod:`bridge.fairness`; the owner is exempt): it *waits* for the pace
+   (:class:`Paced`, retained, journaled: :mod:`bridge.paced`); past the person's bound on
+   waiting turns                         ``rate_limited`` (not retained)
+   a new turn past its room's turns per minute   ``rate_limited`` (not retained)
 9. ``max_turns`` turns held, or the room already has messages waiting: it *waits*
    (:class:`Waiting`, retained) for a turn slot, in the bridge's durable journal; only a
    journal at its size bound refuses it, ``journal_full`` (not retained: a re-send may try again)
@@ -52,13 +57,16 @@ number of rooms, bounded by age and count (settings, never a silent cap).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
 from bridge.dedupe import Dedupe, Seen
 from bridge.engagement import DEFAULT_IDLE_S, DEFAULT_MAX_ROOMS, TRANSITIONS, Engagement, Room, RoomEvent, Rooms
-from bridge.fairness import Fairness
+from bridge.fairness import Fairness, Pace
 from bridge.inbound import Inbound
+from bridge.paced import PacedTurns
+from bridge.waiting import MAX_JOIN
 from clankie import allow
 from clankie.protocol import TurnOutcome
 
@@ -96,6 +104,8 @@ class Policy:
     engagement_max_rooms: int = DEFAULT_MAX_ROOMS
     user_turns_per_minute: float = 0.0  # 0: no limit
     room_turns_per_minute: float = 0.0
+    steer_share: float = 0.5  # of a turn, what a message steered into a live run takes from its author's pace
+    paced_minutes: float = 1.0  # a person's turns waiting for their pace: this many minutes' worth at most
 
 
 # ------------------------------------------------------------------ decisions
@@ -129,6 +139,17 @@ class Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class Paced:
+    """Admitted, but over its author's pace: the shell journals it (with ``person``, its pace key) and it waits for
+    the pace, folded with that person's other waiting messages in its room (:mod:`bridge.paced`); ``opened``: it is
+    the first of a new waiting turn."""
+
+    unprompted: bool
+    person: str
+    opened: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """Start a turn for ``trigger`` now (or steer it into its room's live run)."""
 
@@ -149,7 +170,7 @@ class CatchUp:
     ids: tuple[str, ...]
 
 
-Decision = Drop | Duplicate | Buffered | Waiting | Run
+Decision = Drop | Duplicate | Buffered | Waiting | Paced | Run
 
 
 # ------------------------------------------------------------------ engagement
@@ -170,7 +191,9 @@ class Ingress:
         self._names = name_pattern(policy.names)
         self._rooms: Rooms[str] = Rooms(policy.engagement_idle_s, policy.engagement_max_rooms)  # backlogs: ids
         self.dedupe = Dedupe(retention=policy.retention_s, horizon=policy.horizon_s, bound=policy.max_retained)
-        self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute)
+        self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute,
+                                 steer_share=policy.steer_share)
+        self.paced = PacedTurns(math.ceil(policy.user_turns_per_minute * policy.paced_minutes), MAX_JOIN, self.fairness)
 
     # -------------------------------------------------------------- queries
 
@@ -248,9 +271,17 @@ class Ingress:
             return Duplicate(msg.message_id)
         room = self._rooms.peek(msg.channel_id)
         buffer = not live_run and not live_policy and not addressed and room is not None and room.since_reply >= p.window
-        exempt = buffer or live_run or msg.author_id == p.owner_id  # no new turn, or the operator
-        if not exempt and not self.fairness.admit(msg.guild_id, msg.channel_id, msg.author_id, now):
-            return Drop(RATE_LIMITED)
+        if not buffer and msg.author_id != p.owner_id:  # a turn, or a steer into one; the operator is never paced
+            person = Fairness.user_key(msg.guild_id, msg.author_id)
+            if self.paced.holds(person):  # behind their earlier waiting messages, never ahead of them
+                pace = Pace.PERSON
+            else:
+                pace = self.fairness.admit(msg.guild_id, msg.channel_id, msg.author_id, now, steer=live_run)
+            if pace is Pace.ROOM:
+                return Drop(RATE_LIMITED)
+            if pace is Pace.PERSON:
+                return self._wait_for_pace(msg, person, now, addressed=addressed, live_run=live_run,
+                                           journal_full=journal_full)
         wait = not buffer and (turns >= p.max_turns or room_waiting)
         if wait and journal_full:
             return Drop(JOURNAL_FULL)
@@ -269,6 +300,21 @@ class Ingress:
         if room is not None:
             self._hear(room)
         return Run(msg, unprompted=not addressed)
+
+    def _wait_for_pace(self, msg: Inbound, person: str, now: float, *, addressed: bool, live_run: bool,
+                       journal_full: bool) -> Paced | Drop:
+        """Step 8 for a message over its author's pace: it waits (retained), unless the person's waiting turns are at
+        their bound (``rate_limited``) or the journal is full (``journal_full``)."""
+        if not self.paced.admits(person, msg.channel_id):
+            return Drop(RATE_LIMITED)
+        if journal_full:
+            return Drop(JOURNAL_FULL)
+        self.dedupe.add(msg.message_id, msg.fingerprint, now + self.policy.retention_s)
+        room = self._rooms.touch(msg.channel_id, now)
+        if room is not None and not live_run:
+            self._hear(room)
+        opened = self.paced.add(person, msg.channel_id, msg.message_id)
+        return Paced(unprompted=not addressed, person=person, opened=opened)
 
     def rate_hint(self, msg: Inbound, now: float) -> bool:
         """Whether a ``rate_limited`` message should show the ⏳: at most once a minute per person."""

@@ -20,6 +20,7 @@ from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
 from bridge.journal import Journal
 from bridge.receipts import Receipts, audit_rotation
+from bridge.shards import ShardWatch
 from bridge.turns import Bridge
 from clankie import paths
 from clankie.appender import DiskError
@@ -62,6 +63,8 @@ def policy(settings: Settings) -> Policy:
         max_turns=settings.discord_max_turns,
         user_turns_per_minute=settings.user_turns_per_minute,
         room_turns_per_minute=settings.room_turns_per_minute,
+        steer_share=settings.user_steer_share,
+        paced_minutes=settings.user_paced_minutes,
         engagement_idle_s=settings.discord_engagement_idle_seconds,
         engagement_max_rooms=settings.discord_engagement_max_rooms,
     )
@@ -138,6 +141,17 @@ class BridgeApp:
             log.info("discord: %s", status)
         self.discord_status = status
 
+    def _shard_gauges(self) -> None:
+        """Under sharding: the bot's shard count, and each of this tree's shards up or not (its client's watch)."""
+        count = self.settings.discord_shard_count
+        if count is None:
+            return
+        METER.set("clankie_discord_shard_count", float(count))
+        watch = getattr(self.port.client, "watch", None)  # the sharded client's, once it exists
+        if isinstance(watch, ShardWatch):
+            for shard in watch.ids:
+                METER.set("clankie_discord_shard_up", 0.0 if shard in watch.down else 1.0, str(shard))
+
     def heartbeat(self) -> Heartbeat:
         """The heartbeat record for the supervisor: status in ``detail``, counters in ``report``."""
         self._heartbeat_seq += 1
@@ -153,6 +167,8 @@ class BridgeApp:
             "pending_triggers": self.bridge.pending_triggers,
             "waiting": len(self.bridge.waiting),
             "waiting_rooms": self.bridge.waiting.rooms,
+            "paced": self.bridge.paced,
+            "paced_people": self.ingress.paced.people,
             "journal_bytes": self.journal.size,
             "tool_cards": self.bridge.cards.live,
             "admitted": c.admitted,
@@ -183,6 +199,9 @@ class BridgeApp:
             if self.bridge.disk.reason is not None:  # a full disk holds them in the journal (bridge.disk)
                 detail += f", held ({self.bridge.disk.reason})"
                 report["waiting_held"] = self.bridge.disk.reason
+        if self.bridge.paced:
+            people = self.ingress.paced.people
+            detail += f"; paced: {self.bridge.paced} of {people} {'person' if people == 1 else 'people'}"
         if self.journal.full:
             detail += "; journal full"
         if disk is not None:
@@ -191,6 +210,7 @@ class BridgeApp:
             METER.set("clankie_journal_waiting", float(len(self.bridge.waiting)))
             if self.settings.discord_token is not None:  # local-only has no session to lose
                 METER.set("clankie_discord_connected", 1.0 if self.discord_status == "connected" else 0.0)
+                self._shard_gauges()
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
 
     # ------------------------------------------------------------ running

@@ -210,6 +210,9 @@ class DiscordPort:
     async def react(self, channel_id: str, message_id: str, emoji: str) -> None:
         await _rest(self._client().http.add_reaction(int(channel_id), int(message_id), emoji))
 
+    async def unreact(self, channel_id: str, message_id: str, emoji: str) -> None:
+        await _rest(self._client().http.remove_own_reaction(int(channel_id), int(message_id), emoji))
+
     async def edit(self, channel_id: str, message_id: str, content: str) -> None:
         params = MultipartParameters(payload={"content": self.redact(content), "allowed_mentions": {"parse": []}},
                                      multipart=None, files=None)

@@ -9,7 +9,8 @@ per event, appended through :class:`clankie.appender.Appender`:
              has the same fingerprint at the service), whether it is a catch-up, and the
              buffered messages it folds in; written before the submission goes out
 ``buffer``   a message held for a catch-up turn (reply policy ``addressed``)
-``wait``     a message admitted while every turn slot was taken, waiting for one (:mod:`bridge.waiting`);
+``wait``     a message admitted while every turn slot was taken, waiting for one (:mod:`bridge.waiting`),
+             or (with ``paced``, its author's pace key) over its author's pace (:mod:`bridge.paced`);
              like ``buffer``, it carries the message, and its ``admit`` (the turn that joins it, as the
              trigger or as a fold) ends its wait
 ``close``    the outcome (a :class:`clankie.protocol.TurnOutcome` value, or ``expired``) and
@@ -121,10 +122,14 @@ class Journal:
         self._appender.sync_soon()
 
     def buffer(self, did: str, at: float, fp: str, room: Room, inbound: dict[str, Any], trigger: dict[str, Any], *,
-               waiting: bool = False) -> None:
-        """A message held for a catch-up turn, or (``waiting``) for a turn slot: the journal keeps its payload."""
-        self._append({"v": 1, "op": "wait" if waiting else "buffer", "id": did, "at": at, "fp": fp,
-                      "room": room.to_wire(), "inbound": inbound, "trigger": trigger})
+               waiting: bool = False, paced: str | None = None) -> None:
+        """A message held for a catch-up turn, or (``waiting``) for a turn slot or (``paced``: its author's pace key)
+        for its author's pace: the journal keeps its payload."""
+        line = {"v": 1, "op": "wait" if waiting or paced else "buffer", "id": did, "at": at, "fp": fp,
+                "room": room.to_wire(), "inbound": inbound, "trigger": trigger}
+        if paced is not None:
+            line["paced"] = paced
+        self._append(line)
         self._appender.sync_soon()
 
     def close(self, did: str, outcome: TurnOutcome, at: float, *, code: str | None = None,

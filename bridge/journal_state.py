@@ -30,6 +30,7 @@ class Entry:
     # while waiting for a catch-up or a slot: its payload packed (bridge.packing), read when its turn is built
     buffered: bytes | None = None
     waiting: bool = False  # buffered for a turn slot (``wait``), not for a catch-up (``buffer``)
+    paced: str | None = None  # waited for its author's pace (bridge.paced): their pace key; it wore the ⏳
     catching_up: bool = False
     folds: tuple[str, ...] = ()
     folded_into: str | None = None
@@ -87,6 +88,7 @@ class JournalState:
             if entry is None or not entry.open:  # a closed one admitted again (its turn could not run) is new
                 entry = Entry(did, float(line["at"]), str(line["fp"]), room)
             entry.submit, entry.buffered = submit, None
+            entry.paced = entry.paced or line.get("paced")
             entry.catching_up = bool(line.get("catch_up", False))
             entry.folds = tuple(str(f) for f in line.get("folds", ()))
             self.entries[did] = entry
@@ -97,7 +99,7 @@ class JournalState:
             room = self._room(line["room"])
             self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
                                       buffered=pack(did, room, {"inbound": line["inbound"], "trigger": line["trigger"]}),
-                                      waiting=op == "wait")
+                                      waiting=op == "wait", paced=line.get("paced"))
         elif op == "close":
             outcome = str(line["outcome"])
             if outcome not in OUTCOMES:
@@ -172,16 +174,21 @@ def entry_lines(e: Entry) -> list[dict[str, Any]]:
     if e.submit is None:
         payload = e.payload()
         assert payload is not None
-        return [{"v": 1, "op": "wait" if e.waiting else "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
-                 "room": e.room.to_wire(), **payload}]
-    return [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds)]
+        line = {"v": 1, "op": "wait" if e.waiting else "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
+                "room": e.room.to_wire(), **payload}
+        if e.paced is not None:
+            line["paced"] = e.paced
+        return [line]
+    return [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds, e.paced)]
 
 
 def admit_line(did: str, at: float, fp: str, submit: dict[str, Any], catching_up: bool,
-               folds: tuple[str, ...]) -> dict[str, Any]:
+               folds: tuple[str, ...], paced: str | None = None) -> dict[str, Any]:
     line: dict[str, Any] = {"v": 1, "op": "admit", "id": did, "at": at, "fp": fp, "submit": submit}
     if catching_up:
         line["catch_up"] = True
     if folds:
         line["folds"] = list(folds)
+    if paced is not None:
+        line["paced"] = paced
     return line

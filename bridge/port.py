@@ -58,6 +58,9 @@ class DiscordPort(Protocol):
     async def react(self, channel_id: str, message_id: str, emoji: str) -> None:
         """Add the bot's reaction ``emoji`` to a message (Discord's PUT: adding it twice is one reaction)."""
 
+    async def unreact(self, channel_id: str, message_id: str, emoji: str) -> None:
+        """Take the bot's reaction ``emoji`` off a message (Discord's DELETE: none there is no error)."""
+
     async def edit(self, channel_id: str, message_id: str, content: str) -> None:
         """Replace the content of a message the bot posted (no mentions ping anyone); raises :class:`PostError`."""
 

@@ -5,7 +5,8 @@ DM) ends ``failed``, the bridge adds ``CLANKIE_DISCORD_FAILURE_REACTION``
 (default ⚠️; empty disables) to the trigger and posts no text. Unaddressed
 and catch-up turns fail as quietly as before. A message the bridge refuses
 for backpressure (``journal_full``: "not now", a re-send may run) gets the
-same reaction, whoever it was addressed to. Discord's add-reaction is a
+same reaction, whoever it was addressed to (past the bound of such reactions in
+flight, a notice in its room instead: :mod:`bridge.refusal_notice`). Discord's add-reaction is a
 PUT: adding the same emoji twice leaves one reaction, which is what makes
 the reaction idempotent across a bridge restart (the journal's close is
 written after the reaction, so a crash in between reacts again, harmlessly).
@@ -35,5 +36,19 @@ async def react(port: DiscordPort, channel_id: str, message_id: str, emoji: str)
         return exc.code
     except Exception as exc:  # cosmetic: never costs the delivery its outcome
         log.info("failure reaction on %s failed (%s)", message_id, type(exc).__name__)
+        return "reaction_error"
+    return None
+
+
+async def unreact(port: DiscordPort, channel_id: str, message_id: str, emoji: str) -> str | None:
+    """Take the bot's reaction off once; returns None when Discord took it off, else the failure code (never
+    raises: the ⏳ on a message that waited for its pace is cosmetic)."""
+    try:
+        await port.unreact(channel_id, message_id, emoji)
+    except PostError as exc:
+        log.info("reaction removal on %s refused (%s)", message_id, exc.code)
+        return exc.code
+    except Exception as exc:  # cosmetic: never costs anything else
+        log.info("reaction removal on %s failed (%s)", message_id, type(exc).__name__)
         return "reaction_error"
     return None

@@ -91,6 +91,7 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
             bridge.resume(entry)
             report.resumed += 1
     bridge.drain_waiting()  # the resumed ones hold their slots already; what waited takes what is left, in order
+    bridge.release_paced()  # what waited for its author's pace: fresh buckets let a minute's worth go, the rest wait
     if report.resumed or report.expired or report.restored or report.waiting:
         log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again",
                  report.resumed, report.expired, report.restored, report.waiting)

@@ -64,9 +64,11 @@ class TurnHolder:
         upload_limit: int,
         failure_reaction: str,
         react_refused: Callable[[str, str, str], None],
+        answered: Callable[[str, tuple[str, ...]], None],
     ) -> None:
         """``held`` and ``counters`` are the bridge's own (shared with the service's calls and the status);
-        ``react_refused`` shows the failure reaction within the bridge's bound on refusal reactions in flight."""
+        ``react_refused`` shows the failure reaction within the bridge's bound on refusal reactions in flight;
+        ``answered`` is told, once a delivery is closed, which of its messages waited for their pace (their ⏳ goes)."""
         self.held = held
         self.counters = counters
         self.ingress = ingress
@@ -83,6 +85,7 @@ class TurnHolder:
         self.upload_limit = upload_limit
         self.failure_reaction = failure_reaction
         self.react_refused = react_refused
+        self.answered = answered
 
     async def hold(self, held: Held) -> None:
         """Run one delivery's turn to its outcome. Never raises but for cancellation: a refused journal line fails
@@ -170,6 +173,9 @@ class TurnHolder:
         for fold in held.folds:
             self.receipts.record(outcome.folded, reason=code, turn_id=turn_id, **_ids(held, fold))
         self.journal.close(held.submit.delivery_id, outcome, self.clock.wall(), code=code, message_ids=message_ids)
+        entries = self.journal.state.entries
+        paced = tuple(d for d in (held.submit.delivery_id, *held.folds) if (e := entries.get(d)) is not None and e.paced)
+        self.answered(held.room.channel_id, paced)
 
     def _answered_meanwhile(self, message_ids: Iterable[str], room: Room) -> None:
         """Close buffered messages an answer in their room took out of its backlog: ``absorbed``, no catch-up turn."""

@@ -3,7 +3,9 @@
 :class:`Bridge` sits between the Discord client (which hands it inbound
 messages) and the service link (which runs turns). It carries out
 admission's verdict on each message (:mod:`bridge.admission`): a drop or a
-duplicate gets its receipt (a refusal for backpressure or pace, a reaction),
+duplicate gets its receipt (a refusal for backpressure or pace, a reaction;
+for backpressure past the bound of reactions in flight, a room notice:
+:mod:`bridge.refusal_notice`),
 a message for a drifted room is buffered for its room's catch-up turn, one
 that finds every turn slot taken waits for a slot, and the rest start a turn
 at once. A message that waits (in a backlog or for a slot) has one record,
@@ -38,6 +40,7 @@ from bridge.admission import (
     Drop,
     Duplicate,
     Ingress,
+    Paced,
     Run,
     Waiting,
 )
@@ -48,9 +51,10 @@ from bridge.held import Counters, Held, Phase
 from bridge.inbound import Inbound
 from bridge.journal import Journal
 from bridge.journal_state import Entry
-from bridge.port import DiscordPort
-from bridge.reaction import react
+from bridge.port import DiscordPort, PostError
+from bridge.reaction import react, unreact
 from bridge.receipts import Receipts
+from bridge.refusal_notice import NOTICE, NoticeGate, Sign
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
 from bridge.turn import TurnHolder
@@ -65,9 +69,11 @@ from clankie.tasks import TaskSet
 log = logging.getLogger(__name__)
 
 # clankie_ingress_messages_total's verdict for each admission decision (a drop's reason is its code)
-VERDICT: dict[type, str] = {Run: "run", Buffered: "buffered", Waiting: "waiting", Duplicate: "duplicate", Drop: "dropped"}
+VERDICT: dict[type, str] = {Run: "run", Buffered: "buffered", Waiting: "waiting", Paced: "paced", Duplicate: "duplicate",
+                            Drop: "dropped"}
 
-HOURGLASS = "\u23f3"  # a message refused for its author's pace: "slow down", not "send it again"
+HOURGLASS = "\u23f3"  # a message waiting for its author's pace (or refused past it): "slow down", not "send it again"
+PACED = "paced"  # a waiting receipt's reason: over its author's pace, it waits for it (bridge.paced)
 MAX_REFUSAL_REACTIONS = 32
 """Failure reactions on refused messages in flight at once; under a flood the rest go without."""
 
@@ -120,12 +126,17 @@ class Bridge:
                                  receipts=receipts, journal=journal, clock=clock, cards=self.cards, disk=self.disk,
                                  retry=retry, redact=redact, attachment_root=attachment_root,
                                  upload_limit=upload_limit, failure_reaction=failure_reaction,
-                                 react_refused=self._react_refused)
+                                 react_refused=self._react_refused, answered=self._unpace)
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         # Turns held: admission keeps them at ``max_turns`` plus one catch-up turn per engaged room, so the set's
         # bound is that sum and reaching it would be a leak (spawn raises; the message stays in the journal).
         self._turns = TaskSet("bridge.turns", ingress.policy.max_turns + ingress.policy.engagement_max_rooms)
         self._reactions = TaskSet("bridge.refusal-reactions", MAX_REFUSAL_REACTIONS)  # under a flood the rest go without
+        self.notices = NoticeGate()  # past that bound, a backpressure refusal's room gets one notice (bridge.refusal_notice)
+        self._notices = TaskSet("bridge.refusal-notices", self.notices.max_rooms)
+        self._pace_timer: asyncio.Task[None] | None = None  # wakes when the next turn waiting for its pace may start
+        # one task per closed turn that wore ⏳ (it takes them off one by one); past the bound they stay
+        self._unpaced = TaskSet("bridge.hourglass-removals", ingress.policy.max_turns)
 
     # ------------------------------------------------------------ ingress
 
@@ -141,7 +152,7 @@ class Bridge:
             self.counters.dropped += 1
             self.receipts.record("dropped", reason=decision.code, **ids)
             if decision.code in BACKPRESSURE:
-                self._react_refused(inbound.channel_id, inbound.message_id, self.failure_reaction)
+                self._refused_visibly(inbound, decision.code)
             elif decision.code == RATE_LIMITED and self.ingress.rate_hint(inbound, self.clock.wall()):
                 self._react_refused(inbound.channel_id, inbound.message_id, HOURGLASS)
             return None
@@ -151,6 +162,10 @@ class Bridge:
             return None
         if isinstance(decision, Waiting):
             self._wait(inbound, room, trigger.model_copy(update={"unprompted": decision.unprompted}))
+            return None
+        if isinstance(decision, Paced):
+            self._wait_for_pace(inbound, room, trigger.model_copy(update={"unprompted": decision.unprompted}),
+                                decision.person)
             return None
         if isinstance(decision, Buffered):
             self.counters.buffered += 1
@@ -201,6 +216,42 @@ class Bridge:
         if emoji and not self._reactions.full:
             self._reactions.spawn(react(self.port, channel_id, message_id, emoji), name="refusal-reaction")
 
+    def _refused_visibly(self, inbound: Inbound, code: str) -> None:
+        """A message refused for backpressure reaches its author: the failure reaction on it while reactions keep up;
+        past their bound (or with the reaction off), a notice in its room replying to it, at most one per room per
+        few minutes (:mod:`bridge.refusal_notice`). Each refusal's sign is counted (a notice's once it is posted)."""
+        sign: Sign
+        if self.failure_reaction and not self._reactions.full:
+            self._react_refused(inbound.channel_id, inbound.message_id, self.failure_reaction)
+            sign = "reaction"
+        else:
+            sign = self.notices.decide(inbound.channel_id, self.clock.monotonic())
+            if sign == "notice" and self._notices.full:  # notices outlived their interval: the room may try again
+                self.notices.failed(inbound.channel_id)
+                sign = "none"
+            if sign == "notice":
+                self._notices.spawn(self._notice(inbound, code), name="refusal-notice")
+                return
+        METER.count("clankie_refusal_signs_total", code, sign)
+
+    async def _notice(self, inbound: Inbound, code: str) -> None:
+        """Post the room's notice; a refused post keeps the room covered (a 4xx would be refused again), one that
+        may succeed later (429, 5xx, no answer) lets the next refusal there try again."""
+        sign: Sign = "none"
+        try:
+            await self.port.post(inbound.channel_id, NOTICE, guild_id=inbound.guild_id, reply_to=inbound.message_id,
+                                 files=(), nonce=None)
+            sign = "notice"
+        except PostError as exc:
+            if exc.transient:
+                self.notices.failed(inbound.channel_id)
+            log.info("refusal notice in channel %s not posted (%s)", inbound.channel_id, exc.code)
+        except Exception as exc:  # cosmetic to the turn path: the refusal's receipt stands either way
+            self.notices.failed(inbound.channel_id)
+            log.info("refusal notice in channel %s failed (%s)", inbound.channel_id, type(exc).__name__)
+        finally:
+            METER.count("clankie_refusal_signs_total", code, sign)
+
     def _spawn(self, held: Held) -> None:
         task = self._turns.spawn(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")
         # Runs after the set's own done-callback (callbacks run in the order added), so the slot is free here.
@@ -225,8 +276,66 @@ class Bridge:
         self.drain_waiting()
 
     def requeue(self, entry: Entry) -> None:
-        """A journaled message that was waiting for a slot when the bridge stopped waits again (in journal order)."""
-        self.waiting.add(entry.room.channel_id, entry.delivery_id)
+        """A journaled message that was waiting for a slot (or its author's pace) when the bridge stopped waits again
+        (in journal order); the pace's buckets start full, so up to a minute's worth of paced turns start at once."""
+        if entry.paced is not None:
+            self.ingress.paced.add(entry.paced, entry.room.channel_id, entry.delivery_id)  # admitted: no bound
+        else:
+            self.waiting.add(entry.room.channel_id, entry.delivery_id)
+
+    # ------------------------------------------------------------ waiting for the pace
+
+    def _wait_for_pace(self, inbound: Inbound, room: Room, trigger: Trigger, person: str) -> None:
+        """Journal a message over its author's pace (admission holds its id under them, :mod:`bridge.paced`), show
+        the ⏳ on it, and wake when the pace lets the next waiting turn start."""
+        self.counters.waited += 1
+        try:
+            self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room, inbound.to_wire(),
+                                trigger.to_wire(), paced=person)
+        except DiskError as exc:  # the journal's state still holds it; only a crash before its turn loses it
+            log.error("paced message %s not journaled (%s)", inbound.message_id, exc.code)
+        self.receipts.record("waiting", reason=PACED, delivery_id=inbound.message_id, channel_id=inbound.channel_id,
+                             guild_id=inbound.guild_id)
+        self._react_refused(inbound.channel_id, inbound.message_id, HOURGLASS)
+        self.release_paced()
+
+    def release_paced(self) -> None:
+        """Start every waiting turn the pace lets go now (through the slot queue: each joins its room's waiting
+        messages into one turn), then sleep until the next one may go."""
+        if self._closing:
+            return
+        released = self.ingress.paced.release(self.clock.wall())
+        for channel_id, ids in released:
+            for message_id in ids:
+                self.waiting.add(channel_id, message_id)
+        if released:
+            self.drain_waiting()
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+            self._pace_timer = None
+        due = self.ingress.paced.next_release(self.clock.wall())
+        if due is not None:
+            self._pace_timer = asyncio.get_running_loop().create_task(self._pace_wake(due - self.clock.wall()),
+                                                                      name="pace")
+
+    async def _pace_wake(self, delay: float) -> None:
+        await self.clock.sleep(delay)
+        self._pace_timer = None
+        self.release_paced()
+
+    @property
+    def paced(self) -> int:
+        """Messages waiting for their author's pace."""
+        return len(self.ingress.paced)
+
+    def _unpace(self, channel_id: str, message_ids: tuple[str, ...]) -> None:
+        """A turn that answered messages which waited for their pace closed: take their ⏳ off."""
+        if message_ids and not self._unpaced.full:
+            self._unpaced.spawn(self._unreact(channel_id, message_ids), name="hourglass-removal")
+
+    async def _unreact(self, channel_id: str, message_ids: tuple[str, ...]) -> None:
+        for message_id in message_ids:
+            await unreact(self.port, channel_id, message_id, HOURGLASS)
 
     def drain_waiting(self) -> None:
         """While a slot is free, start the room at the front of the queue: all it has waiting, as one turn."""
@@ -268,9 +377,15 @@ class Bridge:
     async def aclose(self) -> None:
         self._closing = True
         self.disk.close()
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
         self._turns.cancel()
         self._reactions.cancel()
+        self._notices.cancel()
+        self._unpaced.cancel()
         await self._turns.join()
         await self._reactions.join()
+        await self._notices.join()
+        await self._unpaced.join()
         for held in self.held.values():
             held.stop_typing()

@@ -83,6 +83,7 @@ class Connection(Channel):
         self._logged_at = -_LOG_EVERY
         self.attachment_root = attachment_root
         self.peer: Hello | None = None
+        self.caller: tuple[int, int] | None = None  # (pid, uid) a server read from SO_PEERCRED at accept, for audits
         self._handler = handler or _no_handler
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 OnConnect = Callable[[Connection], Awaitable[None] | None]
 Admit = Callable[[int, int], Refusal | None]
 """Beyond the uid rule: ``(pid, uid)`` of a new peer -> None to let it in, or why not (:mod:`clankie.peers`)."""
+AdmitSocket = Callable[[socket.socket, int, int], Refusal | None]
+"""Like :data:`Admit`, for a check that needs the connected socket itself (``control.sock`` reads the peer's pidfd)."""
 _LOG_EVERY = 5.0  # seconds between two "refused" warnings
 _PEERCRED = struct.Struct("3i")
 
@@ -77,7 +79,8 @@ class Server:
     spelling of ``limits=Limits(max_connections=...)``. ``uid_rule`` replaces
     :func:`peer_allowed` (ours or root) as the first gate. ``admit`` checks a
     peer that passed the uid rule (the pids the supervisor named, say); one it
-    refuses gets its hello answered with the refusal's code, and
+    refuses gets its hello answered with the refusal's code (``admit_socket``
+    the same, handed the connected socket too), and
     :attr:`refusals` counts every refusal by code.
     """
 
@@ -95,6 +98,7 @@ class Server:
         limits: Limits | None = None,
         sock: socket.socket | None = None,
         admit: Admit | None = None,
+        admit_socket: AdmitSocket | None = None,
         uid_rule: Callable[[int], bool] = peer_allowed,
     ) -> None:
         self.path = path
@@ -117,6 +121,7 @@ class Server:
         self.refused = 0
         self.refusals: collections.Counter[str] = collections.Counter()
         self._admit = admit
+        self._admit_socket = admit_socket
         self._uid_rule = uid_rule  # the browser host run apart: every uid, then its own rule by uid in ``admit``
         self.evicted = 0
         self.idle_closed = 0
@@ -133,12 +138,16 @@ class Server:
         return _Accepted(self)
 
     def _accepted(self, conn: Connection, transport: asyncio.BaseTransport) -> None:
-        pid, uid, _gid = peer_credentials(transport.get_extra_info("socket"))
+        sock = transport.get_extra_info("socket")
+        pid, uid, _gid = peer_credentials(sock)
+        conn.caller = (pid, uid)
         if not self._uid_rule(uid):
             self.refusals[Code.PEER_UID_REFUSED] += 1
             self._refuse(transport, "pid %d runs as uid %d", pid, uid)
             return
         refusal = self._admit(pid, uid) if self._admit is not None else None
+        if refusal is None and self._admit_socket is not None:
+            refusal = self._admit_socket(sock, pid, uid)
         if refusal is not None:
             self.refusals[refusal.code] += 1
             conn.refuse(refusal.code, refusal.reason)  # a same-uid peer: it hears why, then the connection closes

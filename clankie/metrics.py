@@ -64,18 +64,30 @@ FAMILIES: dict[str, Family] = {
     "clankie_model_tokens_total": Family("counter", "Model tokens, by type (input, output, cache_read, cache_creation).", ("type",)),
     "clankie_model_request_duration_seconds": Family("histogram", "Seconds one model call took, stream included.",
                                                      buckets=MODEL_BUCKETS),
+    "clankie_run_caps_total": Family("counter", "Runs stopped at a run cap, by cap (model_calls, tokens, tool_calls) and "
+                                     "whether words so far were the reply (words: yes or no).", ("cap", "words")),
     "clankie_lanes_live": Family("gauge", "Lanes held in the service's memory."),
     "clankie_lanes_on_disk": Family("gauge", "Lanes evicted from memory and kept only on disk."),
-    "clankie_budget_remaining": Family("gauge", "What is left of today's budget (scope tree; unit tokens or usd), only when one is set.",
-                                       ("scope", "unit")),
-    "clankie_budget_limit": Family("gauge", "Today's budget (scope tree; unit tokens or usd), only when one is set.", ("scope", "unit")),
+    "clankie_budget_remaining_tokens": Family("gauge", "Tokens left of today's token budget, only when one is set (scope tree).",
+                                              ("scope",)),
+    "clankie_budget_remaining_usd": Family("gauge", "Dollars left of today's dollar budget, only when one is set (scope tree).",
+                                           ("scope",)),
+    "clankie_budget_limit_tokens": Family("gauge", "Today's token budget, only when one is set (scope tree).", ("scope",)),
+    "clankie_budget_limit_usd": Family("gauge", "Today's dollar budget, only when one is set (scope tree).", ("scope",)),
+    "clankie_budget_unbounded": Family("gauge", "1 while a scope (tree, room, user) has no day budget in either unit, else 0.",
+                                       ("scope",)),
     # the bridge
     "clankie_ingress_messages_total": Family("counter", "Discord messages the bridge judged, by verdict and drop reason.",
                                              ("verdict", "reason")),
     "clankie_discord_requests_total": Family("counter", "Discord REST requests, by route template and status class.",
                                              ("route", "status_class")),
     "clankie_journal_waiting": Family("gauge", "Messages waiting in the bridge's journal for a turn slot."),
+    "clankie_refusal_signs_total": Family("counter", "Messages refused for backpressure, by code and how the refusal reached "
+                                          "its author (reaction, notice, covered by a recent notice, none).", ("code", "sign")),
     "clankie_discord_connected": Family("gauge", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token)."),
+    "clankie_discord_shard_up": Family("gauge", "1 while this tree's gateway session on the shard is up, else 0 (only when sharded).",
+                                       ("shard",)),
+    "clankie_discord_shard_count": Family("gauge", "The bot's total shard count, CLANKIE_DISCORD_SHARD_COUNT (only when sharded)."),
 }
 
 

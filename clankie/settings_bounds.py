@@ -37,6 +37,8 @@ class BoundsSettings(BaseModel):
     discord_max_turns: int = Field(default=512, ge=1, le=DEFAULT_MAX_INFLIGHT // 2)  # bridge: turns held at once; more wait
     user_turns_per_minute: float = Field(default=6.0, ge=0, le=10_000)  # bridge: new turns a person may start a minute (0: no limit)
     room_turns_per_minute: float = Field(default=30.0, ge=0, le=10_000)  # bridge: new turns a room may start a minute (0: no limit)
+    user_steer_share: float = Field(default=0.5, ge=0, le=1)  # bridge: of a turn, what a steer into a live run costs its author's pace
+    user_paced_minutes: float = Field(default=1.0, ge=0, le=60)  # bridge: turns a person may have waiting for their pace, in minutes of it
     discord_journal_max_bytes: int = Field(default=256 * 1024 * 1024, ge=65536, le=1 << 50)  # bridge: journal; past it waiting is refused
     stderr_queue_bytes: int = Field(default=1024 * 1024, ge=4096, le=1 << 30)  # supervisor: unwritten stderr lines
 

@@ -50,6 +50,8 @@ class ObservabilitySettings(BaseModel):
     """The metrics endpoint and the trace exporter (docs/observability.md)."""
 
     metrics_listen: str | None = None  # supervisor: serve the tree's Prometheus metrics on host:port ([::1]:9464 for IPv6)
+    metrics_max_connections: int = Field(default=16, ge=1, le=1024)  # supervisor: metrics connections held; then the oldest idle one goes
+    metrics_header_seconds: float = Field(default=10.0, gt=0, le=3600)  # supervisor: to send a request (and take the answer)
     otel_exporter_otlp_endpoint: str | None = Field(  # service: send GenAI spans and metrics to this OTLP/HTTP collector (otel extra)
         default=None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"))
     otel_service_name: str | None = Field(  # service: service.name of its traces and metrics (else OTEL_RESOURCE_ATTRIBUTES', else clankie)

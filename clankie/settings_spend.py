@@ -18,13 +18,14 @@ from clankie.pricing import PUBLISHED, ModelPrice
 class SpendSettings(BaseModel):
     """Budgets, per-run caps, cache lifetimes and the price table (docs/spend.md)."""
 
-    # budgets per UTC day, checked before every model call; 0 means no budget (docs/spend.md, "Budgets")
+    # budgets per UTC day, checked before every model call; 0 means no budget (docs/spend.md, "Budgets"). Each room
+    # and each person has one out of the box, above what an honest heavy day costs (docs/spend.md, "The defaults")
     budget_day_tokens: int = Field(default=0, ge=0, le=1 << 50)  # the whole tree: tokens a UTC day (every kind billed)
     budget_day_usd: float = Field(default=0.0, ge=0, le=1e9)  # the whole tree: dollars a UTC day, by the price table
     budget_room_day_tokens: int = Field(default=0, ge=0, le=1 << 50)  # each room: tokens a UTC day
-    budget_room_day_usd: float = Field(default=0.0, ge=0, le=1e9)  # each room: dollars a UTC day
+    budget_room_day_usd: float = Field(default=100.0, ge=0, le=1e9)  # each room: dollars a UTC day
     budget_user_day_tokens: int = Field(default=0, ge=0, le=1 << 50)  # each person, in every room: tokens a UTC day
-    budget_user_day_usd: float = Field(default=0.0, ge=0, le=1e9)  # each person, in every room: dollars a UTC day
+    budget_user_day_usd: float = Field(default=40.0, ge=0, le=1e9)  # each person, in every room: dollars a UTC day
     budget_max_keys: int = Field(default=100_000, ge=100, le=10_000_000)  # rooms and persons whose day totals are held in memory
     budget_ledger_days: int = Field(default=8, ge=2, le=3660)  # days of spend ledger kept under <state>/captain/spend
     # USD per million tokens, merged over Anthropic's published table; e.g. {"claude-x": {"input": 3, "output": 15}}

@@ -36,9 +36,9 @@ from clankie.protocol import (
     BudgetReply,
     BudgetRequest,
     Code,
-    Empty,
     Heartbeat,
     LanesReply,
+    LanesRequest,
 )
 from clankie.router import Router
 from clankie.settings import Settings
@@ -231,12 +231,15 @@ class ServiceApp:
 
     async def _abort_run(self, params: AbortRun) -> AbortReply:
         if params.reason != "stalled":  # the operator's proxy answers within 10 s: report the abort as sent
-            return AbortReply(aborted=self.captain.abort(params.lane, params.run_id, params.reason))
+            aborted = self.captain.abort(params.lane, params.run_id, params.reason)
+            self.turns.evidence.record("operator", "abort", lane=params.lane, cause=None if aborted else "no_live_run",
+                                       caller=params.caller)
+            return AbortReply(aborted=aborted)
         wait = self.settings.stall_abort_grace_seconds * ABORT_CONFIRM_SHARE
         return AbortReply(aborted=await self.captain.abort_confirmed(params.lane, params.run_id, params.reason, wait))
 
-    async def _lanes(self, params: Empty) -> LanesReply:
-        infos = await self.captain.lane_listing()
+    async def _lanes(self, params: LanesRequest) -> LanesReply:
+        infos = await self.captain.lane_listing(params.hash)
         dirs = self.captain.lane_directories()
         spent = await asyncio.to_thread(lambda: {key: spend.of_directory(d) for key, d in dirs.items()})
         rows = []
@@ -259,9 +262,12 @@ class ServiceApp:
             key = budget_key(params.key)
             if key is None:
                 raise RemoteError(Code.INVALID_BUDGET, "a budget key is tree, room:<guild|dm>/<channel> or user:<id>")
-            standing = sp.operate(params.action, key, params.tokens, params.usd)
+            tokens, usd = (0, 0.0) if params.unlimited else (params.tokens, params.usd)  # 0 inside: no limit
+            standing = sp.operate(params.action, key, tokens, usd, caller=params.caller)
             cause = f"tokens={standing.limit.tokens} usd={standing.limit.usd:g}" if params.action == "raise" else None
-            self.turns.evidence.record("operator", f"budget_{params.action}", lane=key, cause=cause)
+            cause = "unlimited" if params.unlimited else cause
+            self.turns.evidence.record("operator", f"budget_{params.action}", lane=key, cause=cause,
+                                       caller=params.caller)
             message = f"{params.action} {key}"
             keys = [key]
         else:
@@ -319,8 +325,11 @@ class ServiceApp:
         for unit in ("tokens", "usd"):  # the tree's day budget, from the spending figures this heartbeat reports
             left, limit = report.get(f"budget_{unit}_left"), report.get(f"budget_{unit}_limit")
             if isinstance(left, int | float) and isinstance(limit, int | float) and limit > 0:
-                METER.set("clankie_budget_remaining", float(max(0, left)), "tree", unit)
-                METER.set("clankie_budget_limit", float(limit), "tree", unit)
+                METER.set(f"clankie_budget_remaining_{unit}", float(max(0, left)), "tree")  # one unit per family
+                METER.set(f"clankie_budget_limit_{unit}", float(limit), "tree")
+        unbounded = report.get("budget_unbounded")
+        for scope in ("tree", "room", "user"):  # 1: that scope has no day budget at all
+            METER.set("clankie_budget_unbounded", 1.0 if isinstance(unbounded, list) and scope in unbounded else 0.0, scope)
         now = self.clock.monotonic()
         if self._on_disk_at is None or now - self._on_disk_at >= ON_DISK_EVERY_S:
             self._on_disk_at = now

@@ -21,9 +21,12 @@ from clankie import logs
 from clankie.child import make_undumpable
 from clankie.clock import SystemClock
 from clankie.errors import EX_CONFIG, ConfigError
+from clankie.logs import stderr_is_journal
 from clankie.paths import child_log_dir, ensure_private_dir, process_environment, socket_path
 from clankie.redact import Redactor
 from clankie.settings import Settings, load
+from clankie.version import describe
+from supervisor import selflog
 from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
 from supervisor.spec import ChildSpec, default_specs, load_spec_file
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="clankie", description="Run the Clankie process tree in the foreground.")
     sub = p.add_subparsers(dest="command")
+    p.add_argument("--version", action="version", version=describe())
     run = sub.add_parser("run", help="start the supervisor and its children (the default)")
     for target in (p, run):
         target.add_argument("--spec-file", type=Path, help=argparse.SUPPRESS)
@@ -85,12 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.umask(0o077)  # everything the tree creates (children, Chromium's profile included) is ours alone
     stderr: StderrQueue | None = None
+    own_log: selflog.FileHandler | None = None
     try:
         settings = load()
-        logs.configure("supervisor", settings.log_level, redact=Redactor.of(settings))
+        redact = Redactor.of(settings)
+        logs.configure("supervisor", settings.log_level, redact=redact)
         stderr = stderr_queue(settings)  # our log records and the children's lines: never a blocking write
         route_logging(stderr)
         prepare_directories(settings)
+        if not stderr_is_journal(process_environment()):  # the journal keeps our lines under systemd; else a file
+            own_log = selflog.keep(settings.state_dir, settings.child_log_rotate_bytes, settings.child_log_backups, redact)
+        log.info("%s", describe())
         if args.spec_file is not None:
             specs = load_spec_file(args.spec_file)
         else:
@@ -104,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"clankie: {exc}", file=sys.stderr, flush=True)
         return EX_CONFIG
     finally:
+        if own_log is not None:
+            logging.getLogger().removeHandler(own_log)
+            own_log.close()
         if stderr is not None:
             stderr.drain(timeout=1.0)  # bounded: a wedged stderr cannot hold up the exit
 

@@ -22,6 +22,7 @@ from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTim
 from clankie.protocol import (
     AbortRun,
     BudgetRequest,
+    Caller,
     ChildStatus,
     ChildTarget,
     Code,
@@ -29,6 +30,7 @@ from clankie.protocol import (
     DoctorReply,
     Empty,
     ExitInfo,
+    LanesRequest,
     LogsReply,
     LogsRequest,
     Record,
@@ -39,9 +41,10 @@ from clankie.protocol import (
 from clankie.router import Router
 from clankie.settings import Settings
 from clankie.waits import within
+from supervisor import selflog
 from supervisor.doctor import run_doctor
 from supervisor.external import external_status
-from supervisor.lifecycle import State
+from supervisor.lifecycle import OPERATOR, State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
 from supervisor.peers import outside_the_tree
 from supervisor.process import Child
@@ -107,6 +110,8 @@ def child_status(tree: Tree, child: Child) -> ChildStatus:
         waiting=life.waiting if life.state is State.BACKOFF else "",
         spare_pid=spare_pid,
         log_error=_log_error(child),
+        restart_reason=life.restart_reason,
+        restarts_by=dict(life.restarts_by),
     )
 
 
@@ -147,6 +152,14 @@ def control_limits(settings: Settings) -> ipc.Limits:
     )
 
 
+def _audit(conn: ipc.Connection, action: str, target: str) -> Caller:
+    """One log line for an operator's action, naming the caller's pid and uid (``SO_PEERCRED`` at accept): what the
+    service then does with it carries the same :class:`Caller` into its evidence and ledger."""
+    pid, uid = conn.caller if conn.caller is not None else (0, 0)
+    log.info("control: %s %s by pid %d uid %d", action, target[:200], pid, uid)
+    return Caller(pid=pid, uid=uid)
+
+
 class Control:
     """The control-socket handler, bound to one tree."""
 
@@ -163,7 +176,7 @@ class Control:
             max_frame=self.tree.settings.max_frame_bytes,
             partial_frame_timeout=self._partial_frame_timeout,
             limits=control_limits(self.tree.settings),
-            admit=outside_the_tree,  # root or our uid (the uid rule), and never a process of the tree itself
+            admit_socket=outside_the_tree,  # root or our uid (the uid rule), and only a process proven outside the tree
         )
 
     async def close(self) -> None:
@@ -226,14 +239,15 @@ class Control:
             reply = reply.model_copy(update={"children": (browser, *reply.children)})
         return reply
 
-    async def _control(self, method: str, params: ChildTarget) -> ControlReply:
+    async def _control(self, method: str, conn: ipc.Connection, params: ChildTarget) -> ControlReply:
+        _audit(conn, method, params.name)
         tree = self.tree
         if tree.stopping:
             raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
         targets = self._targets(params.name)
         if method == "start":
             for child in targets:
-                child.start()
+                child.start(OPERATOR)
         elif method == "stop":  # like shutdown: the whole stop fits in the stop budget
             deadline = tree.clock.monotonic() + tree.stop_budget
             for child in reversed(targets):
@@ -246,26 +260,32 @@ class Control:
         children = tuple(child_status(tree, c) for c in targets)
         return ControlReply(ok=True, message=f"{method} {params.name}", children=children)
 
-    def _shutdown(self, params: Empty) -> ControlReply:
+    def _shutdown(self, conn: ipc.Connection, params: Empty) -> ControlReply:
+        _audit(conn, "shutdown", "")
         asyncio.get_running_loop().call_soon(self.tree.request_stop)
         return ControlReply(ok=True, message="shutting down")
 
-    async def _lanes(self, params: Empty) -> Record | None:
-        return await self._proxy("lanes", Empty(), PROXY_TIMEOUT)
+    async def _lanes(self, params: LanesRequest) -> Record | None:
+        return await self._proxy("lanes", params, PROXY_TIMEOUT)
 
-    async def _abort(self, params: AbortRun) -> Record | None:
-        return await self._proxy("abort_run", params.model_copy(update={"reason": "operator"}), PROXY_TIMEOUT)
+    async def _abort(self, conn: ipc.Connection, params: AbortRun) -> Record | None:
+        caller = _audit(conn, "abort", params.lane)
+        return await self._proxy("abort_run", params.model_copy(update={"reason": "operator", "caller": caller}),
+                                 PROXY_TIMEOUT)
 
-    async def _say(self, params: SayRequest) -> Record | None:
-        return await self._proxy("say", params, SAY_TIMEOUT)
+    async def _say(self, conn: ipc.Connection, params: SayRequest) -> Record | None:
+        caller = _audit(conn, "say", params.room)  # the room, never the text
+        return await self._proxy("say", params.model_copy(update={"caller": caller}), SAY_TIMEOUT)
 
-    async def _budget(self, params: BudgetRequest) -> Record | None:
-        return await self._proxy("budget", params, PROXY_TIMEOUT)
+    async def _budget(self, conn: ipc.Connection, params: BudgetRequest) -> Record | None:
+        caller = _audit(conn, f"budget {params.action}", params.key) if params.action != "show" else None
+        return await self._proxy("budget", params.model_copy(update={"caller": caller}), PROXY_TIMEOUT)
 
-    async def _doctor(self, params: Empty) -> DoctorReply:
+    async def _doctor(self, conn: ipc.Connection, params: Empty) -> DoctorReply:
+        _audit(conn, "doctor", "")
         if self.tree.stopping:
             raise RemoteError(Code.SHUTTING_DOWN, "the supervisor is shutting down")
-        return await run_doctor(self.tree.children)
+        return await run_doctor(self.tree.children, self.tree.settings)
 
     async def _wait_up(self, child: Child) -> None:
         """A restart answers once the old process is gone (the new one is spawned at that moment)."""
@@ -276,11 +296,22 @@ class Control:
         except TimeoutError:
             log.warning("%s did not exit during restart", child.name)
 
+    def _log_of(self, name: str) -> Path:
+        """The file ``logs NAME`` reads: a child's captured output, or the supervisor's own log."""
+        if name == "all":
+            raise RemoteError(Code.NO_SUCH_CHILD, "logs needs one child name (or supervisor)")
+        if name == selflog.NAME and self.tree.child(name) is None:
+            if self.tree.native_journal:
+                raise RemoteError(Code.NO_LOG_FILE, "under systemd the supervisor logs to the journal: "
+                                                    "journalctl -u clankie (add -p warning for crashes only)")
+            path = selflog.log_path(self.tree.settings.state_dir)
+            if not path.exists():
+                raise RemoteError(Code.NO_LOG_FILE, "the supervisor keeps no log file here (it writes only to its stderr)")
+            return path
+        return self._targets(name)[0].log_path
+
     async def _logs(self, req: LogsRequest) -> LogsReply:
-        child = self._targets(req.name)[0] if req.name != "all" else None
-        if child is None:
-            raise RemoteError(Code.NO_SUCH_CHILD, "logs needs one child name")
-        path = child.log_path
+        path = self._log_of(req.name)
         limit = min(REPLY_LIMIT, self.tree.settings.max_frame_bytes // 2)  # a reply must fit one frame
         if req.offset is None:
             data, offset = read_tail(path, req.lines, limit)

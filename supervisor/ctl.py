@@ -36,6 +36,7 @@ from clankie.errors import (
     RemoteProtocolError,
     RequestTimeout,
 )
+from clankie.journald import lane_hash
 from clankie.paths import SYSTEM_RUNTIME_DIR, process_environment, socket_path
 from clankie.protocol import (
     AbortReply,
@@ -163,11 +164,15 @@ async def _command(conn: ipc.Connection, args: argparse.Namespace) -> int:
         print(ctl.message, file=out)
         return EX_OK
     if cmd == "lanes":
-        lanes = await _call(conn, "lanes", Empty(), timeout, LanesReply)
+        lanes = await _call(conn, "lanes", args.params, timeout, LanesReply)
         if args.limit is not None:
             lanes = LanesReply(lanes=lanes.lanes[: max(0, args.limit)])
-        if args.json:
-            print(json.dumps(_dump(lanes)), file=out)
+        if args.json:  # each lane with its hash, as journald's LANE= and traces carry it
+            rows = [{**_dump(lane), "hash": lane_hash(lane.key)} for lane in lanes.lanes]
+            print(json.dumps({"lanes": rows}), file=out)
+        elif not lanes.lanes and args.hash is not None:
+            print(f"no lane's hash starts with {args.hash}", file=out)
+            return EX_FAILED
         elif not lanes.lanes:
             print("no lanes yet (a lane opens with its room's first turn)", file=out)
         else:

@@ -12,14 +12,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from clankie.protocol import AbortRun, BudgetRequest, ChildTarget, LogsRequest, Record, SayRequest
+from clankie.protocol import AbortRun, BudgetRequest, ChildTarget, LanesRequest, LogsRequest, Record, SayRequest
+from clankie.version import describe
 from supervisor.tree import STOP_BUDGET
 
 SAY_WAIT = 600.0
 """Default seconds ``say`` waits for the turn (the supervisor gives the service as long)."""
 
 ARGUMENT_NAMES = {"name": "NAME", "room": "ROOM", "text": "TEXT", "lines": "-n/--lines", "lane": "LANE", "key": "KEY",
-                  "tokens": "--tokens", "usd": "--usd"}
+                  "tokens": "--tokens", "usd": "--usd", "hash": "--hash", "unlimited": "--unlimited"}
 """Record field -> the clankiectl argument it comes from (for bad-argument messages)."""
 
 
@@ -30,6 +31,7 @@ def parser() -> argparse.ArgumentParser:
         help="control socket (default: <runtime dir>/control.sock, else the unit's /run/clankie/control.sock)",
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the supervisor (default 10)")
+    p.add_argument("--version", action="version", version=describe(), help="the version and source revision, then exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     st = sub.add_parser("status", help="state of every child")
     st.add_argument("name", nargs="?", help="only this child")
@@ -47,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
     ln.add_argument("--json", action="store_true")
     ln.add_argument("--limit", type=int, default=None, metavar="N",
                     help="show the first N lanes (live ones first; the service sends at most CLANKIE_LANES_LIST_MAX)")
+    ln.add_argument("--hash", default=None, metavar="HASH",
+                    help="only the lane(s) whose hash starts with HASH (4-16 hex digits: journald's LANE=, a trace's "
+                         "gen_ai.conversation.id), searched among every lane")
     ab = sub.add_parser("abort", help="abort the live run of a lane")
     ab.add_argument("lane")
     ab.add_argument("--json", action="store_true")
@@ -65,8 +70,9 @@ def parser() -> argparse.ArgumentParser:
     bu = sub.add_parser("budget", help="today's budgets; raise one for the rest of the day, or reset what a key spent")
     bu.add_argument("action", nargs="?", choices=("show", "raise", "reset"), default="show")
     bu.add_argument("key", nargs="?", default="tree", help="tree (default), room:<guild|dm>/<channel> or user:<id>")
-    bu.add_argument("--tokens", type=int, default=None, help="raise: the token limit for the rest of the day (0: none)")
-    bu.add_argument("--usd", type=float, default=None, help="raise: the dollar limit for the rest of the day (0: none)")
+    bu.add_argument("--tokens", type=int, default=None, help="raise: the token limit for the rest of the day")
+    bu.add_argument("--usd", type=float, default=None, help="raise: the dollar limit for the rest of the day")
+    bu.add_argument("--unlimited", action="store_true", help="raise: no limit at all for the rest of the day")
     bu.add_argument("--json", action="store_true")
     dr = sub.add_parser("doctor", help="prove every picture-writing host and the bridge agree on the attachment root")
     dr.add_argument("--json", action="store_true")
@@ -89,9 +95,11 @@ def params_of(args: argparse.Namespace) -> Record | None:
     if cmd == "say":
         return SayRequest(room=args.room, text=args.text)
     if cmd == "budget":
-        return BudgetRequest(action=args.action, key=args.key, tokens=args.tokens, usd=args.usd)
+        return BudgetRequest(action=args.action, key=args.key, tokens=args.tokens, usd=args.usd, unlimited=args.unlimited)
     if cmd == "logs":
         return LogsRequest(name=args.name, lines=max(0, args.lines))
+    if cmd == "lanes":
+        return LanesRequest(hash=args.hash.lower() if args.hash is not None else None)
     return None
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any, assert_never
 
+from clankie.journald import lane_hash
 from clankie.protocol import (
     BudgetInfo,
     BudgetReply,
     ChildStatus,
     DoctorReply,
+    ExitInfo,
     LaneInfo,
     StatusReply,
     Tokens,
@@ -61,6 +63,9 @@ def format_status(reply: StatusReply, now: float) -> str:
             detail = c.reason
         if c.last_exit is not None and c.state != "running":
             detail = f"{detail} [last: {c.ended}]" if detail else f"[last: {c.ended}]"
+        elif c.last_exit is not None and c.restarts:  # running again: why the last one went, as systemctl shows it
+            last = f"[last exit: {exit_fields(c.last_exit)}; {c.restart_reason or 'restart'}, {age(max(0.0, now - c.last_exit.at))} ago]"
+            detail = f"{detail} {last}" if detail else last
         if c.spare and c.spare != "off":
             detail = f"{detail} [spare: {c.spare}]"
         if c.log_error:
@@ -72,6 +77,17 @@ def format_status(reply: StatusReply, now: float) -> str:
     if reply.tokens_today is not None:
         lines.append(f"spent today ({reply.tokens_day} UTC): {format_tokens(reply.tokens_today)}")
     return "\n".join(lines)
+
+
+def exit_fields(ex: ExitInfo) -> str:
+    """How a process ended in ``systemctl status``'s words: ``code=exited, status=1``, ``code=killed, signal=KILL``,
+    ``code=dumped, signal=SEGV``."""
+    if ex.signal is not None:
+        name = ex.signal.removeprefix("SIG")
+        return f"code={'dumped' if ex.core else 'killed'}, signal={name}"
+    if ex.code is None:
+        return "code=spawn_error"
+    return f"code=exited, status={ex.code}"
 
 
 def format_tokens(tokens: Tokens | None) -> str:
@@ -88,10 +104,12 @@ def format_child_move(child: ChildStatus) -> str:
 
 
 def format_lane(lane: LaneInfo) -> str:
-    """One line of ``lanes``: a live lane's run, turns, spend, room budget and cache; an on-disk lane's last activity."""
+    """One line of ``lanes``: its hash (journald's ``LANE=``, traces' conversation id), then a live lane's run, turns,
+    spend, room budget and cache, or an on-disk lane's last activity."""
     if not lane.live:
-        return f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  last_active={age(lane.last_active_age_s)}"
-    line = (f"{lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
+        warmth = "warm" if lane.warm else "cold"
+        return f"{lane_hash(lane.key)}  {lane.key}  {lane.state}  {warmth}  last_active={age(lane.last_active_age_s)}"
+    line = (f"{lane_hash(lane.key)}  {lane.key}  {lane.state}  {'warm' if lane.warm else 'cold'}  run={lane.run_id or '-'}  "
             f"last_event={age(lane.last_event_age_s)}  turns={lane.turns}  {format_tokens(lane.tokens)}")
     if lane.budget_key is not None:
         line += f"  {lane.budget_key} today={lane.spent_today_tokens or 0} tok ${lane.spent_today_usd or 0.0:.4f}"
@@ -149,18 +167,34 @@ def format_disagreement(roots: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+PAIR_FIXES = {
+    "writer_not_running": "clankiectl start {writer}",
+    "reader_not_running": "clankiectl start {reader}",
+    "attachment_root_mismatch": "give every child the same CLANKIE_DISCORD_ATTACHMENT_ROOT and CLANKIE_STATE",
+    "artifact_root_unavailable": "make the attachment root exist and writable by the tree's user",
+    "artifact_write_failed": "make the attachment root writable by the tree's user, with space free",
+}
+"""The fix ``doctor`` prints for a failed picture pair, by code (others: the operations page's section)."""
+
+
 def format_doctor(reply: DoctorReply) -> str:
-    if not reply.checks:
-        return "FAIL  no (host -> bridge) pair to check: the tree needs the bridge and at least one host"
+    """One line per health check and picture pair, ``ok``/``warn``/``fail``, the fix under each that is not ok."""
     lines = []
+    for h in reply.health:
+        lines.append(f"{h.status:<6}{h.name:<18}{h.detail}")
+        if h.fix:
+            lines.append(f"{'':<6}{'':<18}fix: {h.fix}")
     for c in reply.checks:
         pair = f"{c.writer} -> {c.reader}"
         if c.ok:
-            lines.append(f"PASS  {pair:<20} {c.ref}")
-        else:
-            lines.append(f"FAIL  {pair:<20} {c.code}")
-            lines.append(f"      {c.writer} root: {c.writer_root or '-'}")
-            lines.append(f"      {c.reader} root: {c.reader_root or '-'}")
+            lines.append(f"{'ok':<6}{'pictures':<18}{pair}: {c.ref}")
+            continue
+        fix = PAIR_FIXES.get(c.code or "", "docs/operations.md, 'Pictures that do not attach'")
+        lines.append(f"{'fail':<6}{'pictures':<18}{pair}: {c.code}")
+        lines.append(f"{'':<24}{c.writer} root: {c.writer_root or '-'}; {c.reader} root: {c.reader_root or '-'}")
+        lines.append(f"{'':<24}fix: {fix.format(writer=c.writer, reader=c.reader)}")
+    counts = {s: sum(1 for h in reply.health if h.status == s) for s in ("ok", "warn", "fail")}
     passed = sum(1 for c in reply.checks if c.ok)
-    lines.append(f"doctor: {passed}/{len(reply.checks)} pairs pass")
+    lines.append(f"doctor: {counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail; "
+                 f"{passed}/{len(reply.checks)} picture pairs pass")
     return "\n".join(lines)

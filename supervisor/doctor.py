@@ -1,4 +1,8 @@
-"""Writer and reader provably agree: the attachment-root comparison and ``clankiectl doctor``.
+"""``clankiectl doctor``: the tree's health check, and proof that picture writers and their reader agree.
+
+:func:`run_doctor` puts :mod:`supervisor.health`'s lines (each child, the
+metrics endpoint, the provider and its key, the Discord session, the
+journal, budgets, the store, disk space) beside the picture probes below.
 
 Every child says in its link hello which attachment root it derived
 (:func:`clankie.directories.discord_attachment_root`); the supervisor keeps it
@@ -23,9 +27,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
-from clankie.protocol import Artifact, Code, DoctorCheck, DoctorReply, Empty, Record, ResolveReply, ResolveRequest
+from clankie.protocol import (
+    Artifact,
+    Code,
+    DoctorCheck,
+    DoctorReply,
+    Empty,
+    HealthCheck,
+    Record,
+    ResolveReply,
+    ResolveRequest,
+)
+from supervisor.health import health
 
 if TYPE_CHECKING:
+    from clankie.settings import Settings
     from supervisor.process import Child
 
 log = logging.getLogger(__name__)
@@ -101,11 +117,24 @@ async def check_pair(writer: Child, reader: Child) -> DoctorCheck:
     )
 
 
-async def run_doctor(children: Mapping[str, Child]) -> DoctorReply:
-    """Every (writer host -> bridge) pair present in the tree; ok only if there is one and all pass."""
+async def run_doctor(children: Mapping[str, Child], settings: Settings) -> DoctorReply:
+    """The health check (:mod:`supervisor.health`) and every (writer host -> bridge) pair present in the tree.
+
+    ok when no health line fails and every pair passes; a tree without a pair (no bridge, or no picture host)
+    says so in a warning line.
+    """
     reader = children.get(READER)
     writers = [children[name] for name in WRITERS if name in children]
-    if reader is None or not writers:
-        return DoctorReply(ok=False)
-    checks = await asyncio.gather(*(check_pair(w, reader) for w in writers))
-    return DoctorReply(ok=all(c.ok for c in checks), checks=tuple(checks))
+    pairs = check_pairs(reader, writers)
+    lines, checks = await asyncio.gather(health(children, settings), pairs)
+    if not checks:
+        lines = (*lines, HealthCheck(name="pictures", status="warn", detail="no picture host -> bridge pair in this tree",
+                                     fix="run the default tree (no --spec-file) to check the picture path"))
+    ok = all(c.ok for c in checks) and not any(h.status == "fail" for h in lines)
+    return DoctorReply(ok=ok, checks=checks, health=lines)
+
+
+async def check_pairs(reader: Child | None, writers: list[Child]) -> tuple[DoctorCheck, ...]:
+    if reader is None:
+        return ()
+    return tuple(await asyncio.gather(*(check_pair(w, reader) for w in writers)))

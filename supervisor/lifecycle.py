@@ -15,6 +15,9 @@ which, and how many crashes in a row it is. A restart intensity: more than ``int
 ``fatal_cooldown`` later and the reason kept. Exit status 78 (EX_CONFIG)
 makes it FATAL with no automatic restart: the operator fixes the
 configuration and runs ``clankiectl start``.
+
+Every start after the first is counted by why (``restarts_by``, :data:`RESTART_REASONS`): how the life
+before it ended (``crash``, ``watchdog``, ``spawn_error``), or ``operator`` when an operator is why it starts.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ class Event(enum.Enum):
 
 INPUTS = (Event.START, Event.SPAWN_FAILED, Event.READY, Event.STOP, Event.KILL, Event.EXIT)
 """The events the shell feeds to :meth:`Lifecycle.handle`; the rest are derived by the core from them."""
+
+
+RESTART_REASONS = ("crash", "watchdog", "spawn_error", "operator")  # clankie_child_restarts_total{reason}
+OPERATOR = "operator"  # the START reason of an operator's start or restart (a timer's START gives none)
 
 
 class Action(enum.Enum):
@@ -166,6 +173,9 @@ class Lifecycle:
     streak: int = 0  # crashes in a row: lives that ended before they were stable
     waiting: str = ""  # why the restart waits (or does not): shown with the reason in status
     moves: deque[Move] = field(default_factory=lambda: deque(maxlen=16))  # the last moves made
+    restarts_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTART_REASONS, 0))  # restarts by cause
+    restart_reason: str = ""  # the cause of the last restart (one of RESTART_REASONS), "" before any
+    cause: str = ""  # how the last life ended, as a restart reason (crash, watchdog, spawn_error, operator; config)
     _restart_after_exit: bool = False
     _kill_reason: str = ""
     _deaths: deque[float] = field(default_factory=deque)
@@ -198,15 +208,16 @@ class Lifecycle:
     ) -> list[Action]:
         """Feed one input event; returns what the shell should do.
 
-        ``ex`` comes with EXIT; ``reason`` with KILL (its cause) and SPAWN_FAILED
-        (the errno name); ``restart`` and ``counts_as_crash`` with KILL.
+        ``ex`` comes with EXIT; ``reason`` with KILL (its cause), SPAWN_FAILED
+        (the errno name) and START (:data:`OPERATOR` for an operator's start;
+        none for a timer's); ``restart`` and ``counts_as_crash`` with KILL.
         """
         if (self.state, event) in IGNORED:
             return []
         if (self.state, event) not in TRANSITIONS:  # refused before any bookkeeping changes
             raise LifecycleError(f"{event.value} is not valid in state {self.state.value}")
         if event is Event.START:
-            return self._start(now)
+            return self._start(now, reason)
         if event is Event.READY:
             self._go(Event.READY)
             self.ready_at = now
@@ -226,6 +237,7 @@ class Lifecycle:
             return [Action.TERMINATE]
         if event is Event.SPAWN_FAILED:
             self._go(Event.SPAWN_FAILED)
+            self.cause = "spawn_error"
             self.last_exit = Exit(code=None, signal=None, at=now)
             self.ended = f"spawn_error {reason}"
             return self._after_exit(now, f"spawn_error {reason}")
@@ -242,9 +254,12 @@ class Lifecycle:
         self.next_start_at = None
         return [Action.UNSCHEDULE]
 
-    def _start(self, now: float) -> list[Action]:
+    def _start(self, now: float, reason: str) -> list[Action]:
         if self.started_at is not None:
             self.restarts += 1
+            why = OPERATOR if reason == OPERATOR or self.cause not in RESTART_REASONS else self.cause
+            self.restarts_by[why] += 1
+            self.restart_reason = why
         self._go(Event.START)
         scheduled = self._unschedule()
         self.started_at = now
@@ -261,9 +276,11 @@ class Lifecycle:
         if self.state is State.STOPPING:
             restart, cause = self._restart_after_exit, self._kill_reason
             if restart and cause:  # killed for a fault: a crash like any other
+                self.cause = "watchdog"
                 self._go(Event.EXIT_FAULT)
                 return self._after_exit(now, cause)
             self._go(Event.EXIT)
+            self.cause = OPERATOR
             if not restart:
                 self.reason = "stopped"
                 return [Action.DROP_SPARE]
@@ -271,10 +288,12 @@ class Lifecycle:
             return [Action.RESTART]
         if ex.code == EX_CONFIG and (self.state, Event.EXIT_CONFIG) in TRANSITIONS:
             self._go(Event.EXIT_CONFIG)
+            self.cause = "config"
             self.next_start_at = None
             self.reason = "config_error: " + (ex.message or "the child reported a configuration error")
             return [Action.DROP_SPARE]
         self._go(Event.EXIT)
+        self.cause = "crash"
         return self._after_exit(now, "crashed: " + self.ended)
 
     def _after_exit(self, now: float, cause: str) -> list[Action]:
@@ -307,9 +326,9 @@ class Lifecycle:
 
     # ------------------------------------------------------------ spellings
 
-    def start(self, now: float) -> State:
-        """Ask for a (re)start; the shell then spawns."""
-        self.handle(Event.START, now)
+    def start(self, now: float, reason: str = "") -> State:
+        """Ask for a (re)start (``reason``: :data:`OPERATOR` for an operator's); the shell then spawns."""
+        self.handle(Event.START, now, reason=reason)
         return self.state
 
     def ready(self, now: float) -> State:

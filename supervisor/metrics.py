@@ -13,9 +13,11 @@ and the counters never go backwards (what a process counted after its last
 heartbeat, at most one interval, dies with it). Gauges come from the live
 process only.
 
-The supervisor's own series (restarts, up, spare takeovers, watchdog aborts,
-each child's memory and open fds as the child measured them) are read from
-the tree at scrape time. Scrapes run on the supervisor's loop, so they see
+The supervisor's own series (restarts by reason, up, fatal, spare takeovers,
+watchdog aborts, each child's memory and open fds as the child measured
+them, the build) are read from the tree at scrape time. Every restart reason
+of every child is exported from the first scrape, at 0 until it happens, so
+``increase()`` sees a child's first crash (a series born at 1 would hide it). Scrapes run on the supervisor's loop, so they see
 one consistent tree.
 """
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -33,11 +35,9 @@ from prometheus_client.registry import Collector
 
 from clankie.metrics import FAMILIES, MAX_SERIES, Family
 from clankie.protocol import HistogramReport, MetricsReport
-from clankie.settings_observability import parse_listen
-from supervisor.lifecycle import Lifecycle, State
-
-if TYPE_CHECKING:
-    from aiohttp import web
+from clankie.version import revision, version
+from supervisor.lifecycle import RESTART_REASONS, Lifecycle, State
+from supervisor.metrics_port import Port
 
 log = logging.getLogger(__name__)
 
@@ -214,9 +214,14 @@ class TreeCollector(Collector):
         yield from self._own()
 
     def _own(self) -> Iterator[Metric]:
-        restarts = CounterMetricFamily("clankie_child_restarts_total", "Times a child was started again after its first start.",
-                                       labels=("child",))
+        restarts = CounterMetricFamily(
+            "clankie_child_restarts_total",
+            "Times a child was started again after its first start, by why: crash, watchdog, spawn_error, operator.",
+            labels=("child", "reason"))
         up = GaugeMetricFamily("clankie_child_up", "1 while a child is running (ready), else 0.", labels=("child",))
+        fatal = GaugeMetricFamily("clankie_child_fatal",
+                                  "1 while a child is fatal (restart intensity spent, or a configuration error), else 0.",
+                                  labels=("child",))
         takeovers = CounterMetricFamily("clankie_spare_takeovers_total", "Starts that took a child's warm spare instead of a cold spawn.",
                                         labels=("child",))
         rss = GaugeMetricFamily("clankie_child_resident_bytes", "A child's resident memory, as it measured itself.", labels=("child",))
@@ -224,8 +229,10 @@ class TreeCollector(Collector):
                                 labels=("child",))
         for name in self.tree.order:
             child = self.tree.children[name]
-            restarts.add_metric([name], float(child.life.restarts))
+            for reason in RESTART_REASONS:
+                restarts.add_metric([name, reason], float(child.life.restarts_by.get(reason, 0)))
             up.add_metric([name], 1.0 if child.life.state is State.RUNNING else 0.0)
+            fatal.add_metric([name], 1.0 if child.life.state is State.FATAL else 0.0)
             takeovers.add_metric([name], float(child.spare_takeovers))
             stats = child.stats()
             if stats["rss_bytes"] is not None:
@@ -235,7 +242,10 @@ class TreeCollector(Collector):
         aborts = CounterMetricFamily("clankie_watchdog_aborts_total",
                                      "Runs the stall watchdog aborted (silent past CLANKIE_STALL_SECONDS).")
         aborts.add_metric([], float(self.tree.watchdog_aborts))
-        yield from (restarts, up, takeovers, aborts, rss, fds)
+        build = GaugeMetricFamily("clankie_build_info", "Always 1: the running build's version and source revision.",
+                                  labels=("version", "revision"))
+        build.add_metric([version(), revision()], 1.0)
+        yield from (restarts, up, fatal, takeovers, aborts, rss, fds, build)
 
 
 def registry_for(tree: MeteredTree) -> CollectorRegistry:
@@ -255,38 +265,23 @@ def exposition(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, 
 
 
 class MetricsServer:
-    """``GET /metrics`` on ``CLANKIE_METRICS_LISTEN`` (aiohttp, imported only when it is set)."""
+    """``GET /metrics`` on ``CLANKIE_METRICS_LISTEN``, on a port no flood can turn against the supervisor
+    (:mod:`supervisor.metrics_port`: a connection cap, a header-read timeout, one log line per flood)."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry) -> None:
-        self.host, self.port = parse_listen(listen)
+    def __init__(self, listen: str, registry: CollectorRegistry, *, max_connections: int = 16,
+                 header_seconds: float = 10.0) -> None:
         self.registry = registry
-        self._runner: web.AppRunner | None = None
-        self.scrapes = 0
+        self.port = Port(listen, lambda accept: exposition(registry, accept), max_connections=max_connections,
+                         header_seconds=header_seconds)
+        registry.register(self.port.collector())
+        self.host = self.port.host
+
+    @property
+    def scrapes(self) -> int:
+        return self.port.scrapes
 
     async def start(self) -> None:
-        from aiohttp import web
-
-        async def metrics(request: web.Request) -> web.Response:
-            body, content_type = exposition(self.registry, request.headers.get("Accept"))
-            self.scrapes += 1
-            return web.Response(body=body, headers={"Content-Type": content_type, "Cache-Control": "no-store"})
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            from clankie.errors import ConfigError
-
-            raise ConfigError(f"CLANKIE_METRICS_LISTEN: cannot listen on {self.host}:{self.port} ({exc.strerror})") from exc
-        self._runner = runner
-        log.info("serving metrics on %s:%d/metrics", self.host, self.port)
+        await self.port.start()
 
     async def close(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await self.port.close()

@@ -9,43 +9,36 @@ spare's. The bridge is spawned with its pid known at once and is heard of
 by the service long before it can have imported anything and dialled.
 
 ``control.sock`` serves the operator: root or the supervisor's own uid (the
-uid rule of :mod:`clankie.ipc`), and never a process of the tree itself
-(:func:`outside_the_tree`): not a child, not Chromium, Node or a tool's
-``bash`` below one. The supervisor is a child subreaper, so a process that
-double-forks out of a child is re-parented to the supervisor and is still
-in the tree.
+uid rule of :mod:`clankie.ipc`), and only a process *proven* outside the
+tree (:func:`outside_the_tree`, :mod:`supervisor.provenance`): not a child,
+not Chromium, Node or a tool's ``bash`` below one, and not a process that is
+gone before it could be checked. The supervisor is a child subreaper, so a
+process that double-forks out of a child is re-parented to the supervisor and
+is still in the tree.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
-from collections.abc import Callable, Iterable
+import select
+import socket
+from collections.abc import Iterable
 
 from clankie import ipc, peers
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Code, Peers
+from supervisor import provenance
 from supervisor.owner import Owner
 from supervisor.process import Child
 from supervisor.spawn import Proc
 
 log = logging.getLogger(__name__)
 
-MAX_DEPTH = 4096
-"""Ancestors walked at most (a chain longer than any real process tree ends the walk: refused)."""
-
-
-def descends_from(pid: int, root: int, parent_of: Callable[[int], int | None]) -> bool:
-    """Whether ``pid`` is ``root`` or below it, walking ``parent_of`` (None: the process is gone)."""
-    for _ in range(MAX_DEPTH):
-        if pid == root:
-            return True
-        parent = parent_of(pid)
-        if parent is None or parent <= 1:
-            return False
-        pid = parent
-    return True
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
+"""``getsockopt`` option for a pidfd of the peer (Linux 6.5; Python 3.11 does not name it; 77 on every arch)."""
 
 
 def parent_pid(pid: int) -> int | None:
@@ -55,14 +48,95 @@ def parent_pid(pid: int) -> int | None:
             stat = fh.read()
     except OSError:
         return None
-    return int(stat.rsplit(b")", 1)[1].split()[1])
+    try:
+        return int(stat.rsplit(b")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return None
 
 
-def outside_the_tree(pid: int, uid: int) -> peers.Refusal | None:
-    """``control.sock``'s check beyond the uid rule: the peer must not be this supervisor's descendant."""
-    if pid != os.getpid() and descends_from(pid, os.getpid(), parent_pid):
+class PidfdLineage:
+    """The kernel's processes: a handle is a pidfd; its parent is read from ``/proc``."""
+
+    def __init__(self) -> None:
+        self._pids: dict[int, int] = {}
+
+    def adopt(self, pidfd: int, pid: int) -> int:
+        """Take a pidfd opened elsewhere (the peer's, from its socket) as a handle on ``pid``."""
+        self._pids[pidfd] = pid
+        return pidfd
+
+    def pid(self, handle: int) -> int:
+        return self._pids[handle]
+
+    def parent(self, handle: int) -> int | None:
+        return parent_pid(self._pids[handle])
+
+    def alive(self, handle: int) -> bool:
+        poll = select.poll()
+        poll.register(handle, select.POLLIN)
+        return not poll.poll(0)  # a pidfd turns readable when its process exits
+
+    def open(self, pid: int) -> int | None:
+        try:
+            return self.adopt(os.pidfd_open(pid), pid)
+        except OSError:  # ESRCH: no such process now
+            return None
+
+    def close(self, handle: int) -> None:
+        self._pids.pop(handle, None)
+        os.close(handle)
+
+
+def peer_pidfd(sock: socket.socket, pid: int) -> int | None:
+    """A pidfd of the process that connected ``sock`` (``SO_PEERPIDFD``; ``pidfd_open(pid)`` on a kernel without
+    it), or None when there is none to be had (the peer is gone; or, on such a kernel, has no pid we can see)."""
+    try:
+        return int(sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD))
+    except OSError as exc:
+        if exc.errno not in (errno.ENOPROTOOPT, errno.EOPNOTSUPP):  # EINVAL, ESRCH: the peer is gone
+            return None
+    if pid <= 0:
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def no_new_privs(status: str = "/proc/self/status") -> bool:
+    """Whether this process (and so every process it starts) can never gain privileges by ``execve``."""
+    try:
+        with open(status, encoding="ascii", errors="replace") as fh:
+            return any(line.split() == ["NoNewPrivs:", "1"] for line in fh)
+    except OSError:
+        return False
+
+
+def outside_the_tree(sock: socket.socket, pid: int, uid: int) -> peers.Refusal | None:
+    """``control.sock``'s check beyond the uid rule: the peer must be *proven* not to be this supervisor's
+    descendant (:mod:`supervisor.provenance`); one that cannot be (gone, unreadable) is refused ``peer_unproven``."""
+    me = os.getpid()
+    if pid == me:
+        return None
+    pidfd = peer_pidfd(sock, pid)
+    if pidfd is None:
+        return peers.Refusal(Code.PEER_UNPROVEN, f"pid {pid} is gone: a control client must still be there to be "
+                                                 "proven outside the tree")
+    lineage = PidfdLineage()
+    try:
+        if pid == 0:  # our pid namespace has no name for it: it lives in one above ours, where no child of ours goes
+            verdict = provenance.beyond_our_namespace(alive=lineage.alive(pidfd))
+        else:
+            verdict = provenance.locate(lineage.adopt(pidfd, pid), me, lineage)
+        standing = provenance.Standing(uid=uid, our_uid=os.getuid(), no_new_privs=no_new_privs(),
+                                       alive=lineage.alive(pidfd))
+    finally:
+        lineage.close(pidfd)
+    if provenance.admitted(verdict, standing):
+        return None
+    if verdict.where is provenance.Where.INSIDE:
         return peers.Refusal(Code.PEER_IN_TREE, f"pid {pid} runs inside the tree; control.sock serves the operator")
-    return None
+    return peers.Refusal(Code.PEER_UNPROVEN, f"pid {pid} cannot be proven outside the tree ({verdict.why})")
 
 
 class Announcer:

@@ -38,7 +38,7 @@ from clankie.protocol import Empty, Heartbeat, Stopping
 from clankie.router import Router, ignore
 from clankie.secrets import ROUTE_PREFIX, hand_over
 from supervisor.environment import for_child
-from supervisor.lifecycle import Action, Event, Exit, Lifecycle
+from supervisor.lifecycle import OPERATOR, Action, Event, Exit, Lifecycle
 from supervisor.metrics import Lives
 from supervisor.output import RotatingLog
 from supervisor.owner import Owner
@@ -101,9 +101,13 @@ class Child:
 
     # ------------------------------------------------------------ start
 
-    def start(self) -> None:
-        """Start now (the lifecycle ignores it while up); spawn errors go through the backoff like crashes."""
-        self._feed(Event.START)
+    def start(self, reason: str = "") -> None:
+        """Start now (the lifecycle ignores it while up); spawn errors go through the backoff like crashes.
+
+        ``reason`` is :data:`~supervisor.lifecycle.OPERATOR` for ``clankiectl start`` (a restart it causes is
+        counted as the operator's, not as the crash before it).
+        """
+        self._feed(Event.START, reason=reason)
 
     # ------------------------------------------------------------ the one entry
 
@@ -271,7 +275,11 @@ class Child:
         ex = Exit(code=status.code, signal=status.signal, at=self.clock.wall(), core=status.core, message=message[:200])
         self.exited_event.set()  # before the actions: an operator restart spawns the next process at once
         self._feed(Event.EXIT, ex=ex)
-        log.info("%s pid=%s %s; now %s", self.name, pid, self.life.ended, self.life.state.value)
+        # a crash, a watchdog kill's end or a configuration error is a warning (journalctl -p warning lists it);
+        # the end of a stop or an operator's restart is not
+        level = logging.INFO if self.life.cause == OPERATOR else logging.WARNING
+        log.log(level, "%s pid=%s %s (%s); now %s", self.name, pid, self.life.ended, self.life.cause,
+                self.life.state.value)
 
     def _schedule(self, now: float) -> None:
         """SCHEDULE: feed START at ``next_start_at`` (the end of a backoff or a fatal cooldown)."""
@@ -332,7 +340,7 @@ class Child:
         START (ignored while the child is on its way down: the exit's RESTART action starts it)."""
         log.info("restarting %s", self.name)
         self._feed(Event.KILL, reason="restart", counts_as_crash=False)
-        self._feed(Event.START)
+        self._feed(Event.START, reason=OPERATOR)
 
     def force(self) -> None:
         """Second SIGTERM/SIGINT: SIGKILL now."""

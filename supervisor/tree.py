@@ -134,7 +134,9 @@ class Tree:
         loop = asyncio.get_running_loop()
         await self.bind_listeners()
         if self.settings.metrics_listen is not None:
-            server = MetricsServer(self.settings.metrics_listen, registry_for(self))
+            server = MetricsServer(self.settings.metrics_listen, registry_for(self),
+                                   max_connections=self.settings.metrics_max_connections,
+                                   header_seconds=self.settings.metrics_header_seconds)
             await server.start()  # an address it cannot take is a ConfigError (exit 78) before any child starts
             self.metrics = server
         if self.subreaper:

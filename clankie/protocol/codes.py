@@ -70,11 +70,13 @@ class Code(StrEnum):
     PEER_UID_REFUSED = "peer_uid_refused"
     PEER_NOT_ALLOWED = "peer_not_allowed"
     PEER_IN_TREE = "peer_in_tree"
+    PEER_UNPROVEN = "peer_unproven"
     # supervisor
     NO_SUCH_CHILD = "no_such_child"
     SERVICE_UNAVAILABLE = "service_unavailable"
     SERVICE_TIMEOUT = "service_timeout"
     ATTACHMENT_ROOT_MISMATCH = "attachment_root_mismatch"
+    NO_LOG_FILE = "no_log_file"  # clankiectl logs supervisor: under systemd (the journal has it), or no file kept
     # supervisor: doctor, per side of a writer -> reader check
     WRITER_NOT_RUNNING = "writer_not_running"
     WRITER_TIMEOUT = "writer_timeout"

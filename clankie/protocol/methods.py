@@ -26,6 +26,7 @@ from clankie.protocol.records_child import (
     BudgetRequest,
     Heartbeat,
     LanesReply,
+    LanesRequest,
     SayRequest,
     Stopping,
 )
@@ -82,7 +83,7 @@ METHODS: dict[str, dict[str, Method]] = {
         "restart": Method(ChildTarget, ControlReply),
         "shutdown": Method(Empty, ControlReply),
         "logs": Method(LogsRequest, LogsReply),
-        "lanes": Method(Empty, LanesReply),
+        "lanes": Method(LanesRequest, LanesReply),
         "abort": Method(AbortRun, AbortReply),
         "say": Method(SayRequest, TurnResult),
         "doctor": Method(Empty, DoctorReply),
@@ -91,7 +92,7 @@ METHODS: dict[str, dict[str, Method]] = {
     "child": {  # supervisor -> child over the link
         "abort_run": Method(AbortRun, AbortReply),
         "shutdown": Method(Stopping, None),
-        "lanes": Method(Empty, LanesReply),
+        "lanes": Method(LanesRequest, LanesReply),
         "say": Method(SayRequest, TurnResult),
         "budget": Method(BudgetRequest, BudgetReply),
         "activate": Method(Empty, None),  # a parked spare: become the child now

@@ -130,7 +130,9 @@ TurnKind = TurnSettled | TurnSilent | TurnAbsorbed | TurnFailed
 class TurnResult(Record):
     """How a turn ended: a tagged union on ``outcome`` (a :class:`TurnOutcome`), flat on the wire.
 
-    ``text``/``media`` only for ``settled``; ``code`` only (and always) for ``failed``. Producers build one
+    ``text``/``media`` only for ``settled``; ``code`` always for ``failed``, and on ``settled`` or ``absorbed``
+    only to say why an answer was cut short (``captain_run_budget_exceeded``: the run stopped at a run cap and
+    its words so far are the reply), never on ``silent``. Producers build one
     through its kind's constructor (:meth:`settled`, :meth:`silent`, :meth:`absorbed`, :meth:`failed`), which
     cannot mix the fields up; consumers read :attr:`outcome`'s predicates, or branch with ``match`` on it or
     on :attr:`kind` (one typed record per outcome, when the branch needs the kind's fields) and
@@ -145,16 +147,19 @@ class TurnResult(Record):
 
     @model_validator(mode="after")
     def _fields_fit_the_outcome(self) -> TurnResult:
-        if (self.outcome is TurnOutcome.FAILED) != (self.code is not None):
-            raise ValueError("code is set exactly when the outcome is failed")
+        if self.outcome is TurnOutcome.FAILED and self.code is None:
+            raise ValueError("a failed outcome carries a code")
+        if self.outcome is TurnOutcome.SILENT and self.code is not None:
+            raise ValueError("a silent outcome carries no code")
         if self.outcome is not TurnOutcome.SETTLED and (self.text or self.media):
             raise ValueError("only a settled turn carries text or media")
         return self
 
     @classmethod
-    def settled(cls, text: str, media: tuple[str, ...] = (), *, turn_id: str | None = None) -> TurnResult:
-        """The turn answered with ``text`` and the refs of its ``media``."""
-        return cls(outcome=TurnOutcome.SETTLED, turn_id=turn_id, text=text, media=media)
+    def settled(cls, text: str, media: tuple[str, ...] = (), *, turn_id: str | None = None,
+                code: str | None = None) -> TurnResult:
+        """The turn answered with ``text`` and the refs of its ``media``; ``code`` if the answer was cut short."""
+        return cls(outcome=TurnOutcome.SETTLED, turn_id=turn_id, text=text, media=media, code=code)
 
     @classmethod
     def silent(cls, *, turn_id: str | None = None) -> TurnResult:
@@ -162,9 +167,9 @@ class TurnResult(Record):
         return cls(outcome=TurnOutcome.SILENT, turn_id=turn_id)
 
     @classmethod
-    def absorbed(cls, *, turn_id: str | None = None) -> TurnResult:
-        """The message was folded into another turn's answer."""
-        return cls(outcome=TurnOutcome.ABSORBED, turn_id=turn_id)
+    def absorbed(cls, *, turn_id: str | None = None, code: str | None = None) -> TurnResult:
+        """The message was folded into another turn's answer; ``code`` if that answer was cut short."""
+        return cls(outcome=TurnOutcome.ABSORBED, turn_id=turn_id, code=code)
 
     @classmethod
     def failed(cls, code: str, *, turn_id: str | None = None) -> TurnResult:

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from clankie.protocol.base import Record
+
+
+class Caller(Record):
+    """Who asked for a control action: the ``SO_PEERCRED`` pid and uid of the process on ``control.sock``, filled
+    in by the supervisor (whatever a client sent there is overwritten), for the audit of what the service does."""
+
+    pid: int = Field(ge=0)
+    uid: int = Field(ge=0)
 
 
 class RunReport(Record):
@@ -75,6 +83,7 @@ class AbortRun(Record):
     lane: str
     run_id: str | None = None
     reason: Literal["stalled", "operator"] = "operator"
+    caller: Caller | None = None  # an operator's abort: who asked (the supervisor fills it in)
 
 
 class AbortReply(Record):
@@ -107,6 +116,12 @@ class Tokens(Record):
         return self.cache_read / total if total else None
 
 
+class LanesRequest(Record):
+    """``lanes``: every lane, or (``hash``) those whose lane hash starts with it, found among all of them."""
+
+    hash: str | None = Field(default=None, pattern=r"^[0-9a-f]{4,16}$")  # journald's LANE=, traces' conversation id
+
+
 class LaneInfo(Record):
     key: str
     warm: bool
@@ -131,8 +146,23 @@ class BudgetRequest(Record):
 
     action: Literal["show", "raise", "reset"] = "show"
     key: str = Field(default="tree", min_length=1, max_length=200)  # tree, room:<guild|dm>/<channel>, user:<id>
-    tokens: int | None = Field(default=None, ge=0, le=1 << 50)  # raise: the new token limit (0: none)
-    usd: float | None = Field(default=None, ge=0, le=1e9)  # raise: the new dollar limit (0: none)
+    tokens: int | None = Field(default=None, ge=1, le=1 << 50)  # raise: the new token limit
+    usd: float | None = Field(default=None, gt=0, le=1e9)  # raise: the new dollar limit
+    # raise: no limit at all for the rest of the day, said explicitly (0 no longer means it: issue 37)
+    unlimited: bool = Field(default=False, validate_default=True)
+    caller: Caller | None = None  # who asked (the supervisor fills it in)
+
+    @field_validator("unlimited")
+    @classmethod
+    def _one_kind_of_raise(cls, unlimited: bool, info: ValidationInfo) -> bool:
+        limits = [info.data.get("tokens"), info.data.get("usd")]
+        if unlimited and info.data.get("action") != "raise":
+            raise ValueError("only a raise can be unlimited")
+        if unlimited and any(v is not None for v in limits):
+            raise ValueError("either --unlimited or a limit (--tokens, --usd), not both")
+        if info.data.get("action") == "raise" and not unlimited and all(v is None for v in limits):
+            raise ValueError("a raise needs --tokens N, --usd N or --unlimited")
+        return unlimited
 
 
 class BudgetInfo(Record):
@@ -162,3 +192,4 @@ class SayRequest(Record):
 
     room: str = Field(min_length=1, max_length=200)
     text: str = Field(min_length=1, max_length=8000)
+    caller: Caller | None = None  # who asked (the supervisor fills it in)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from clankie.protocol.base import Record
@@ -41,6 +43,8 @@ class ChildStatus(Record):
     spare_pid: int | None = None
     waiting: str = ""  # in backoff: why it waits (crashes in a row) or that it did not
     log_error: str = ""  # why its log file cannot be written right now (a full disk), "" when it can
+    restart_reason: str = ""  # why it was last started again: crash, watchdog, spawn_error or operator ("" before any)
+    restarts_by: dict[str, int] = Field(default_factory=dict)  # restarts by that reason since the supervisor started
 
 
 class SupervisorInfo(Record):
@@ -109,6 +113,16 @@ class DoctorCheck(Record):
     reader_root: str | None = None
 
 
+class HealthCheck(Record):
+    """One line of ``doctor``'s health check: what was looked at, ok/warn/fail, what was seen, and the fix."""
+
+    name: str = Field(max_length=64)  # child:<name>, metrics, provider, discord, disk, budget, store, pictures
+    status: Literal["ok", "warn", "fail"]
+    detail: str = Field(default="", max_length=300)
+    fix: str = Field(default="", max_length=300)  # what to do about a warn or a fail ("" when ok)
+
+
 class DoctorReply(Record):
-    ok: bool
+    ok: bool  # no health line failed and every picture pair passed
     checks: tuple[DoctorCheck, ...] = ()
+    health: tuple[HealthCheck, ...] = ()

@@ -123,6 +123,7 @@ class FakeAnthropic:
         self._closing = asyncio.Event()
         self._changed = asyncio.Condition()
         self.base_url = ""
+        self.valid_keys: set[str] | None = None  # GET /v1/models accepts these keys only (None: any non-empty one)
 
     def script(self, *scenarios: Scenario) -> None:
         """Queue scenarios; each request consumes the next one."""
@@ -146,6 +147,7 @@ class FakeAnthropic:
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{target}", self._vertex)
         app.router.add_post("/model/{model}/{action:invoke|invoke-with-response-stream}", self._bedrock)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -173,6 +175,15 @@ class FakeAnthropic:
             await self._changed.wait_for(lambda: len(self.requests) >= count)
 
     # -- handlers --------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """``GET /v1/models``: what ``clankiectl doctor`` asks to learn that the key works (401 for one refused)."""
+        key = request.headers.get("x-api-key", "")
+        if not key or (self.valid_keys is not None and key not in self.valid_keys):
+            return web.json_response({"type": "error", "error": {"type": "authentication_error",
+                                                                 "message": "invalid x-api-key"}}, status=401)
+        return web.json_response({"data": [{"type": "model", "id": "claude-fake", "display_name": "Fake"}],
+                                  "has_more": False, "first_id": "claude-fake", "last_id": "claude-fake"})
 
     def _refused(self, given: str | None) -> web.Response | None:
         """A 401 when this fake is one account and the request did not carry its key."""

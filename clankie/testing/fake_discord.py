@@ -69,6 +69,7 @@ class FakeDiscord(RestHandlers):
         self.edits: list[tuple[str, str]] = []  # (message id, new content) for each accepted edit, in order
         self.deleted: list[str] = []  # ids of messages deleted, in order
         self.reactions: dict[str, list[str]] = {}  # message id -> the bot's reactions (a PUT twice adds one)
+        self.unreacted: list[str] = []  # message ids the bot took a reaction off (DELETE, in order)
         self.identifies = 0
         self.readies = 0  # sessions that got READY and every GUILD_CREATE
         self.resumes = 0

@@ -45,6 +45,7 @@ class RestHandlers:
     edits: list[tuple[str, str]]
     deleted: list[str]
     reactions: dict[str, list[str]]
+    unreacted: list[str]
     messages: dict[str, list[dict[str, Any]]]
     post_answers: asyncio.Event
     _faults: dict[str, deque[Fault]]
@@ -80,6 +81,7 @@ class RestHandlers:
         r.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._edit_message)
         r.add_delete("/api/v10/channels/{cid}/messages/{mid}", self._delete_message)
         r.add_put("/api/v10/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._add_reaction)
+        r.add_delete("/api/v10/channels/{cid}/messages/{mid}/reactions/{emoji}/@me", self._remove_reaction)
         r.add_get("/api/v10/channels/{cid}", self._channel)
         r.add_get("/api/v10/guilds/{gid}", self._guild_rest)
 
@@ -241,6 +243,20 @@ class RestHandlers:
         mine = self.reactions.setdefault(mid, [])
         if emoji not in mine:  # Discord's PUT is idempotent: the same emoji twice is one reaction
             mine.append(emoji)
+        await self._notify()
+        return web.Response(status=204)
+
+    async def _remove_reaction(self, request: web.Request) -> web.Response:
+        cid, mid, emoji = request.match_info["cid"], request.match_info["mid"], request.match_info["emoji"]
+        fault = await self._record(request, "DELETE /channels/{id}/messages/{id}/reactions/{emoji}/@me")
+        if fault:
+            return fault
+        if self._find(cid, mid) is None:
+            return respond({"message": "Unknown Message", "code": 10008}, 404)
+        mine = self.reactions.get(mid, [])
+        if emoji in mine:  # Discord's DELETE of a reaction that is not there is no error either
+            mine.remove(emoji)
+        self.unreacted.append(mid)
         await self._notify()
         return web.Response(status=204)
 

@@ -17,7 +17,8 @@ Two checks, both pure:
   IPv4-mapped, NAT64 (``64:ff9b::/96``), 6to4 and Teredo addresses are judged
   by the IPv4 address they carry. ``allow_private`` relaxes loopback, private
   and link-local ranges, never multicast, unspecified, the cloud-metadata
-  addresses or the table's never-a-page ranges.
+  addresses (:data:`METADATA`: every address the shipped units deny, and
+  wrapped forms of them) or the table's never-a-page ranges.
 * Host names are read as Chromium reads them (the WHATWG URL standard): a
   host whose last label is a number is an IPv4 address in any of its numeric
   forms (``2130706433``, ``0x7f000001``, ``0177.0.0.1``, ``127.1``), so the
@@ -26,7 +27,8 @@ Two checks, both pure:
 :class:`Pins` is the operator's (and the tests') explicit list of names the
 policy proxy resolves itself to a fixed address and trusts
 (``CLANKIE_BROWSER_PINNED_HOSTS=name=ip,...``). A pinned name skips the
-address check; nothing else does. The enforcement point is the policy proxy
+address check; nothing else does, and no name may be pinned to a cloud
+metadata address. The enforcement point is the policy proxy
 (:mod:`hosts.browser.proxy`), which applies these functions to every
 connection Chromium makes.
 """
@@ -42,7 +44,17 @@ from clankie.errors import ConfigError
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 SCHEMES = {"http": 80, "https": 443}
-METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+METADATA: frozenset[IPAddress] = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # AWS, GCP, Azure, Oracle, OpenStack instance metadata
+    "fd00:ec2::254",  # AWS instance metadata over IPv6
+    "169.254.170.2",  # AWS ECS task metadata and credentials
+    "169.254.170.23",  # AWS EKS Pod Identity credentials
+    "fd00:ec2::23",  # AWS EKS Pod Identity credentials over IPv6
+    "100.100.100.200",  # Alibaba Cloud instance metadata
+))
+"""Cloud metadata and credential endpoints: refused whatever ``allow_private`` says, and never pinned. Holds every
+address the shipped units' ``IPAddressDeny=`` lists (``docs/systemd``; a test reads them), so the policy refuses
+outside systemd what the unit refuses inside it."""
 
 EMBEDDED = "embedded"
 """A range whose addresses carry an IPv4 address: judged by that address (:func:`embedded_v4`)."""
@@ -130,9 +142,19 @@ def range_of(ip: ipaddress.IPv6Address) -> Range | None:
     return next((row for row in IPV6_RANGES if ip in row.network), None)
 
 
+def is_metadata(ip: IPAddress) -> bool:
+    """Whether ``ip`` is a cloud metadata address (:data:`METADATA`), also inside an IPv6 form that carries one."""
+    if ip in METADATA:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address):
+        row = range_of(ip)
+        return row is not None and row.verdict == EMBEDDED and embedded_v4(ip) in METADATA
+    return False
+
+
 def address_verdict(ip: IPAddress, *, allow_private: bool) -> str | None:
     """Why ``ip`` is refused (a short reason), or ``None`` if it may be visited."""
-    if ip in METADATA:
+    if is_metadata(ip):
         return "cloud metadata address"
     if isinstance(ip, ipaddress.IPv6Address):
         row = range_of(ip)
@@ -252,11 +274,14 @@ class Pins:
             try:
                 if not sep:
                     raise ValueError(item)
-                table.append((normalise_host(name.strip()), ipaddress.ip_address(addr.strip().strip("[]"))))
+                ip = ipaddress.ip_address(addr.strip().strip("[]"))
+                table.append((normalise_host(name.strip()), ip))
             except (ValueError, UrlRefused):
                 raise ConfigError(
                     f"CLANKIE_BROWSER_PINNED_HOSTS: {item[:80]!r} is not name=ip"
                 ) from None
+            if is_metadata(ip):
+                raise ConfigError(f"CLANKIE_BROWSER_PINNED_HOSTS: {item[:80]!r} pins a cloud metadata address")
         return cls(tuple(table))
 
     def get(self, host: str) -> IPAddress | None:

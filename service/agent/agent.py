@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from clankie.clock import Clock
 from clankie.errors import ClankieError
+from clankie.metrics import METER
 from service.agent.attempts import Attempts, RunFailed
 from service.agent.compactor import Compactor
 from service.agent.config import AgentConfig, Meter
@@ -45,7 +46,7 @@ from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
 from service.agent.routes import Routes
 from service.agent.session import SessionTree
-from service.agent.tools import Tool, ToolCallHooks, run_batch
+from service.agent.tools import Tool, Toolbox, ToolCallHooks, run_batch
 
 __all__ = ["ABORTED_RESULT", "Agent", "AgentBusy", "AgentConfig"]
 
@@ -70,6 +71,8 @@ class _Run:
     calls: int = 0  # model requests made (retries and summaries count)
     tool_calls: int = 0
     words: list[str] = field(default_factory=list)  # each answer's text, for a run stopped by a cap
+    capped: str = ""  # the run cap that stopped the run (model_calls, tokens, tool_calls), for its metric
+    tainted: bool = False  # a tool brought outside content (a web page) into the run: clean_only tools are withdrawn
 
 
 Subscriber = Callable[[AgentEvent], None]
@@ -93,8 +96,7 @@ class Agent:
     ) -> None:
         self.session = session
         self._provider = provider
-        self._tools = {t.name: t for t in tools}
-        self._tool_specs = [t.spec() for t in tools]
+        self._tools = Toolbox(tools)  # a run that read a web page loses its clean_only tools (service.agent.tools)
         self._clock = clock
         self._system = system_prompt
         self._config = config or AgentConfig()
@@ -226,8 +228,8 @@ class Agent:
     def _gate(self, state: _Run) -> OutcomeKind | None:
         """Before every model call: the run's caps, then the meter's budgets; a call let through is counted."""
         if self._config.caps.refuses_call(state.calls, state.usage.context_tokens):
-            log.warning("run %s reached its cap (%d model calls, %d tokens)", state.run_id, state.calls,
-                        state.usage.context_tokens)
+            log.warning("run %s reached its cap (%d model calls, %d tokens)", state.run_id, state.calls, state.usage.context_tokens)
+            state.capped = "model_calls" if state.calls >= self._config.caps.max_model_calls else "tokens"
             return OutcomeKind.RUN_BUDGET_EXCEEDED
         refused = self._meter.refusal() if self._meter is not None else None
         if refused is None:
@@ -265,12 +267,14 @@ class Agent:
             calls = tool_uses(response.content)
             if calls and self._config.caps.refuses_tools(state.tool_calls, len(calls)):
                 log.warning("run %s reached its cap of %d tool calls", state.run_id, self._config.caps.max_tool_calls)
+                state.capped = "tool_calls"
                 self._close_orphans(CAPPED_RESULT)
                 self._turn_end(state, response, 0)
                 raise RunFailed(OutcomeKind.RUN_BUDGET_EXCEEDED)
             if calls:
                 state.tool_calls += len(calls)
-                results = await run_batch(calls, self._tools, self._clock, self._tool_hooks(state))
+                results = await run_batch(calls, self._tools.usable(state.tainted), self._clock, self._tool_hooks(state))
+                state.tainted = state.tainted or self._tools.taints(calls)
                 self.session.append_message({"role": "user", "content": results})
                 self.session.sync()
                 self._turn_end(state, response, len(calls))
@@ -303,13 +307,9 @@ class Agent:
         text = state.text if kind is OutcomeKind.OK else ""
         if kind is OutcomeKind.RUN_BUDGET_EXCEEDED:
             text = "\n\n".join(state.words)  # the words written so far go to the room
+            METER.count("clankie_run_caps_total", state.capped or "other", "yes" if text.strip() else "no")
         outcome = RunOutcome(
-            kind=kind,
-            run_id=state.run_id,
-            text=text,
-            usage=state.usage,
-            turns=state.turn,
-            steered=state.steered,
+            kind=kind, run_id=state.run_id, text=text, usage=state.usage, turns=state.turn, steered=state.steered,
             abort_reason=(self._abort_reason or "aborted") if kind is OutcomeKind.ABORTED else None,
         )
         data: dict[str, object] = {
@@ -347,7 +347,7 @@ class Agent:
     async def _call(self, state: _Run) -> ModelResponse:
         def request() -> ModelRequest:
             plain = ModelRequest(
-                system=self._system, messages=self.session.messages(), tools=self._tool_specs,
+                system=self._system, messages=self.session.messages(), tools=self._tools.specs(state.tainted),
                 max_tokens=self._config.max_tokens,
             )
             if self._meter is None:

@@ -4,13 +4,19 @@ A tool has a JSON schema, a timeout and an async ``execute``. Its result is
 text (or content blocks) or an error result; an exception, a timeout or an
 unknown name becomes an error result the model can read, never a crash.
 The batch runs concurrently; results come back in source order.
+
+A tool that brings outside content into the run (``reads_untrusted``: a web
+page) taints the run once it is called; a tool marked ``clean_only`` (a
+shell) is then withdrawn for the rest of that run (:class:`Toolbox`): it is
+no longer offered to the model, and a call to it gets an error result, not
+a run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +62,8 @@ class Tool:
     extra: dict[str, Any] = field(default_factory=dict)
     # what a call is about, content-free (e.g. a URL's host name), for ToolStart; None: nothing to say
     subject: Callable[[dict[str, Any]], str | None] | None = None
+    reads_untrusted: bool = False  # its results carry content from outside the tree (a web page): they taint the run
+    clean_only: bool = False  # withdrawn for the rest of a run once the run is tainted (a shell)
 
     def spec(self) -> dict[str, Any]:
         """The API ``tools`` entry (stable byte for byte across turns)."""
@@ -65,6 +73,38 @@ class Tool:
             "input_schema": self.input_schema,
             **self.extra,
         }
+
+
+class Toolbox:
+    """One agent's tools, and which of them a run may still call: all of them until the run is tainted (it called
+    a ``reads_untrusted`` tool), then all but the ``clean_only`` ones."""
+
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        self.tools = {t.name: t for t in tools}
+        self._specs = [t.spec() for t in tools]
+        self._clean_specs = [t.spec() for t in tools if not t.clean_only]
+        self._tainted = {t.name: _withdrawn(t) if t.clean_only else t for t in tools}
+
+    def taints(self, calls: Sequence[Block]) -> bool:
+        """Whether running ``calls`` brings outside content into the run (any of them names a ``reads_untrusted`` tool)."""
+        return any((tool := self.tools.get(str(call.get("name")))) is not None and tool.reads_untrusted for call in calls)
+
+    def specs(self, tainted: bool) -> list[dict[str, Any]]:
+        """The API ``tools`` list for a run in this state."""
+        return self._clean_specs if tainted else self._specs
+
+    def usable(self, tainted: bool) -> dict[str, Tool]:
+        """The tools by name for a run in this state (a withdrawn one answers with an error result)."""
+        return self._tainted if tainted else self.tools
+
+
+def _withdrawn(tool: Tool) -> Tool:
+    async def refuse(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult(content=f"{tool.name} is not available for the rest of this run: the run has read content "
+                                  "from outside (a web page), and no such run may use it.", is_error=True)
+
+    return Tool(name=tool.name, description=tool.description, input_schema=tool.input_schema, execute=refuse,
+                timeout=tool.timeout, extra=tool.extra, clean_only=True)
 
 
 @dataclass(frozen=True, kw_only=True)

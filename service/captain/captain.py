@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clankie.clock import Clock
+from clankie.journald import lane_hash
 from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
 from clankie.redact import Redactor
 from clankie.settings import Settings
@@ -220,12 +221,22 @@ class Captain:
         """The live lanes, most recently used first (no disk read)."""
         return tuple(reports.live_infos(self.registry, self._clock.boottime(), self._s.lanes_list_max))
 
-    async def lane_listing(self) -> tuple[LaneInfo, ...]:
+    async def lane_listing(self, hash_prefix: str | None = None) -> tuple[LaneInfo, ...]:
         """Every lane for ``lanes``: the live ones, then those only on disk, scanned in a worker thread
-        (ten thousand lane directories never stall the loop); at most ``CLANKIE_LANES_LIST_MAX``."""
+        (ten thousand lane directories never stall the loop); at most ``CLANKIE_LANES_LIST_MAX``.
+
+        With ``hash_prefix``, only the lanes whose hash (journald's ``LANE=``, traces' conversation id) starts
+        with it, found among every lane, live or on disk, not only the first ``CLANKIE_LANES_LIST_MAX``.
+        """
         limit = self._s.lanes_list_max
-        live = reports.live_infos(self.registry, self._clock.boottime(), limit)
         live_keys = tuple(self.registry.lanes)
+        if hash_prefix is not None:
+            every = reports.live_infos(self.registry, self._clock.boottime(), len(live_keys))
+            live = [info for info in every if lane_hash(info.key).startswith(hash_prefix)][:limit]
+            on_disk = await asyncio.to_thread(listing.disk_lanes_by_hash, self.registry.paths, live_keys, hash_prefix,
+                                              limit - len(live))
+            return (*live, *reports.disk_infos(on_disk, self.registry, self._clock.wall()))
+        live = reports.live_infos(self.registry, self._clock.boottime(), limit)
         on_disk = await asyncio.to_thread(listing.disk_lanes, self.registry.paths, live_keys, limit - len(live))
         return (*live, *reports.disk_infos(on_disk, self.registry, self._clock.wall()))
 

@@ -8,7 +8,10 @@ says whether it would come back warm (an eviction stamp of this process, see
 written. The directories are scanned when asked (``os.scandir``, one ``stat``
 per session file); at most ``limit`` rows are returned in all
 (``CLANKIE_LANES_LIST_MAX``), the most recently active first. One-shot trees
-(``turns/``) are not lanes and are not listed.
+(``turns/``) are not lanes and are not listed. :func:`disk_lanes_by_hash`
+finds a lane by the hash traces and journald carry (``LANE=``,
+``gen_ai.conversation.id``) among every directory, past that bound: names
+are hashed, only the matches are read.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+from clankie.journald import lane_hash
 from service.captain.keys import CaptainPaths
 from service.captain.registry import WARM_STAMP
 
@@ -53,35 +57,51 @@ def _scan(directory: Path) -> DiskLane | None:
     return DiskLane(unquote(directory.name), directory, newest, stamp)
 
 
+def _lane_dirs(paths: CaptainPaths) -> list[Path]:
+    out: list[Path] = []
+    for parent in (paths.root / "rooms", paths.root / "system"):
+        try:
+            with os.scandir(parent) as found:
+                out.extend(Path(item.path) for item in found if item.is_dir(follow_symlinks=False))
+        except OSError:  # no lane of this kind yet
+            continue
+    return out
+
+
+def disk_lanes_by_hash(paths: CaptainPaths, skip: Iterable[str], prefix: str, limit: int) -> list[DiskLane]:
+    """Up to ``limit`` lanes on disk (not in ``skip``) whose :func:`~clankie.journald.lane_hash` starts with ``prefix``."""
+    skipped = set(skip)
+    out: list[DiskLane] = []
+    for directory in _lane_dirs(paths):
+        key = unquote(directory.name)
+        if key in skipped or not lane_hash(key).startswith(prefix):
+            continue
+        lane = _scan(directory)
+        if lane is not None:
+            out.append(lane)
+        if len(out) >= limit:
+            break
+    out.sort(key=lambda lane: lane.last_write, reverse=True)
+    return out
+
+
 def disk_lanes(paths: CaptainPaths, skip: Iterable[str], limit: int) -> list[DiskLane]:
     """Up to ``limit`` lanes with a directory under ``rooms/`` or ``system/`` and no key in ``skip``, newest first."""
     if limit <= 0:
         return []
     skipped = set(skip)
     out: list[DiskLane] = []
-    for parent in (paths.root / "rooms", paths.root / "system"):
-        try:
-            with os.scandir(parent) as found:
-                dirs = [Path(item.path) for item in found if item.is_dir(follow_symlinks=False)]
-        except OSError:  # no lane of this kind yet
+    for directory in _lane_dirs(paths):
+        if unquote(directory.name) in skipped:
             continue
-        for directory in dirs:
-            if unquote(directory.name) in skipped:
-                continue
-            lane = _scan(directory)
-            if lane is not None:
-                out.append(lane)
+        lane = _scan(directory)
+        if lane is not None:
+            out.append(lane)
     out.sort(key=lambda lane: lane.last_write, reverse=True)
     return out[:limit]
 
 
 def count_disk_lanes(paths: CaptainPaths, live: Iterable[str]) -> int:
     """How many lanes have a directory under ``rooms/`` or ``system/`` and are not in ``live`` (names only: no stat)."""
-    keys: set[str] = set()
-    for parent in (paths.root / "rooms", paths.root / "system"):
-        try:
-            with os.scandir(parent) as found:
-                keys.update(unquote(item.name) for item in found if item.is_dir(follow_symlinks=False))
-        except OSError:  # no lane of this kind yet
-            continue
+    keys = {unquote(directory.name) for directory in _lane_dirs(paths)}
     return len(keys.difference(live))

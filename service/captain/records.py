@@ -29,7 +29,7 @@ from clankie.appender import DiskError, append_once
 from clankie.clock import Clock
 from clankie.jsonl import encode_line
 from clankie.paths import make_private_dirs
-from clankie.protocol import Code, Room
+from clankie.protocol import Caller, Code, Room
 from clankie.quiet import Quiet
 from clankie.rotation import Rotation, read_all, read_tail
 from clankie.settings import Settings
@@ -118,10 +118,14 @@ class Evidence:
         turn_id: str | None = None,
         cause: str | None = None,
         crashed_runs: int | None = None,
+        caller: Caller | None = None,
     ) -> None:
-        """Append one entry; ``cause`` (e.g. ``poison``) and ``crashed_runs`` (runs the service died in) when given."""
+        """Append one entry; ``cause`` (e.g. ``poison``), ``crashed_runs`` (runs the service died in) and an operator
+        action's ``caller`` (its pid and uid on ``control.sock``) when given."""
         entry: dict[str, Any] = {"at": self._clock.wall(), "delivery_id": delivery_id, "event": event, "lane": lane}
-        optional = {"code": code, "turn_id": turn_id, "cause": cause, "crashed_runs": crashed_runs}
+        optional = {"code": code, "turn_id": turn_id, "cause": cause, "crashed_runs": crashed_runs,
+                    "caller_pid": caller.pid if caller is not None else None,
+                    "caller_uid": caller.uid if caller is not None else None}
         entry.update((key, value) for key, value in optional.items() if value is not None)
         try:
             append_line(self.path, entry, self._rotation or _rotations["audit"])

@@ -199,6 +199,8 @@ class TurnService:
         except ValueError as exc:
             raise RemoteError(Code.INVALID_ROOM, str(exc)) from None
         message_id = uuid.uuid4().hex[:20]
+        lane = keys.room_lane_key(self.captain.character, room)
+        self.evidence.record(f"say-{message_id}", "operator_say", lane=lane, caller=request.caller)
         submit = TurnSubmit(
             delivery_id=f"say-{message_id}",
             room=room,

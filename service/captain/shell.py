@@ -260,9 +260,12 @@ class LaneShell:
             self.lane_log.said(text)
         except OSError as exc:  # the answer stands; only its line in the lane log is lost
             log.error("lane %s: reply to turn %s not in the lane log (%s)", self.key, owner, disk_failure(exc) or exc.strerror)
-        self._resolve(owner, TurnResult.settled(text, media, turn_id=owner))
+        # a run stopped at a run cap answers with its words so far, and its turns say why it stopped short
+        assert outcome is not None  # (there is text)
+        cut = FAILURE_CODES[outcome.kind] if outcome.kind is OutcomeKind.RUN_BUDGET_EXCEEDED else None
+        self._resolve(owner, TurnResult.settled(text, media, turn_id=owner, code=cut))
         for turn_id in steerers:
-            self._resolve(turn_id, TurnResult.absorbed(turn_id=turn_id))
+            self._resolve(turn_id, TurnResult.absorbed(turn_id=turn_id, code=cut))
 
     def _resolve(self, turn_id: str, result: TurnResult) -> None:
         slot = self.slots.pop(turn_id, None)

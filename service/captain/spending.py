@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from clankie.clock import Clock
 from clankie.pricing import price_of
-from clankie.protocol import Room, Tokens
+from clankie.protocol import Caller, Room, Tokens
 from clankie.settings import Settings
 from service.agent.model import CacheTtl
 from service.agent.outcome import OutcomeKind, Usage
@@ -87,6 +87,9 @@ class Spending:
         tree = self.budgets.standing(TREE)
         log.info("spend today (%s): %d tokens, $%.4f, from %d ledger lines and the session trees",
                  self.budgets.day, tree.spent.tokens, tree.spent.usd, read.lines)
+        if TREE in self.unbounded():
+            log.warning("spend: the tree has no day budget (CLANKIE_BUDGET_DAY_USD and CLANKIE_BUDGET_DAY_TOKENS are 0): "
+                        "a day's spend is bounded only by each room's and each person's budget")
 
     def roll(self) -> None:
         """A new UTC day: fresh totals (raises and resets were for the day that ended)."""
@@ -96,6 +99,12 @@ class Spending:
             self.budgets = DayBudgets(self.limits, day=today, max_keys=self.settings.budget_max_keys)
             self.notices.clear()
             self.ledger.prune(today)
+
+    def unbounded(self) -> tuple[str, ...]:
+        """The scopes with no day budget in either unit now (``tree``, ``room``, ``user``); the tree's counts an
+        operator's raise. Said at start, in the status line, the heartbeat and ``clankie_budget_unbounded``."""
+        tree = () if self.budgets.limited(TREE) else (TREE,)
+        return tree + tuple(s.value for s in (Scope.ROOM, Scope.USER) if not (self.limits[s].tokens or self.limits[s].usd))
 
     # -- lanes -----------------------------------------------------------------
 
@@ -142,19 +151,23 @@ class Spending:
 
     # -- the operator ----------------------------------------------------------
 
-    def operate(self, action: str, key: str, tokens: int | None, usd: float | None) -> Standing:
-        """``raise`` a budget for the rest of the day, or ``reset`` what a key spent; written to the ledger."""
+    def operate(self, action: str, key: str, tokens: int | None, usd: float | None, *,
+                caller: Caller | None = None) -> Standing:
+        """``raise`` a budget for the rest of the day, or ``reset`` what a key spent; written to the ledger with who
+        asked (``caller``: its pid and uid on ``control.sock``)."""
         self.roll()
+        who = {} if caller is None else {"caller_pid": caller.pid, "caller_uid": caller.uid}
         if action == "raise":
             have = self.budgets.limit(key)
             limit = Amount(have.tokens if tokens is None else tokens, have.usd if usd is None else usd)
             standing = self.budgets.raise_limit(key, limit)
             self.ledger.append(self.budgets.day, {"at": self.clock.wall(), "kind": "raise", "key": key,
-                                                  "tokens": limit.tokens, "usd": limit.usd})
+                                                  "tokens": limit.tokens, "usd": limit.usd, **who})
         else:
             standing = self.budgets.reset(key)
-            self.ledger.append(self.budgets.day, {"at": self.clock.wall(), "kind": "reset", "key": key})
-        log.warning("operator: budget %s %s -> limit %d tokens $%.4f, spent %d tokens $%.4f", action, key,
+            self.ledger.append(self.budgets.day, {"at": self.clock.wall(), "kind": "reset", "key": key, **who})
+        log.warning("operator (pid %s uid %s): budget %s %s -> limit %d tokens $%.4f, spent %d tokens $%.4f",
+                    who.get("caller_pid", "?"), who.get("caller_uid", "?"), action, key,
                     standing.limit.tokens, standing.limit.usd, standing.spent.tokens, standing.spent.usd)
         return standing
 
@@ -168,6 +181,7 @@ class Spending:
                 "budget_usd_spent": round(tree.spent.usd, 6), "budget_tokens_limit": tree.limit.tokens,
                 "budget_usd_limit": tree.limit.usd, "budget_tokens_left": tree.tokens_left,
                 "budget_usd_left": None if tree.usd_left is None else round(tree.usd_left, 6),
+                "budget_unbounded": list(self.unbounded()),
                 "budget_keys_forgotten": self.budgets.forgotten, "budget_warned": list(self.budgets.warned[:10]),
                 "cache_read_share": None if self.tree_health.share is None else round(self.tree_health.share, 4),
                 "cache_lanes_broken": sorted(k for k, h in self.health.items() if h.broken)[:10]}
@@ -180,6 +194,8 @@ class Spending:
             parts.append(f"left {_tokens(max(0, tree.tokens_left))}/{_tokens(tree.limit.tokens)} tok")
         if tree.usd_left is not None:
             parts.append(f"left ${max(0.0, tree.usd_left):.2f}/${tree.limit.usd:.2f}")
+        if tree.tokens_left is None and tree.usd_left is None:
+            parts.append("no tree budget")
         for scope in (Scope.ROOM, Scope.USER):
             limit = self.limits[scope]
             if limit.tokens or limit.usd:

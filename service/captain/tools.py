@@ -198,6 +198,7 @@ def screenshot_tool(client: HostClient, capture: TurnCapture, root: Path) -> Too
         execute=execute,
         timeout=120.0,
         subject=url_host,
+        reads_untrusted=True,  # the page is the internet's words: a run that saw one loses the shell
     )
 
 
@@ -345,4 +346,5 @@ def shell_tool(cwd: Path) -> Tool:
         input_schema={"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
         execute=execute,
         timeout=70.0,
+        clean_only=True,  # never after a web page in the same run (service.agent.tools.Toolbox)
     )

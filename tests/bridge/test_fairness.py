@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from bridge.admission import Drop, Ingress, Policy, Run, Waiting
-from bridge.fairness import Buckets, Fairness
+from bridge.admission import Drop, Ingress, Paced, Policy, Run, Waiting
+from bridge.fairness import Buckets, Fairness, Pace
 from bridge.inbound import Inbound
 from clankie import ipc
 from clankie.protocol import TurnResult, TurnSubmit
@@ -48,40 +48,45 @@ def test_zero_is_no_limit_and_full_buckets_are_forgotten() -> None:
 def test_the_hourglass_shows_once_a_minute_per_person() -> None:
     """A refused person gets one ⏳ a minute, however often they are refused, even when the room's bucket refused."""
     f = Fairness(1, 0)
-    assert f.admit("1", "11", "7", 0.0) and not f.admit("1", "12", "7", 1.0)
+    assert f.admit("1", "11", "7", 0.0) is Pace.GO and f.admit("1", "12", "7", 1.0) is Pace.PERSON
     assert [f.hint("1", "7", t) for t in (1.0, 2.0, 59.0, 61.5)] == [True, False, False, True]
     rooms = Fairness(0, 1)
-    assert rooms.admit("1", "11", "7", 0.0) and not rooms.admit("1", "11", "8", 0.0)
+    assert rooms.admit("1", "11", "7", 0.0) is Pace.GO and rooms.admit("1", "11", "8", 0.0) is Pace.ROOM
     assert rooms.hint("1", "8", 0.0) and not rooms.hint("1", "8", 1.0)
 
 
 def test_one_person_in_twenty_rooms_starts_six_turns_a_minute_and_others_are_untouched() -> None:
-    """The person's bucket spans rooms; a refusal is not remembered (a re-send later runs); another person runs."""
+    """The person's bucket spans rooms: six run, a minute's worth more wait for the pace (bridge.paced), the rest
+    are refused (not remembered: a re-send later may run); another person runs."""
     ing = Ingress(Policy(guild_ids=frozenset({"1"}), owner_id="900", user_turns_per_minute=6, room_turns_per_minute=30))
     decisions = [ing.admit(msg(f"m{i}", channel=str(100 + i)), 0.0) for i in range(20)]
     assert sum(isinstance(d, Run) for d in decisions) == 6
-    assert decisions[6:] == [Drop("rate_limited")] * 14
-    assert not ing.seen("m6")
+    assert decisions[6:12] == [Paced(unprompted=True, person="1:7", opened=True)] * 6
+    assert decisions[12:] == [Drop("rate_limited")] * 8
+    assert ing.seen("m6") and not ing.seen("m12")
     assert isinstance(ing.admit(msg("o1", channel="100", author="8"), 0.0), Run)
-    assert isinstance(ing.admit(msg("m6", channel="106"), 10.0), Run)  # a token came back
+    assert ing.paced.release(9.9) == []
+    assert ing.paced.release(10.0) == [("106", ["m6"])]  # a token came back: the oldest waiting turn goes
 
 
 def test_steered_buffered_waiting_owner_and_room_limits() -> None:
-    """A steer starts no turn and never counts; the owner is not paced; a message that waits for a slot counts; a
-    room's own bucket holds its turns whoever speaks."""
-    ing = Ingress(Policy(guild_ids=frozenset({"1"}), owner_id="900", user_turns_per_minute=1, room_turns_per_minute=2,
+    """A steer costs its author half a turn (two steers past the pace, it waits); the owner is not paced; a message
+    that waits for a slot counts; a room's own bucket holds its turns whoever speaks."""
+    ing = Ingress(Policy(guild_ids=frozenset({"1"}), owner_id="900", user_turns_per_minute=2, room_turns_per_minute=2,
                          max_turns=1))
     assert isinstance(ing.admit(msg("a"), 0.0), Run)
-    assert all(isinstance(ing.admit(msg(f"s{i}"), 0.0, live_run=True, turns=0), Run) for i in range(5))
-    assert ing.admit(msg("b", channel="12"), 0.0) == Drop("rate_limited")
+    assert all(isinstance(ing.admit(msg(f"s{i}"), 0.0, live_run=True, turns=0), Run) for i in range(2))
+    assert isinstance(ing.admit(msg("s2"), 0.0, live_run=True, turns=0), Paced)
+    assert isinstance(ing.admit(msg("b", channel="12"), 0.0), Paced)  # behind s2, whatever the bucket says
     assert all(isinstance(ing.admit(msg(f"o{i}", author="900"), 0.0), Run) for i in range(3))
     assert ing.admit(msg("w", author="8"), 0.0, turns=1) == Waiting(unprompted=True)
     assert ing.admit(msg("x", author="9"), 0.0) == Drop("rate_limited")  # room 11: a and w spent its two
 
 
-def test_a_spammer_is_slowed_with_one_hourglass_while_another_person_is_answered(env: dict[str, str]) -> None:
-    """Through the real bridge: six turns a minute per person; the seventh and eighth are ``rate_limited`` with a
-    single ⏳; another person in the same room is answered; messages steered into a live run never count."""
+def test_a_spammer_is_slowed_while_another_person_and_the_owner_are_answered(env: dict[str, str]) -> None:
+    """Through the real bridge: a held run and four steers spend three of the person's six turns; in the next room two
+    turns run and the rest wait for the pace with ⏳ (one waiting turn); another person and the owner are answered at
+    once in the same room; the waiting turn is answered when a token comes back, in one turn."""
     clock = FakeClock()
     release = asyncio.Event()
 
@@ -95,22 +100,24 @@ def test_a_spammer_is_slowed_with_one_hourglass_while_another_person_is_answered
         async with running(env, overrides=overrides, script=script, clock=clock) as h:
             held = str((await h.fake.message(CHAN, "hold", author_id=PERSON))["id"])
             await h.service.wait_submits(1)
-            steered = [str((await h.fake.message(CHAN, f"and {i}", author_id=PERSON))["id"]) for i in range(8)]
-            await h.until(lambda: len(h.service.submits) == 9)
+            steered = [str((await h.fake.message(CHAN, f"and {i}", author_id=PERSON))["id"]) for i in range(4)]
+            await h.until(lambda: len(h.service.submits) == 5)
             release.set()
             await h.until(lambda: all(closing(h, m) for m in [held, *steered]))
             mine = []
-            for i in range(7):
+            for i in range(5):
                 m = str((await h.fake.message(CHAN2, f"spam {i}", author_id=PERSON))["id"])
-                await h.until(lambda m=m: bool(closing(h, m)))  # type: ignore[misc]  # bound per loop pass
+                await h.until(lambda m=m: bool(h.outcomes(m)))  # type: ignore[misc]  # bound per loop pass
                 mine.append(m)
-            assert [closing(h, m) for m in mine] == [["settled"]] * 5 + [["dropped"]] * 2  # "hold" was the first of six
-            assert {r["reason"] for r in h.receipts() if r["delivery_id"] in mine[5:]} == {"rate_limited"}
+            assert [h.outcomes(m)[0] for m in mine] == ["accepted"] * 3 + ["waiting"] * 2
             other = str((await h.fake.message(CHAN2, "hello", author_id=OTHER))["id"])
             await h.until(lambda: closing(h, other) == ["settled"])
-            await h.until(lambda: bool(h.fake.reactions.get(mine[5])))
-            assert h.fake.reactions[mine[5]] == [HOURGLASS] and mine[6] not in h.fake.reactions
             owner = str((await h.fake.message(CHAN2, "the owner", author_id=OWNER))["id"])
             await h.until(lambda: closing(h, owner) == ["settled"])
+            await h.until(lambda: all(h.fake.reactions.get(m) == [HOURGLASS] for m in mine[3:]))
+            assert not any(closing(h, m) for m in mine[3:])
+            clock.advance(10.0)  # one token back
+            await h.until(lambda: all(closing(h, m) for m in mine))
+            assert [closing(h, m) for m in mine] == [["settled"]] * 3 + [["absorbed"], ["settled"]]
 
     asyncio.run(main())

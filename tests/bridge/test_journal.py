@@ -125,6 +125,19 @@ def test_compaction_rebuilds_the_same_state_it_was_made_from() -> None:
     assert [e.delivery_id for e in again.open_entries()] == ["2", "3", "5"]
 
 
+def test_a_message_waiting_for_its_pace_keeps_its_pace_key_through_compaction() -> None:
+    """A ``wait`` line with ``paced`` (its author's pace key) folds into an entry that says so, also once its turn is
+    admitted, and compaction writes lines that fold back to the same: a restart puts it back under its author."""
+    waited = {**buffer("1", 1.0), "op": "wait", "paced": "100:5"}
+    slot = {**buffer("2", 2.0), "op": "wait"}
+    s = state_of(waited, slot, {**buffer("3", 3.0), "op": "wait", "paced": "100:5"}, admit("3", 3.0))
+    assert [(e.delivery_id, e.waiting, e.paced) for e in s.entries.values()] == [
+        ("1", True, "100:5"), ("2", True, None), ("3", True, "100:5")]
+    again = state_of(*s.compacted(since=0.0))
+    assert {d: (e.paced, e.submit is None) for d, e in again.entries.items()} == {
+        "1": ("100:5", True), "2": (None, True), "3": ("100:5", False)}
+
+
 def test_a_crash_mid_line_costs_only_that_line(tmp_path: Path) -> None:
     """The journal reads back every complete line after a torn one, and appends after it."""
 

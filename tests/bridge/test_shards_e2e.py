@@ -6,6 +6,8 @@ import asyncio
 
 import aiohttp
 
+from bridge.app import BridgeApp
+from clankie.metrics import METER
 from clankie.shards import shard_of
 from clankie.testing.fake_discord import FakeDiscord
 from tests.bridge.harness import OWNER, PERSON, running
@@ -13,6 +15,20 @@ from tests.bridge.harness import OWNER, PERSON, running
 G0, G1 = str(1000 << 22), str(1001 << 22)  # guilds on shard 0 and shard 1 of 2
 C0, C1 = "4194304101", "4194304201"
 BOTH = {"CLANKIE_DISCORD_GUILD_IDS": f"{G0},{G1}", "CLANKIE_DISCORD_SHARD_COUNT": "2"}
+
+
+def shard_gauges(app: BridgeApp) -> tuple[dict[tuple[str, ...], float], float]:
+    """The shard gauges one heartbeat sets, as the supervisor's endpoint would serve them (metrics on for the look)."""
+    METER.enabled = True
+    try:
+        app.heartbeat()
+        report = METER.report()
+    finally:
+        METER.enabled = False
+    assert report is not None
+    up = {row.labels: row.value for row in report.gauges["clankie_discord_shard_up"]}
+    (count,) = report.gauges["clankie_discord_shard_count"]
+    return up, count.value
 
 
 def fake() -> FakeDiscord:
@@ -29,6 +45,11 @@ def test_a_tree_on_shard_1_hears_its_guilds_only_and_no_direct_messages(env: dic
             assert discord.shards_connected() == [(1, 2)]
             beat = h.app.heartbeat()
             assert beat.detail.endswith("; shards: 1/2") and beat.report["shards"] == "1/2"
+            assert shard_gauges(h.app) == ({("1",): 1.0}, 2.0)  # what ClankieShardDown and ClankieShardsUnserved read
+            watch = h.app.port.client.watch  # type: ignore[union-attr]  # the sharded client's
+            watch.dropped(1)
+            assert shard_gauges(h.app) == ({("1",): 0.0}, 2.0)
+            watch.resumed(1)
             assert [g.id for g in h.app.port.client.guilds] == [int(G1)]  # type: ignore[union-attr]  # connected
             other = await discord.message(C0, "clankie, over there", author_id=PERSON)
             dm = await discord.message(discord.dm_channel(OWNER), "clankie, privately", author_id=OWNER)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
+import urllib.parse
 
+import pytest
 from pydantic import SecretStr
 
 from clankie import logs
@@ -58,3 +61,95 @@ def test_log_lines_and_tracebacks_never_carry_a_secret() -> None:
     out = stream.getvalue()
     assert KEY not in out
     assert out.count(REDACTED) == 2 and "ValueError: bad key [redacted]" in out
+
+
+# a token whose base64 holds "+" or "/" at every alignment, and whose URL-encoding differs from it
+ODD = "MTA5ODc2.Gx7~yZ.q-Z9_wv8kLm0pYt3rS5uV?>"
+
+
+def _encoded_copies(secret: str) -> dict[str, str]:
+    """The copies a shell or a model makes of ``secret`` in one step, each as it would appear in a reply."""
+    data = secret.encode()
+    copies = {
+        "hex": data.hex(),
+        "HEX": data.hex().upper(),
+        "url-encoded": urllib.parse.quote(secret, safe=""),
+        "every byte %XX": "".join(f"%{b:02X}" for b in data),
+        "every byte %xx": "".join(f"%{b:02x}" for b in data),
+        "spaced": " ".join(secret[i:i + 5] for i in range(0, len(secret), 5)),
+        "line-split": "\n".join(secret[i:i + 11] for i in range(0, len(secret), 11)),
+        "hex, spaced": " ".join(data.hex()[i:i + 4] for i in range(0, len(data.hex()), 4)),
+    }
+    for k, prefix in enumerate((b"", b"x", b"xy")):  # the three alignments inside a longer encoded text
+        for suffix in (b"", b"!", b"!?"):
+            blob = prefix + data + suffix
+            std, safe = base64.b64encode(blob).decode(), base64.urlsafe_b64encode(blob).decode()
+            copies[f"base64 at {k}, {len(suffix)} after"] = std
+            copies[f"base64 at {k}, {len(suffix)} after, unpadded"] = std.rstrip("=")
+            copies[f"urlsafe base64 at {k}, {len(suffix)} after"] = safe
+            copies[f"urlsafe base64 at {k}, {len(suffix)} after, unpadded"] = safe.rstrip("=")
+    long = base64.b64encode(b"a header the secret follows, " + data + b" and a long tail " * 4).decode()
+    copies["base64 wrapped at 76 columns"] = "\n".join(long[i:i + 76] for i in range(0, len(long), 76))
+    copies["base64, URL-encoded"] = urllib.parse.quote(base64.b64encode(data).decode(), safe="")
+    return copies
+
+
+# every form of each secret that differs from it (a key of URL-safe characters URL-encodes to itself)
+COPIES = [(s, form) for s in (KEY, TOKEN, ODD) for form, copy in sorted(_encoded_copies(s).items()) if copy != s]
+
+
+@pytest.mark.parametrize(("secret", "form"), COPIES)
+def test_each_encoded_copy_of_a_secret_is_redacted(secret: str, form: str) -> None:
+    """Hex (either case), base64 (standard and URL-safe, padded or not, each alignment, wrapped), URL-encoded,
+    spaced and line-split copies are all found and replaced; the words around them stay."""
+    copy = _encoded_copies(secret)[form]
+    redact = Redactor([secret, "an-unrelated-secret-value"])
+    text = f"here it is: {copy}\nthat's all"
+    assert redact.found(text)
+    out = redact(text)
+    assert out.startswith("here it is: ") and out.endswith("\nthat's all") and REDACTED in out
+    assert copy not in out and not redact.found(out)
+    flat = "".join(out.split())
+    assert secret not in flat and secret.encode().hex() not in flat.lower()
+    if "wrapped" not in form:  # (a wrapped blob's other lines are its header and tail, not the secret)
+        for chunk in (copy.replace("\n", "")[i:i + 16] for i in range(0, len(copy) - 16, 8)):
+            assert chunk not in flat  # no stretch of the copy is left beside the marker
+
+
+def test_the_odd_token_exercises_the_urlsafe_and_percent_forms() -> None:
+    """The test's token has '+' or '/' in its base64 at every alignment and characters URL-encoding changes, so
+    the URL-safe and URL-encoded copies differ from the plain ones."""
+    for prefix in (b"", b"x", b"xy"):
+        blob = prefix + ODD.encode()
+        assert base64.b64encode(blob) != base64.urlsafe_b64encode(blob)
+    assert urllib.parse.quote(ODD, safe="") != ODD
+
+
+@pytest.mark.parametrize("text", [
+    "nothing secret here, just words and numbers 0123456789",
+    base64.b64encode(b"some other blob of bytes " * 8).decode(),
+    (b"unrelated " * 10).hex(),
+    urllib.parse.quote("a query?with=odd&chars/and%more", safe=""),
+    "MTA5ODc2.Gx7~yZ.q-Z9_wv8kLm0pYt3rS5u",  # the token cut short
+    base64.b64encode(ODD[:20].encode()).decode(),  # half of it, encoded
+    "MTA5 ODc2 .Gx7 ~yZ. q-Z9 _wv8 kLm0 pYt3 rS5u Wv?>",  # one character differs
+])
+def test_unrelated_strings_and_near_misses_are_left_alone(text: str) -> None:
+    """Text that holds no secret in any form comes back unchanged (a partial or altered copy is not a copy)."""
+    redact = Redactor([KEY, TOKEN, ODD])
+    assert not redact.found(text) and redact(text) == text
+
+
+def test_a_secret_with_whitespace_inside_is_found_as_it_is_and_spaced_otherwise() -> None:
+    """A value holding a space (a passphrase) is found exactly, and with its whitespace changed."""
+    redact = Redactor(["correct horse battery staple"])
+    assert redact("pw: correct horse battery staple.") == f"pw: {REDACTED}."
+    assert redact("pw: correct\nhorse  battery\tstaple.") == f"pw: {REDACTED}."
+
+
+def test_text_around_many_copies_stays_and_each_copy_goes() -> None:
+    """Several copies in several forms in one text: each replaced, the words between them kept in order."""
+    redact = Redactor([ODD])
+    data = ODD.encode()
+    text = f"a {data.hex()} b {base64.b64encode(data).decode()} c {ODD} d"
+    assert redact(text) == f"a {REDACTED} b {REDACTED} c {REDACTED} d"

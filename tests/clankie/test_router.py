@@ -178,7 +178,7 @@ def test_turn_result_is_a_tagged_union_of_four_kinds() -> None:
 
 @pytest.mark.parametrize("fields", [
     {"outcome": "failed"},  # a failure without its code
-    {"outcome": "settled", "code": "internal_error"},
+    {"outcome": "silent", "code": "internal_error"},  # a silent turn says nothing, no code either
     {"outcome": "silent", "text": "leaked"},
     {"outcome": "absorbed", "media": ["a.png"]},
     {"outcome": "exploded"},
@@ -186,3 +186,10 @@ def test_turn_result_is_a_tagged_union_of_four_kinds() -> None:
 def test_a_turn_result_whose_fields_do_not_fit_its_kind_is_refused(fields: dict[str, object]) -> None:
     with pytest.raises(RemoteProtocolError, match="invalid TurnResult"):
         protocol.validate(TurnResult, fields)
+
+
+def test_an_answer_cut_short_carries_the_code_that_says_why() -> None:
+    """A settled reply (and a message absorbed into it) may name why it was cut short: the run cap's code."""
+    capped = Code.CAPTAIN_RUN_BUDGET_EXCEEDED
+    for result in (TurnResult.settled("so far", turn_id="t1", code=capped), TurnResult.absorbed(turn_id="t2", code=capped)):
+        assert protocol.validate(TurnResult, result.to_wire()) == result and result.code == capped

@@ -123,6 +123,8 @@ def test_an_unwritable_state_dir_is_one_line_and_78(tmp_path: Path, runtime_dir:
         ("CLANKIE_HEARTBEAT_SECONDS", "nan"),
         ("CLANKIE_HEARTBEAT_TIMEOUT_SECONDS", "inf"),
         ("CLANKIE_DISCORD_API_BASE", "discord.example/api/v10"),
+        ("CLANKIE_METRICS_MAX_CONNECTIONS", "0"),
+        ("CLANKIE_METRICS_HEADER_SECONDS", "nan"),
     ],
 )
 def test_a_setting_that_could_never_work_stops_clankie_run_with_one_line(

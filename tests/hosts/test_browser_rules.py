@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,62 @@ def test_allow_private_keeps_metadata_multicast_and_unspecified_refused() -> Non
         assert policy.address_allowed(ipaddress.ip_address(addr), allow_private=True), addr
     for addr in ["169.254.169.254", "fd00:ec2::254", "224.0.0.1", "0.0.0.0", "::"]:
         assert not policy.address_allowed(ipaddress.ip_address(addr), allow_private=True), addr
+
+
+UNITS = Path(__file__).resolve().parents[2] / "docs" / "systemd"
+
+
+def _unit_denied() -> list[str]:
+    """Every address the shipped units' ``IPAddressDeny=`` lines name (each network's first and last address)."""
+    found: set[str] = set()
+    for unit in sorted(UNITS.glob("*.service")):
+        for line in unit.read_text().splitlines():
+            if line.startswith("IPAddressDeny="):
+                for cidr in line.partition("=")[2].split():
+                    net = ipaddress.ip_network(cidr)
+                    found |= {str(net[0]), str(net[-1])}
+    return sorted(found)
+
+
+METADATA = ["169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254"]
+
+
+def test_the_units_deny_the_cloud_metadata_addresses_the_policy_is_checked_against() -> None:
+    """The list below is read from the shipped units, so a unit that denies a new address is tested here too."""
+    assert set(METADATA) <= set(_unit_denied())
+
+
+@pytest.mark.parametrize("addr", sorted(set(METADATA) | set(_unit_denied())))
+def test_every_metadata_address_the_unit_denies_is_refused_even_with_allow_private(addr: str) -> None:
+    """Whatever CLANKIE_BROWSER_ALLOW_PRIVATE says, each address IPAddressDeny lists is refused, also wrapped in an
+    IPv6 form that carries it (mapped, NAT64, 6to4), as a literal or as a name resolving to it, and cannot be
+    pinned."""
+    ip = ipaddress.ip_address(addr)
+    forms = [ip]
+    if isinstance(ip, ipaddress.IPv4Address):
+        v4 = int(ip)
+        forms += [ipaddress.IPv6Address((0xFFFF << 32) | v4), ipaddress.IPv6Address("64:ff9b::") + v4,
+                  ipaddress.IPv6Address((0x2002 << 112) | (v4 << 80))]
+    for form in forms:
+        assert policy.address_verdict(form, allow_private=True) == "cloud metadata address", form
+        assert policy.address_verdict(form, allow_private=False) == "cloud metadata address", form
+
+    async def resolver(host: str, port: int) -> list[policy.IPAddress]:
+        return [ip]
+
+    async def main() -> None:
+        proxy = PolicyProxy(allow_private=True, pins=policy.Pins(), resolver=resolver)
+        literal = f"[{ip}]" if ip.version == 6 else str(ip)
+        for head in (f"GET http://{literal}/latest/meta-data/ HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+                     b"GET http://metadata.example/ HTTP/1.1\r\nHost: metadata.example\r\n\r\n",
+                     b"CONNECT metadata.example:443 HTTP/1.1\r\n\r\n"):
+            reply = await _through_proxy(proxy, head)
+            assert reply.startswith(b"HTTP/1.1 403") and f"{MARKER}: refused".encode() in reply, head
+        assert proxy.refused_total == 3
+
+    asyncio.run(main())
+    with pytest.raises(ConfigError, match="cloud metadata"):
+        policy.Pins.parse(f"meta.test={addr}")
 
 
 @pytest.mark.parametrize(

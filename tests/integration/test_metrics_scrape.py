@@ -37,7 +37,8 @@ SERIES = (
     "clankie_ingress_messages_total", "clankie_discord_requests_total", "clankie_journal_waiting",
     "clankie_lanes_live", "clankie_lanes_on_disk",
     "clankie_child_restarts_total", "clankie_child_up", "clankie_spare_takeovers_total", "clankie_watchdog_aborts_total",
-    "clankie_child_resident_bytes", "clankie_child_open_fds", "clankie_budget_remaining", "clankie_budget_limit",
+    "clankie_child_resident_bytes", "clankie_child_open_fds", "clankie_child_fatal", "clankie_build_info",
+    "clankie_budget_remaining_tokens", "clankie_budget_limit_tokens",
 )
 """Every series the issue names (the tree's budget ones, with a budget set)."""
 BUDGET = 1_000_000
@@ -108,8 +109,9 @@ def test_a_real_prometheus_scrapes_the_tree_and_returns_every_promised_series(tm
             assert sample(text, 'clankie_discord_requests_total{route="POST /channels/{channel_id}/messages",status_class="2xx"}') >= 1
             assert sample(text, 'clankie_lanes_live') == 1
             assert sample(text, 'clankie_discord_connected') == 1
-            assert sample(text, 'clankie_budget_limit{scope="tree",unit="tokens"}') == BUDGET
-            assert 0 < sample(text, 'clankie_budget_remaining{scope="tree",unit="tokens"}') < BUDGET  # the turn spent some
+            assert sample(text, 'clankie_budget_limit_tokens{scope="tree"}') == BUDGET
+            assert 0 < sample(text, 'clankie_budget_remaining_tokens{scope="tree"}') < BUDGET  # the turn spent some
+            assert "clankie_budget_limit_usd{" not in text  # no dollar budget set: no series, and never summed with tokens
             for child in ("service", "bridge", "browser", "tldraw"):
                 assert sample(text, f'clankie_child_up{{child="{child}"}}') == 1
                 assert sample(text, f'clankie_child_resident_bytes{{child="{child}"}}') > 10 * 1024 * 1024

@@ -1,9 +1,10 @@
-"""Issue 24 item 3, its last part: the browser host in its own unit, under a real systemd.
+"""Issue 24 item 3, its last part, and issue 37: the shipped units under a real systemd, the browser host in its own
+unit and user (the default).
 
-Booted as :mod:`tests.integration.test_systemd_unit` boots the tree's unit
-(every safety step of :mod:`tests.integration.systemd_ns`), with the template
-installed as shipped: ``clankie-browser.socket``, ``clankie-browser.service``
-and the tree's drop-in ``clankie.service.d/browser-external.conf``. The static
+Booted as :mod:`tests.integration.test_systemd_unit` boots the single-unit setup
+(every safety step of :mod:`tests.integration.systemd_ns`), with the files
+installed as shipped: ``clankie.service``, ``clankie-browser.socket`` and
+``clankie-browser.service``. The static
 user ``clankie`` that ``clankie.sysusers`` makes on a real host exists inside
 the namespace only (:meth:`NamespacedSystemd.add_user`). Test-only drop-ins
 add what the tree's own systemd test adds (fakes' addresses, credentials as
@@ -58,7 +59,7 @@ def apart(ns: NamespacedSystemd) -> tuple[Seen, Seen, list[Seen]] | None:
 
 
 def test_the_browser_in_its_own_unit_under_a_real_systemd(tmp_path: Path) -> None:
-    """The tree with its drop-in, the browser's socket and service as shipped: a screenshot turn's picture is
+    """The tree, the browser's socket and service as shipped: a screenshot turn's picture is
     delivered while the browser host and Chromium run under a uid other than the tree's."""
     require_namespaced_systemd()  # skips only when unshare, nsenter or systemd is not installed
 
@@ -68,8 +69,7 @@ def test_the_browser_in_its_own_unit_under_a_real_systemd(tmp_path: Path) -> Non
         await anthropic.start()
         await site.start()
         ns = NamespacedSystemd(tmp_path / "systemd")
-        for name in ("clankie.service", "clankie-browser.socket", "clankie-browser.service",
-                     "clankie.service.d/browser-external.conf"):
+        for name in ("clankie.service", "clankie-browser.socket", "clankie-browser.service"):
             ns.add_unit(name, (UNITS / name).read_text())  # as shipped
         ns.add_unit("clankie.service.d/test.conf", drop_in(discord, anthropic))
         ns.add_unit("clankie-browser.service.d/test.conf", BROWSER_TEST)

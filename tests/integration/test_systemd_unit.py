@@ -1,9 +1,12 @@
-"""Issue 14 item 7: the shipped unit under a real systemd, PID 1 of a private PID and mount namespace.
+"""Issue 14 item 7: the single-unit setup under a real systemd, PID 1 of a private PID and mount namespace.
 
 The namespace is built exactly as ``shared/reference/systemd-testing.md`` says
 (see :mod:`tests.integration.systemd_ns` for every safety step: private
 ``/run``, ``/tmp``, ``/var/tmp``, masked tmpfiles units, a target of our own).
-``docs/systemd/clankie.service`` is installed **as shipped**; one drop-in
+``docs/systemd/clankie.service`` is installed **as shipped** with the shipped
+single-unit drop-in ``clankie.service.d/browser-child.conf`` (the browser a
+child of the tree; the default, the browser in its own unit, is
+:mod:`tests.integration.test_systemd_browser_unit`); one more drop-in
 adds what a test needs and a real host would not:
 
 * ``DefaultDependencies=no`` (the reference's boot recipe);
@@ -54,6 +57,7 @@ T = TypeVar("T")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 
 UNIT = Path(__file__).resolve().parents[2] / "docs" / "systemd" / "clankie.service"
+CHILD = UNIT.parent / "clankie.service.d" / "browser-child.conf"
 CLANKIECTL = "/opt/clankie/venv/bin/clankiectl"
 PNG = b"\x89PNG\r\n\x1a\n"
 TREE = ("python", "chromium", "node", "clankie")
@@ -164,6 +168,7 @@ def test_the_shipped_unit_under_a_real_systemd(tmp_path: Path) -> None:
         await site.start()
         ns = NamespacedSystemd(tmp_path / "systemd")
         ns.add_unit("clankie.service", UNIT.read_text())  # as shipped
+        ns.add_unit("clankie.service.d/browser-child.conf", CHILD.read_text())  # the single-unit setup, as shipped
         ns.add_unit("clankie.service.d/test.conf", drop_in(discord, anthropic))
         b = Booted(ns, discord, anthropic)
         try:

@@ -266,6 +266,10 @@ def tree_env(tmp: Path, runtime: Path, discord: FakeDiscord, anthropic: fa.FakeA
         # author): pacing is off unless a test is about it (tests/bridge/test_fairness.py)
         "CLANKIE_USER_TURNS_PER_MINUTE": "0",
         "CLANKIE_ROOM_TURNS_PER_MINUTE": "0",
+        # ... and the benches' one author pays for the crowd all day: no per-person or per-room day budget either
+        # (tests/integration/test_tree_budget.py sets the budgets it is about)
+        "CLANKIE_BUDGET_USER_DAY_USD": "0",
+        "CLANKIE_BUDGET_ROOM_DAY_USD": "0",
     }
     env.update(extra)
     return env

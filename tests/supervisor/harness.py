@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -46,6 +48,11 @@ def events(path: Path, kind: str | None = None) -> list[tuple[str, int, int]]:
         if len(parts) == 3 and (kind is None or parts[0] == kind):
             out.append((parts[0], int(parts[1]), int(parts[2])))
     return out
+
+
+def _limit_files(nofile: int) -> None:
+    """In the supervisor's process before it runs: RLIMIT_NOFILE, soft and hard, for the whole tree."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
 
 def pid_alive(pid: int) -> bool:
@@ -113,6 +120,7 @@ def supervisor(
     wait_ready: bool = True,
     ready_timeout: float = 15.0,
     stderr_fd: int | None = None,
+    nofile: int | None = None,
 ) -> Iterator[Running]:
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
@@ -141,6 +149,7 @@ def supervisor(
             stdout=errf,
             stderr=errf if stderr_fd is None else stderr_fd,
             cwd=REPO,
+            preexec_fn=None if nofile is None else functools.partial(_limit_files, nofile),
         )
     run = Running(proc, runtime, state, err)
     try:

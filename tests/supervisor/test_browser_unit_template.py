@@ -1,9 +1,11 @@
-"""The template for the browser host in its own unit: its socket, its service, the tree's drop-in, and systemd's verdict.
+"""The browser host in its own unit (the shipped default, issue 37): its socket, its service, the tree's unit, the
+single-unit drop-in, and systemd's verdict.
 
 The three files must agree with each other and with the settings' defaults
 (one socket path, one artifact directory, one user named by the socket's group
 and the host's rule), give Chromium's sandbox its allowances in the browser's
-unit only, and pass ``systemd-analyze``.
+unit only (or, in the single-unit setup, the tree's drop-in), and pass
+``systemd-analyze``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from clankie.settings_browser import EXTERNAL_ARTIFACTS, EXTERNAL_SOCKET
 UNITS = Path(__file__).resolve().parents[2] / "docs" / "systemd"
 SOCKET = UNITS / "clankie-browser.socket"
 SERVICE = UNITS / "clankie-browser.service"
-DROP_IN = UNITS / "clankie.service.d" / "browser-external.conf"
+TREE = UNITS / "clankie.service"
+CHILD = UNITS / "clankie.service.d" / "browser-child.conf"
 analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 
 
@@ -39,8 +42,8 @@ def environment(path: Path) -> dict[str, str]:
 
 
 def test_the_socket_the_artifacts_and_the_user_are_one_and_the_same_in_all_three_files() -> None:
-    sock, service, drop_in = directives(SOCKET), directives(SERVICE), directives(DROP_IN)
-    host, tree = environment(SERVICE), environment(DROP_IN)
+    sock, service, drop_in = directives(SOCKET), directives(SERVICE), directives(TREE)
+    host, tree = environment(SERVICE), environment(TREE)
     assert sock["ListenStream"] == [host["CLANKIE_BROWSER_SOCKET"]] == [tree["CLANKIE_BROWSER_SOCKET"]] == [str(EXTERNAL_SOCKET)]
     assert host["CLANKIE_BROWSER_ARTIFACTS"] == tree["CLANKIE_BROWSER_ARTIFACTS"] == str(EXTERNAL_ARTIFACTS)
     assert ["/run/" + d for d in service["RuntimeDirectory"]] == [str(EXTERNAL_ARTIFACTS)]
@@ -63,25 +66,38 @@ def test_the_browser_runs_as_a_user_of_its_own_that_sees_the_trees_real_uid() ->
     assert "User" not in service and "LoadCredential" not in service and "SetCredential" not in service  # no secret
 
 
-def test_chromiums_allowances_move_to_the_browser_unit_and_the_tree_keeps_none_of_them() -> None:
-    service, drop_in = directives(SERVICE), directives(DROP_IN)
+def test_chromiums_allowances_are_the_browser_units_and_the_tree_keeps_none_of_them() -> None:
+    service, tree = directives(SERVICE), directives(TREE)
     assert service["RestrictNamespaces"] == ["user pid net"]
     assert service["SystemCallFilter"] == ["@system-service", "~@privileged @resources", "capset chroot"]
     assert "AF_NETLINK" in service["RestrictAddressFamilies"][0]
-    assert drop_in["RestrictNamespaces"] == ["yes"]
-    assert drop_in["SystemCallFilter"] == ["", "@system-service", "~@privileged @resources"]  # reset, then without
-    assert drop_in["RestrictAddressFamilies"] == ["", "AF_UNIX AF_INET AF_INET6"]
-    assert drop_in["Wants"] == drop_in["After"] == ["clankie-browser.socket"]
+    assert tree["RestrictNamespaces"] == ["yes"]
+    assert tree["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    assert tree["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
+    assert tree["Wants"] == tree["After"] == ["network-online.target clankie-browser.socket"]
+
+
+def test_the_single_unit_drop_in_gives_the_tree_back_its_child_and_exactly_chromiums_allowances() -> None:
+    """browser-child.conf: the browser a child again, a dynamic user of the unit's own, and Chromium's sandbox's
+    namespaces, netlink, capset and chroot; nothing else."""
+    child = directives(CHILD)
+    assert environment(CHILD) == {"CLANKIE_BROWSER_HOST": "child"}
+    assert child["User"] == child["Group"] == [""]
+    assert child["RestrictNamespaces"] == ["user pid net"]
+    assert child["RestrictAddressFamilies"] == ["", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"]  # reset, then with netlink
+    assert child["SystemCallFilter"] == ["", "@system-service", "~@privileged @resources", "capset chroot"]
+    assert set(child) == {"Environment", "User", "Group", "RestrictNamespaces", "RestrictAddressFamilies",
+                          "SystemCallFilter"}
 
 
 @analyze
-def test_systemd_analyze_verify_accepts_the_socket_the_service_and_the_tree_with_its_drop_in(tmp_path: Path) -> None:
-    """Pointed at this checkout's interpreter; the tree's unit with the drop-in appended (what systemd merges)."""
+def test_systemd_analyze_verify_accepts_the_socket_the_service_and_the_tree(tmp_path: Path) -> None:
+    """Pointed at this checkout's interpreter; the tree's unit as shipped."""
     python, clankie = Path(sys.executable), Path(sys.executable).parent / "clankie"
     (tmp_path / SOCKET.name).write_text(SOCKET.read_text())
     (tmp_path / SERVICE.name).write_text(SERVICE.read_text().replace("/opt/clankie/venv/bin/python", str(python)))
     tree = (UNITS / "clankie.service").read_text().replace("/opt/clankie/venv/bin/clankie", str(clankie))
-    (tmp_path / "clankie.service").write_text(tree + DROP_IN.read_text())
+    (tmp_path / "clankie.service").write_text(tree)
     units = [str(tmp_path / name) for name in (SOCKET.name, SERVICE.name, "clankie.service")]
     proc = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60,
                           env={"SYSTEMD_UNIT_PATH": f"{tmp_path}:", "PATH": "/usr/bin:/bin"})
@@ -107,13 +123,13 @@ def _exposure(unit: Path) -> float:
 
 
 @analyze
-def test_the_drop_in_leaves_the_tree_less_exposed_than_its_unit_alone(tmp_path: Path) -> None:
-    """With the browser in its own unit the tree needs none of Chromium's allowances, and systemd's own measure
-    says so: the tree's unit with the drop-in scores below the same unit alone (1.1 against 1.8 here)."""
+def test_the_single_unit_drop_in_leaves_the_tree_more_exposed_than_its_unit_alone(tmp_path: Path) -> None:
+    """The browser a child needs Chromium's allowances in the tree's unit, and systemd's own measure says so: the
+    tree's unit with browser-child.conf scores above the unit as shipped (1.8 against 1.1 here)."""
     alone, with_drop_in = tmp_path / "alone", tmp_path / "with"
     for d in (alone, with_drop_in):
         d.mkdir()
-        (d / "clankie.service").write_text((UNITS / "clankie.service").read_text())
+        (d / "clankie.service").write_text(TREE.read_text())
     (with_drop_in / "clankie.service.d").mkdir()
-    (with_drop_in / "clankie.service.d" / DROP_IN.name).write_text(DROP_IN.read_text())
-    assert _exposure(with_drop_in / "clankie.service") < _exposure(alone / "clankie.service")
+    (with_drop_in / "clankie.service.d" / CHILD.name).write_text(CHILD.read_text())
+    assert _exposure(with_drop_in / "clankie.service") > _exposure(alone / "clankie.service")

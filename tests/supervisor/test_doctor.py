@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,19 @@ def test_agreeing_tree_status_shows_one_root_and_doctor_passes_every_pair(
             digest, sub, ext = parse_ref(check["ref"])
             written = Path(root, sub, f"{digest}.{ext}").read_bytes()
             assert written == probe_png(check["writer"]) and hashlib.sha256(written).hexdigest() == digest
+        health = {h["name"]: h for h in report["health"]}
+        assert [health[f"child:{n}"]["status"] for n in ("browser", "tldraw", "bridge")] == ["ok"] * 3
+        assert health["metrics"]["status"] == "warn" and "CLANKIE_METRICS_LISTEN" in health["metrics"]["fix"]
+        assert health["discord"]["status"] == "warn" and "discord_token" in health["discord"]["fix"]  # local-only
+        assert health["store"]["status"] == "ok" and health["disk"]["status"] == "ok"
+        assert "provider" not in health and "budget" not in health  # no service in this tree
+        assert all(h["fix"] for h in report["health"] if h["status"] != "ok")
+        assert not list((sup.state).glob(".doctor-*"))  # the store's probe file is gone
         assert ctl.main([*sock, "doctor"]) == 0
         text = capsys.readouterr().out
-        assert "PASS  browser -> bridge" in text and "doctor: 2/2 pairs pass" in text
+        assert re.search(r"^ok +pictures +browser -> bridge: sha256", text, re.M), text
+        assert re.search(r"^warn +metrics .*\n +fix: set CLANKIE_METRICS_LISTEN", text, re.M), text
+        assert re.search(r"^doctor: \d+ ok, 2 warn, 0 fail; 2/2 picture pairs pass$", text, re.M), text
 
 
 @pytest.mark.slow
@@ -125,8 +136,9 @@ def test_a_bridge_reading_another_root_is_flagged_by_status_and_failed_by_doctor
             (elsewhere / sub / f"{digest}.{ext}").write_bytes(probe_png(check["writer"]))
         assert ctl.main([*sock, "doctor"]) == 1
         text = capsys.readouterr().out
-        assert "FAIL  browser -> bridge" in text and "attachment_root_mismatch" in text
-        assert "doctor: 0/2 pairs pass" in text
+        assert re.search(r"^fail +pictures +browser -> bridge: attachment_root_mismatch$", text, re.M), text
+        assert "fix: give every child the same CLANKIE_DISCORD_ATTACHMENT_ROOT" in text
+        assert "0/2 picture pairs pass" in text
 
 
 @pytest.mark.slow

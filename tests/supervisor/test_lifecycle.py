@@ -14,6 +14,8 @@ from supervisor import sparelife
 from supervisor.lifecycle import (
     IGNORED,
     INPUTS,
+    OPERATOR,
+    RESTART_REASONS,
     TRANSITIONS,
     Event,
     Exit,
@@ -128,6 +130,42 @@ def test_operator_restart_skips_backoff() -> None:
     assert life.exit(Exit(code=0, signal=None, at=1.0, requested=True), 1.0) is State.STOPPED
     assert life.restart_now and life.delays == []
     assert life.start(1.0) is State.STARTING and life.restarts == 1
+
+
+def test_each_restart_is_counted_by_why_the_life_before_it_ended() -> None:
+    """crash, watchdog (a heartbeat or stall kill), spawn_error, operator (a restart, a stop then a start, or a start
+    out of backoff or fatal): the reasons a restart-loop alert tells apart."""
+    life = Lifecycle(rand=lambda: 0.0)
+    life.start(0.0)
+    life.ready(0.1)
+    assert life.restarts_by == dict.fromkeys(RESTART_REASONS, 0) and life.restart_reason == ""
+    steps: list[tuple[str, str]] = []
+
+    def restarted(why: str, operator: bool = False) -> None:
+        life.start(life.next_start_at or 0.0, OPERATOR if operator else "")
+        steps.append((why, life.restart_reason))
+
+    life.exit(Exit(code=1, signal=None, at=1.0), 1.0)  # a crash: back after its backoff
+    restarted("crash")
+    life.kill("stalled: silent", now=2.0)
+    life.exit(Exit(code=None, signal=signal.SIGKILL, at=2.0), 2.0)
+    restarted("watchdog")
+    life.spawn_failed(3.0, "ENOENT")
+    restarted("spawn_error")
+    life.kill("restart", counts_as_crash=False, now=4.0)
+    life.exit(Exit(code=0, signal=None, at=4.0), 4.0)  # the RESTART action's start carries no reason
+    restarted("operator")
+    life.stop(5.0)
+    life.exit(Exit(code=0, signal=None, at=5.0), 5.0)
+    restarted("operator", operator=True)
+    life.exit(Exit(code=1, signal=None, at=6.0), 6.0)  # crashed, in backoff: the operator starts it now
+    restarted("operator", operator=True)
+    life.exit(Exit(code=EX_CONFIG, signal=None, at=7.0, message="bad"), 7.0)
+    assert life.state is State.FATAL
+    restarted("operator", operator=True)
+    assert [why for why, _ in steps] == [got for _, got in steps]
+    assert life.restarts_by == {"crash": 1, "watchdog": 1, "spawn_error": 1, "operator": 4}
+    assert sum(life.restarts_by.values()) == life.restarts
 
 
 def test_a12_exit_descriptions_are_faithful() -> None:

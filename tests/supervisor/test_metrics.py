@@ -4,6 +4,7 @@ exposition of a whole tree passes ``promtool check metrics``."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import socket
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from clankie.errors import ConfigError
 from clankie.metrics import FAMILIES, MAX_SERIES, Meter
 from clankie.protocol import MetricSeries, MetricsReport
-from supervisor.lifecycle import Lifecycle, State
+from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.metrics import Lives, MeteredChild, MetricsServer, exposition, registry_for
 
 PROMTOOL = shutil.which("promtool")
@@ -161,3 +162,33 @@ def test_an_address_the_endpoint_cannot_take_is_a_configuration_error() -> None:
 
         with pytest.raises(ConfigError, match=r"CLANKIE_METRICS_LISTEN: cannot listen on 127\.0\.0\.1:"):
             asyncio.run(start())
+
+
+def test_restarts_are_counted_by_reason_every_reason_from_the_first_scrape() -> None:
+    """A crash, a watchdog kill and an operator restart land under their own reason; the rest are exported at 0;
+    fatal is its own gauge; the build is one info series."""
+    t = tree()
+    life = t.kids["service"].life
+    life.exit(Exit(code=1, signal=None, at=2.0), 2.0)  # a crash
+    life.start(3.0)
+    life.ready(3.5)
+    life.kill("heartbeat", now=4.0)  # the watchdog's kill
+    life.exit(Exit(code=None, signal=9, at=4.5), 4.5)
+    life.start(5.0)
+    life.ready(5.5)
+    life.kill("restart", counts_as_crash=False, now=6.0)  # the operator's restart
+    life.exit(Exit(code=0, signal=None, at=6.5), 6.5)
+    life.start(6.5)
+    text = exposition(registry_for(t), None)[0].decode()
+    for reason, n in (("crash", 1), ("watchdog", 1), ("operator", 1), ("spawn_error", 0)):
+        assert f'clankie_child_restarts_total{{child="service",reason="{reason}"}} {n}.0' in text, reason
+        assert f'clankie_child_restarts_total{{child="bridge",reason="{reason}"}} 0.0' in text, reason
+    assert 'clankie_child_fatal{child="service"} 0.0' in text
+    assert re.search(r'^clankie_build_info\{revision="(?:[0-9a-f]{40}|unknown)",version="[^"]+"\} 1\.0$', text, re.M), text
+    for _ in range(11):  # the restart intensity spent: fatal at once
+        life.exit(Exit(code=1, signal=None, at=7.0), 7.0)
+        if life.state is State.FATAL:
+            break
+        life.start(7.0)
+    text = exposition(registry_for(t), None)[0].decode()
+    assert 'clankie_child_fatal{child="service"} 1.0' in text

@@ -37,12 +37,17 @@ def test_unit_declares_notify_mixed_kill_and_private_directories() -> None:
     assert int(d["LimitNOFILE"][0]) >= 4096 and d["UMask"] == ["0077"]
 
 
-def test_chromiums_sandbox_gets_exactly_what_it_needs_and_no_process_reaches_cloud_metadata() -> None:
-    """User, PID and network namespaces and chroot() are let back in for Chromium's own sandbox, nothing else: every
-    other namespace kind stays refused and the rest of @privileged stays filtered; the metadata addresses are denied."""
+def test_nothing_that_renders_the_internet_runs_in_the_tree_and_no_process_reaches_cloud_metadata() -> None:
+    """Issue 37: the browser host runs in its own unit and user by default, so the tree's unit keeps none of
+    Chromium's allowances (no namespace of any kind, no chroot or capset, no netlink) and runs as the static user
+    the browser socket's group names; the metadata addresses are denied."""
     d = directives()
-    assert d["RestrictNamespaces"] == ["user pid net"]
-    assert d["SystemCallFilter"] == ["@system-service", "~@privileged @resources", "capset chroot"]
+    env = dict(v.split("=", 1) for v in d["Environment"] if "=" in v)
+    assert env["CLANKIE_BROWSER_HOST"] == "external"
+    assert d["User"] == d["Group"] == ["clankie"] and d["DynamicUser"] == ["yes"]
+    assert d["RestrictNamespaces"] == ["yes"]
+    assert d["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
+    assert d["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
     assert d["CapabilityBoundingSet"] == [""] and d["NoNewPrivileges"] == ["yes"]
     denied = set(" ".join(d["IPAddressDeny"]).split())
     assert denied == {"169.254.169.254/32", "169.254.170.2/32", "100.100.100.200/32", "fd00:ec2::254/128"}
@@ -65,7 +70,7 @@ def test_a_missing_credential_file_means_not_configured_not_a_failed_unit() -> N
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 def test_the_unit_exposes_little_by_systemds_own_measure(tmp_path: Path) -> None:
     """`systemd-analyze security --offline=true` rates the shipped unit at 2.0 or less (it was 8.3 EXPOSED). It is
-    rated alone: beside it, the analysis would also apply the external browser's drop-in (`clankie.service.d/`)."""
+    rated alone: beside it, the analysis would also apply the single-unit drop-in (`clankie.service.d/`)."""
     unit = tmp_path / "clankie.service"
     unit.write_text(UNIT.read_text())
     proc = subprocess.run(
@@ -82,6 +87,10 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     clankie = Path(sys.executable).parent / "clankie"
     unit = tmp_path / "clankie.service"
     unit.write_text(UNIT.read_text().replace("/opt/clankie/venv/bin/clankie", str(clankie)))
-    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=30)
+    for name in ("clankie-browser.socket", "clankie-browser.service"):  # the socket it wants, and its service
+        (tmp_path / name).write_text((UNIT.parent / name).read_text().replace("/opt/clankie/venv/bin/python",
+                                                                              sys.executable))
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=30,
+                          env={"SYSTEMD_UNIT_PATH": f"{tmp_path}:", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert "clankie.service" not in proc.stderr, proc.stderr

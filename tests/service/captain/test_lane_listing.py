@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from clankie.protocol import Empty, LanesReply
+from clankie.journald import lane_hash
+from clankie.protocol import LanesReply, LanesRequest
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
 from tests.service.captain.harness import FakeBridge, msg, run, service
@@ -19,7 +20,7 @@ def _age(app: ServiceApp, channel: str, seconds_ago: float) -> None:
 
 
 async def _lanes(app: ServiceApp) -> LanesReply:
-    reply = await app.link_handler(None, "lanes", Empty())  # type: ignore[arg-type]  # the supervisor's link is not needed
+    reply = await app.link_handler(None, "lanes", LanesRequest())  # type: ignore[arg-type]  # the supervisor's link is not needed
     assert isinstance(reply, LanesReply)
     return reply
 
@@ -74,5 +75,26 @@ def test_after_a_restart_every_lane_is_listed_cold_from_disk(env: dict[str, str]
                 reply = await _lanes(app)
                 assert sorted(i.key for i in reply.lanes) == [key("10"), key("11")]
                 assert all(not i.live and not i.warm and i.state == "on_disk" for i in reply.lanes)
+
+    run(body())
+
+
+def test_a_lane_is_found_by_its_hash_live_or_on_disk_even_past_the_listing_bound(env: dict[str, str]) -> None:
+    """``lanes`` with a hash (or a prefix) returns just that lane, from every lane: one past lanes_list_max too."""
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, lanes_max_live=1, lanes_list_max=2) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            for n, channel in enumerate(("10", "11", "12", "13")):
+                await turn(app, bridge, msg(f"m{n}", "hello", channel=channel))
+            _age(app, "10", 7200)  # the oldest on disk: not in the bounded listing
+            assert key("10") not in [i.key for i in (await _lanes(app)).lanes]
+            for channel, live in (("10", False), ("13", True)):
+                wanted = lane_hash(key(channel))
+                for asked in (wanted, wanted[:5]):
+                    reply = await app.link_handler(None, "lanes", LanesRequest(hash=asked))  # type: ignore[arg-type]  # no link needed
+                    assert isinstance(reply, LanesReply)
+                    found = [i for i in reply.lanes if lane_hash(i.key).startswith(asked)]
+                    assert found == list(reply.lanes) and [(i.key, i.live) for i in found][:1] == [(key(channel), live)]
 
     run(body())

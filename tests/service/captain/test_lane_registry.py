@@ -10,7 +10,7 @@ import pytest
 
 from clankie import settings as settings_mod
 from clankie.errors import ConfigError
-from clankie.protocol import Empty, LanesReply, TurnResult, TurnSubmit
+from clankie.protocol import LanesReply, LanesRequest, TurnResult, TurnSubmit
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
@@ -56,7 +56,7 @@ def test_lanes_reply_names_the_run_id_the_agent_logs(env: dict[str, str], caplog
             await bridge.connect(app)
             t1 = bridge.start(msg("m1", "hello"))
             await fake.wait_for_requests(1)
-            reply = await app.link_handler(None, "lanes", Empty())  # type: ignore[arg-type]  # the link handler does not use the connection for lanes
+            reply = await app.link_handler(None, "lanes", LanesRequest())  # type: ignore[arg-type]  # the link handler does not use the connection for lanes
             assert isinstance(reply, LanesReply)
             (info,) = reply.lanes
             assert info.run_id is not None and info.run_id == app.captain.lanes[key("2")].agent.run_id

@@ -4,19 +4,24 @@ the fake Anthropic, which bills as the API does on the same fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clankie.protocol import BudgetRequest, Empty
+from clankie.metrics import METER
+from clankie.protocol import BudgetRequest, LanesRequest
+from clankie.rotation import read_all
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import prompt
 from service.captain.spending import NOTICE
+from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
 
@@ -62,24 +67,70 @@ def _always_a_tool(body: dict[str, Any]) -> fa.Scenario:
                                      "input": {"text": f"working on page {n}"}}], stop_reason="tool_use")
 
 
+def _counted(name: str, *labels: str) -> float:
+    """A counter's value in this process's meter (0 for a series never counted)."""
+    report = METER.report()
+    assert report is not None
+    return sum(s.value for s in report.counters.get(name, ()) if s.labels == labels)
+
+
 @pytest.mark.parametrize(("cap", "outcome"), [(3, "settled"), (0, "failed")])
 def test_a_model_that_always_calls_a_tool_stops_at_the_cap_with_the_words_so_far(
-    env: dict[str, str], cap: int, outcome: str
+    env: dict[str, str], cap: int, outcome: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past CLANKIE_RUN_MAX_TOOL_CALLS the run ends: the room gets the words written so far as the reply, or, with
-    none, the turn fails captain_run_budget_exceeded."""
+    none, the turn fails captain_run_budget_exceeded. Either way the result and the delivery's evidence carry
+    captain_run_budget_exceeded (a reply cut short says so), and clankie_run_caps_total counts the run."""
+    monkeypatch.setattr(METER, "enabled", True)
+    words = "yes" if outcome == "settled" else "no"
 
     async def body() -> None:
         async with FakeAnthropic() as fake, service(env, fake, run_max_tool_calls=cap, discord_guild_ids=("1",)) as app:
             fake.respond_with(_always_a_tool)
             bridge = FakeBridge()
             await bridge.connect(app)
+            before = _counted("clankie_run_caps_total", "tool_calls", words)
+            turns_before = _counted("clankie_turns_total", outcome, "captain_run_budget_exceeded")
             result = await bridge.submit(msg("m1", "screenshot these 200 URLs"))
             assert len(bridge.updates) == cap and len(fake.requests) == cap + 1
             if outcome == "settled":
                 assert (result.outcome, result.text) == ("settled", "page 2 done\n\npage 3 done\n\npage 4 done")
-            else:
-                assert (result.outcome, result.code) == ("failed", "captain_run_budget_exceeded")
+            assert (result.outcome, result.code) == (outcome, "captain_run_budget_exceeded")
+            evidence = [e for e in read_all(app.turns.evidence.path) if e["delivery_id"] == "m1"]
+            assert [(e["event"], e.get("code")) for e in evidence] == [
+                ("accepted", None), (outcome, "captain_run_budget_exceeded")]
+            assert _counted("clankie_run_caps_total", "tool_calls", words) == before + 1
+            assert _counted("clankie_turns_total", outcome, "captain_run_budget_exceeded") == turns_before + 1
+            again = await bridge.submit(msg("m1", "screenshot these 200 URLs"))  # the retained result says it too
+            assert (again.outcome, again.code) == (outcome, "captain_run_budget_exceeded")
+
+    run(body())
+
+
+def test_a_message_steered_into_a_capped_run_is_absorbed_with_the_cap_code(env: dict[str, str]) -> None:
+    """A message steered into a run that then stops at its cap is absorbed into the cut-short reply, and says so."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, run_max_tool_calls=2, discord_guild_ids=("1",)) as app:
+            gate = asyncio.Event()
+
+            def held_first(body: dict[str, Any]) -> fa.Scenario:
+                reply = _always_a_tool(body)
+                assert isinstance(reply, fa.Reply)
+                return replace(reply, stall_after=3, stall_until=gate) if len(fake.requests) == 1 else reply
+
+            fake.respond_with(held_first)
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            first = bridge.start(msg("m1", "screenshot these 200 URLs"))
+            await fake.wait_for_requests(1)
+            steered = bridge.start(msg("m2", "and these too"))
+            await until(lambda: len(app.captain.lanes["discord:clankie:discord:1:2"].machine.steerers) == 1)
+            gate.set()
+            result, second = await asyncio.gather(first, steered)
+            assert (result.outcome, result.code) == ("settled", "captain_run_budget_exceeded")
+            assert (second.outcome, second.code) == ("absorbed", "captain_run_budget_exceeded")
+            assert app.turns.evidence.of("m2") == ["accepted", "absorbed"]
 
     run(body())
 
@@ -180,7 +231,7 @@ def test_a_room_whose_turns_come_eight_minutes_apart_is_sent_the_hour_and_a_burs
                 await bridge.submit(msg(f"fast{i}", f"fast {i}", channel="3"))
                 clock.advance(10)
             assert [_ttl(b)[1] for b in fake.requests[first_burst:]] == ["5m", "5m", "5m"]
-            rows = {r.key: r for r in (await app._lanes(Empty())).lanes}
+            rows = {r.key: r for r in (await app._lanes(LanesRequest())).lanes}
             assert rows["discord:clankie:discord:1:2"].cache_lifetime == "1h"
             slow_health = app.spending.health["discord:clankie:discord:1:2"]
             assert slow_health.last_share is not None and slow_health.last_share > 0.7  # 8 min later, read from cache
