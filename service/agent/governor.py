@@ -52,16 +52,21 @@ class Ticket:
         self._governor = governor
         self.seq = seq
         self._taken = False  # the account took this call (its stream opened or it answered): slow start widened once
+        self._opened = False  # its headers were learned when its stream opened
 
     def opened(self, reported: Mapping[str, Report] | None) -> None:
         """The call's stream opened (the account took it), with its rate-limit headers (parsed)."""
         self._governor.learn(self.seq, reported, None, None)
+        self._opened = True
         self._took()
 
     def answered(self, reported: Mapping[str, Report] | None, input_tokens: int | None = None,
                  output_tokens: int | None = None) -> None:
-        """The answer's rate-limit headers (parsed) and, for a complete answer, what it cost."""
-        self._governor.learn(self.seq, reported, input_tokens, output_tokens)
+        """The answer's rate-limit headers (parsed) and, for a complete answer, what it cost.
+
+        Headers already learned when the stream opened are not learned again: they describe the buckets then,
+        and read as of now they would make a bucket look fuller and faster to refill than it is."""
+        self._governor.learn(self.seq, None if self._opened else reported, input_tokens, output_tokens)
         if input_tokens is not None:
             self._took()
 

@@ -99,3 +99,19 @@ def test_a_governor_started_with_a_learned_window_lets_that_many_go(tmp_path: Pa
     governor.learn(1, {"requests": Report(limit=40, remaining=39, reset=None)}, None, None)  # the stream opened
     governor.took()
     assert governor.pacing.window is None and told == [20]
+
+
+def test_headers_learned_when_the_stream_opened_are_not_learned_again_at_its_end() -> None:
+    """The answer's end carries the headers of its start: read again later, the bucket's refill would look faster."""
+    clock = FakeClock()
+    governor = Governor(clock, max_concurrent=8, slow_start=True)
+    reported = {"requests": Report(limit=20, remaining=0, reset=clock.wall() + 10.0)}
+
+    async def body() -> None:
+        async with governor.call(lambda waiting: None) as ticket:
+            ticket.opened(reported)
+            clock.advance(8.0)  # a long answer
+            ticket.answered(reported, 10, 10)
+
+    arun(body())
+    assert governor.pacing.remaining(clock.monotonic())["requests"] == 16  # 2 a second for 8 s, not 20 in 2 s
