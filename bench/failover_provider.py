@@ -9,7 +9,8 @@ accounts). Two parts, each as a pair of trees in the same run, side by side:
    account answers every call with ``529 overloaded_error`` from
    ``--down-at`` for ``--outage`` seconds, then heals. ``routes``: a second
    Anthropic account (its own key and its own prompt cache) named in
-   ``CLANKIE_MODEL_ROUTES``; ``today``: no routes, as every tree ran before.
+   ``CLANKIE_MODEL_ROUTES``; ``today``: the tree of ``--today`` (main before
+   this work, exported with ``git archive``), as every tree ran before.
    Reported: the share of messages answered (a bot post in the room after it,
    within the drain, and no failure reaction on it; goal ≥ 99 %), the reply wait p50 of messages sent during
    the outage over the p50 of those sent before it (goal within +2 s), the
@@ -21,7 +22,7 @@ accounts). Two parts, each as a pair of trees in the same run, side by side:
 2. **Cold burst.** ``--burst-rooms`` rooms each say one thing at once, right
    after the tree is ready, against an account of ``--limit`` requests per
    10 s (the fake enforces it with 429s and ``retry-after``). ``slow``: the
-   default slow start; ``today``: ``CLANKIE_MODEL_SLOW_START=false``.
+   default slow start; ``today``: the tree of ``--today`` again.
    Reported: 429s as a share of the requests (goal ≤ 2 %).
 
 The issue's outage is 60 s under 100 rooms; the defaults are scaled down (30
@@ -38,6 +39,7 @@ import asyncio
 import bisect
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +57,7 @@ from bench.scale_kit import Anthropic, pct, times  # noqa: E402
 from clankie.testing import fake_anthropic as fa  # noqa: E402
 from clankie.testing.fake_anthropic_cache import PromptCache  # noqa: E402
 
+TODAY = "caf62d1"  # main before issue 36: one endpoint, one governor that learns at each answer's end
 BACKUP_KEY = "sk-bench-backup-route"
 FAILED = "\u26a0\ufe0f"  # the reaction a failed addressed turn gets (CLANKIE_DISCORD_FAILURE_REACTION's default)
 ROOM = re.compile(r"room-(\d+)")
@@ -121,8 +124,22 @@ def second_call_cache_share(backup: Account) -> float:
     return pct(shares, 0.5)
 
 
-async def outage(args: argparse.Namespace, name: str, routed: bool) -> dict[str, Any]:
-    """One tree through the outage; what its people saw."""
+def export(rev: str, into: Path) -> Path:
+    """The tree at ``rev``, exported with ``git archive`` (what "today" ran before this work)."""
+    data = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=data, check=True)
+    return into
+
+
+def run_from(bench: Bench, extra: dict[str, str], code: Path | None) -> None:
+    """Run ``bench``'s tree from ``code`` (another revision's checkout) when given."""
+    if code is not None:
+        extra["PYTHONPATH"] = str(code)
+        bench.cwd = code
+
+
+async def outage(args: argparse.Namespace, name: str, routed: bool, code: Path | None = None) -> dict[str, Any]:
+    """One tree through the outage (from ``code`` when given); what its people saw."""
     backup = Account(api_key=BACKUP_KEY)
     await backup.start()
     extra = {"CLANKIE_BROWSER_IDLE_SECONDS": "300"}
@@ -131,7 +148,9 @@ async def outage(args: argparse.Namespace, name: str, routed: bool) -> dict[str,
                                                         "credential": "BENCH_BACKUP_KEY"}]),
                   "BENCH_BACKUP_KEY": BACKUP_KEY}
     with tempfile.TemporaryDirectory(prefix="ck-failover-", dir="/tmp") as d:
-        bench = Bench(argparse.Namespace(rooms=[args.rooms], window=200_000, nofile=4096), Path(d), extra)
+        run_from_extra = dict(extra)
+        bench = Bench(argparse.Namespace(rooms=[args.rooms], window=200_000, nofile=4096), Path(d), run_from_extra)
+        run_from(bench, run_from_extra, code)
         primary = Account()
         bench.anthropic = primary
         watch = Watch(bench)
@@ -195,11 +214,12 @@ async def outage(args: argparse.Namespace, name: str, routed: bool) -> dict[str,
     return out
 
 
-async def burst(args: argparse.Namespace, name: str, slow: bool) -> dict[str, Any]:
-    """One cold tree, every room at once against the account's limit; the 429s it met."""
+async def burst(args: argparse.Namespace, name: str, slow: bool, code: Path | None = None) -> dict[str, Any]:
+    """One cold tree (from ``code`` when given), every room at once against the account's limit; the 429s it met."""
     extra = {"CLANKIE_BROWSER_IDLE_SECONDS": "300", "CLANKIE_MODEL_SLOW_START": "true" if slow else "false"}
     with tempfile.TemporaryDirectory(prefix="ck-burst-", dir="/tmp") as d:
         bench = Bench(argparse.Namespace(rooms=[args.burst_rooms], window=200_000, nofile=4096), Path(d), extra)
+        run_from(bench, extra, code)
         account = Account(limits=fa.RateLimits(requests=args.limit, window=10.0))
         bench.anthropic = account
         watch = Watch(bench)
@@ -237,14 +257,18 @@ async def main() -> int:
     parser.add_argument("--burst-rooms", type=int, default=100, help="rooms that speak at once in the cold burst")
     parser.add_argument("--limit", type=int, default=20, help="the cold burst's account: requests per 10 s")
     parser.add_argument("--burst-drain", type=float, default=120.0, help="seconds the cold burst may take")
+    parser.add_argument("--today", default=TODAY, help="the revision whose trees are 'today' (git archive); '' runs "
+                        "today's side from this checkout with no routes and CLANKIE_MODEL_SLOW_START=false")
     args = parser.parse_args()
     print(f"failover bench: {args.rooms} rooms, a message every {args.every:g} s each for {args.seconds:g} s, the primary "
           f"down (529) from {args.down_at:g} s for {args.outage:g} s; then {args.burst_rooms} rooms at once against "
           f"{args.limit} requests per 10 s", flush=True)
-    routed = await outage(args, "routes", routed=True)
-    today = await outage(args, "today", routed=False)
-    slow = await burst(args, "slow", slow=True)
-    cold = await burst(args, "today", slow=False)
+    with tempfile.TemporaryDirectory(prefix="ck-today-", dir="/tmp") as d:
+        code = export(args.today, Path(d)) if args.today else None
+        routed = await outage(args, "routes", routed=True)
+        today = await outage(args, "today", routed=False, code=code)
+        slow = await burst(args, "slow", slow=True)
+        cold = await burst(args, "today", slow=False, code=code)
     slowdown = routed["during_p50"] - routed["before_p50"]
     print(f"answered: {routed['share']:.1%} with routes vs {today['share']:.1%} today "
           f"({times(routed['share'], today['share']):.2f}x); wait p50 during the outage {routed['during_p50']:.2f} s vs "
@@ -256,7 +280,7 @@ async def main() -> int:
           f"today_outage_p50_s={today['during_p50']:.2f} fallback_second_call_cache_read={routed['cache_share']:.3f} "
           f"back_on_primary_s={routed['back_s']:.1f} answered_twice={routed['twice']} today_answered_twice={today['twice']} "
           f"burst_rooms={args.burst_rooms} burst_429_share={slow['share']:.4f} today_burst_429_share={cold['share']:.4f} "
-          f"burst_429_ratio={times(slow['share'], cold['share']):.2f}")
+          f"burst_429_ratio={times(slow['share'], cold['share']):.2f} today_rev={args.today or 'this'}")
     return 0
 
 

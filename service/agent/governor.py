@@ -139,6 +139,7 @@ class Governor:
             yield Ticket(self, seq)
         finally:
             self.in_flight -= 1
+            self.pacing.reported(seq)  # a call cancelled before its answer says nothing more
             self._room.set()
             self._slots.release()
 
@@ -146,6 +147,8 @@ class Governor:
               output_tokens: int | None) -> None:
         if reported:
             self.pacing.learn(seq, reported, self._clock.monotonic(), self._clock.wall())
+        else:
+            self.pacing.reported(seq)
         if input_tokens is not None and output_tokens is not None:
             self.pacing.spent(input_tokens, output_tokens)
 

@@ -88,6 +88,7 @@ class _Known:
     full_at: float  # monotonic time it is full again (``seen`` if unknown)
     seen: float
     seq: int
+    owed: float = 0.0  # what calls started before ``seq`` and not yet reported may still take (see Pacing.learn)
 
     def level(self, now: float) -> float:
         if now >= self.full_at:
@@ -127,6 +128,7 @@ class Pacing:
         self.window = None if window is None or window >= self.max_window else max(1, window)  # None: open
         self._known: dict[str, _Known] = {}
         self._started: deque[tuple[int, Cost]] = deque()  # calls started, oldest first, while any bucket is known
+        self._unreported: dict[int, Cost] = {}  # calls started whose answer has not said anything yet, by seq
         self._seq = 0
         self.paused_until = 0.0
         self._input = 0.0
@@ -142,28 +144,42 @@ class Pacing:
         wait = max(0.0, self.paused_until - now)
         cost = self.cost()
         for bucket, known in self._known.items():
-            spent = sum(c.of(bucket) for seq, c in self._started if seq > known.seq)
+            spent = sum(c.of(bucket) for seq, c in self._started if seq > known.seq) + known.owed
             wait = max(wait, known.wait(cost.of(bucket), now, spent))
         return wait
 
     def start(self) -> int:
         """A call starts now; its sequence number names its answer."""
         self._seq += 1
+        self._unreported[self._seq] = self.cost()
+        if len(self._unreported) > MAX_STARTED:
+            del self._unreported[min(self._unreported)]
         if self._known:
             self._started.append((self._seq, self.cost()))
             while len(self._started) > MAX_STARTED:
                 self._started.popleft()
         return self._seq
 
+    def reported(self, seq: int) -> None:
+        """Call ``seq`` has said what it will say (answered, failed or given up)."""
+        self._unreported.pop(seq, None)
+
     def learn(self, seq: int, reported: Mapping[str, Report], now: float, wall: float) -> None:
-        """What the answer to call ``seq`` said of the buckets (older news than what is known is ignored)."""
+        """What the answer to call ``seq`` said of the buckets (older news than what is known is ignored).
+
+        Calls started before ``seq`` that have not reported yet may reach the account after it (a burst's requests
+        arrive in any order): what they may take is owed against the report until a newer one replaces it, so a
+        report that counted none of them does not read as room for them all over again."""
+        older = [c for s, c in self._unreported.items() if s < seq]
+        self.reported(seq)
         for bucket, report in reported.items():
             known = self._known.get(bucket)
             if known is not None and known.seq > seq:
                 continue
             until_full = max(0.0, report.reset - wall) if report.reset is not None else 0.0
             rate = (report.limit - report.remaining) / until_full if until_full > 0 and report.remaining < report.limit else None
-            self._known[bucket] = _Known(report.limit, float(report.remaining), rate, now + until_full, now, seq)
+            owed = sum(c.of(bucket) for c in older)
+            self._known[bucket] = _Known(report.limit, float(report.remaining), rate, now + until_full, now, seq, owed)
         if self._known:
             oldest = min(k.seq for k in self._known.values())
             while self._started and self._started[0][0] <= oldest:

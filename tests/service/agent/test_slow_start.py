@@ -115,3 +115,17 @@ def test_headers_learned_when_the_stream_opened_are_not_learned_again_at_its_end
 
     arun(body())
     assert governor.pacing.remaining(clock.monotonic())["requests"] == 16  # 2 a second for 8 s, not 20 in 2 s
+
+
+def test_a_report_owes_the_older_calls_that_have_not_reported() -> None:
+    """Five calls of a burst start; the fifth reaches the account first (19 left) and reports first: the four older
+    ones, not yet reported, may still take their share, so the bucket is read as 15, not 19."""
+    p = Pacing()
+    seqs = [p.start() for _ in range(5)]
+    p.learn(seqs[-1], {"requests": Report(limit=20, remaining=19, reset=WALL + 10.0)}, 0.0, WALL)
+    assert p.remaining(0.0) == {"requests": 19}  # the report itself
+    assert p.delay(0.0) == 0.0
+    for _ in range(15):
+        assert p.delay(0.0) == 0.0
+        p.start()
+    assert p.delay(0.0) > 0  # 19 - 4 owed - 15 started: none left
