@@ -18,6 +18,7 @@ from bridge import discord_client as dc
 from bridge import recovery
 from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
+from bridge.gateway_session import SessionKeeper
 from bridge.journal import Journal
 from bridge.receipts import Receipts, audit_rotation
 from bridge.shards import ShardWatch
@@ -112,6 +113,10 @@ class BridgeApp:
             trusted_rooms=frozenset(settings.discord_trusted_rooms),
             redact=Redactor.of(settings),
         )
+        # the gateway session, kept across processes (bridge.gateway_session); unsharded trees only, for now
+        self.keeper: SessionKeeper | None = None
+        if settings.discord_token is not None and settings.discord_shard_count is None:
+            self.keeper = SessionKeeper(settings.state_dir, self.clock, enabled=settings.discord_gateway_resume)
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._again = False
@@ -119,6 +124,9 @@ class BridgeApp:
         started = self.clock.wall()
         earlier = self.journal.state.quiet_since()
         self._quiet_since: float | None = min(started, earlier) if earlier is not None else started
+        # a gap that began before the stored session did is one its RESUME cannot replay: read it back then too
+        stored = self.keeper.stored((0, 1)) if self.keeper is not None else None
+        self._gap_before_session = earlier is not None and stored is not None and earlier < stored.since
         self.bridge = Bridge(
             ingress=self.ingress,
             port=self.port,
@@ -193,6 +201,10 @@ class BridgeApp:
         if self.shards:
             report["shards"] = self.shards
             detail += f"; shards: {self.shards}"
+        if self.keeper is not None:
+            self.keeper.tick()
+            report["gateway"] = self.keeper.report()
+            detail += f"; {self.keeper.detail()}"
         if self.bridge.waiting:
             held, cap = self.bridge.turns_in_flight, self.ingress.policy.max_turns
             detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms, turns {held}/{cap}"
@@ -239,6 +251,8 @@ class BridgeApp:
             await self.bridge.aclose()
             if self._recovering is not None:
                 self._recovering.cancel()
+            if self.keeper is not None:
+                self.keeper.flush()
             self.journal.aclose()
             self.receipts.close()
 
@@ -252,7 +266,11 @@ class BridgeApp:
         self._quiet_since = since if self._quiet_since is None else min(since, self._quiet_since)
 
     def _on_resumed(self) -> None:
-        """Discord replays what it sent during the gap: nothing to fetch."""
+        """Discord replays what it sent during the gap: nothing to fetch (unless the gap is older than the session)."""
+        if self._gap_before_session:
+            self._gap_before_session = False
+            self._on_session()
+            return
         if self._quiet_since is not None and (self._recovering is None or self._recovering.done()):
             self._quiet_since = None
             self.journal.caught_up(self.clock.wall())
@@ -329,6 +347,7 @@ class BridgeApp:
                 on_resumed=self._on_resumed,
                 discover_gateway=discover,
                 guild_ready_timeout=self._guild_ready_timeout,
+                keeper=self.keeper,
             )
         hooks = dc.Hooks(on_message=self._on_message, on_status=self.set_status, on_owner=self.ingress.owner,
                          on_session=self._on_session, on_quiet=self._on_quiet, on_resumed=self._on_resumed)

@@ -110,7 +110,10 @@ def convert(
     trusted_rooms: frozenset[str],
 ) -> tuple[Inbound, Room, Trigger]:
     """The admission view, the room and the trigger of one Discord message."""
-    guild_id = str(message.guild.id) if message.guild is not None else None
+    # after a RESUME in a fresh process there was no READY: no guild is cached and ``message.guild`` is None, but the
+    # payload's guild_id is on the channel discord.py made from it (a PartialMessageable); a DM's channel has none
+    gid = message.guild.id if message.guild is not None else getattr(message.channel, "guild_id", None)
+    guild_id = str(gid) if gid is not None else None
     channel_id = str(message.channel.id)
     author_id = str(message.author.id)
     images = _images(message)

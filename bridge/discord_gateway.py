@@ -13,22 +13,29 @@ out per shard with :class:`bridge.shards.ShardWatch`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import yarl
 
 with warnings.catch_warnings():
     # discord.py 2.7 imports the stdlib audioop for voice, which we do not use (deprecated in 3.11)
     warnings.filterwarnings("ignore", message="'audioop' is deprecated", category=DeprecationWarning)
     import discord
+    from discord.backoff import ExponentialBackoff
+    from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 
 from bridge.discord_metrics import count_requests
+from bridge.gateway_link import IllegalSessionMove, shard_key
+from bridge.gateway_session import REFUSING_CLOSES, SessionKeeper
 from bridge.ratelimits import amortise_bucket_sweep
 from bridge.shards import ShardWatch, Up
+from clankie.waits import within
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +50,7 @@ def intents() -> discord.Intents:
     return wanted
 
 
-def hand_over(deliver: Callable[[discord.Message], None], message: discord.Message) -> None:
+def hand_over(deliver: Callable[[discord.Message], None], message: discord.Message) -> bool:
     """Give a new message to the bridge at once, inside discord.py's parse of its event.
 
     discord.py would schedule a task per ``on_message``; a burst read off the
@@ -52,12 +59,15 @@ def hand_over(deliver: Callable[[discord.Message], None], message: discord.Messa
     high-water mark (which the process never hands back) would grow by
     kilobytes per message. Handed over here, each ``Message`` is gone before
     the next event is parsed. A failure is the bridge's bug: logged, and the
-    gateway goes on.
+    gateway goes on. Returns whether the bridge took it (journaled, or judged and dropped): only then may a
+    RESUME start after its sequence.
     """
     try:
         deliver(message)
     except Exception:
         log.exception("the bridge failed on an incoming message")
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -72,12 +82,25 @@ class Hooks:
     on_resumed: Callable[[], None] = lambda: None
 
 
-async def _setup(client: discord.Client, discover: bool, on_owner: Callable[[str], None]) -> None:
-    """Take the gateway URL from ``GET /gateway/bot`` (a loopback fake) and report the application's owner."""
-    if discover:
-        _shards, url, _limits = await client.http.get_bot_gateway()
-        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
-        log.info("gateway discovered from the configured API base")
+async def _setup(client: discord.Client, discover: bool, on_owner: Callable[[str], None],
+                 keeper: SessionKeeper | None = None) -> None:
+    """Take the gateway URL from ``GET /gateway/bot`` (a loopback fake), tell the keeper today's session starts left,
+    and report the application's owner."""
+    if discover or keeper is not None:
+        try:
+            _shards, url, limits = await client.http.get_bot_gateway()
+        except discord.HTTPException:
+            if discover:
+                raise
+            log.warning("could not read the gateway's session start limit")
+        else:
+            if discover:
+                discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+                log.info("gateway discovered from the configured API base")
+            if keeper is not None and isinstance(limits, dict):
+                total, remaining = limits.get("total"), limits.get("remaining")
+                if isinstance(total, int) and isinstance(remaining, int):
+                    keeper.limit(total, remaining)
     try:
         info = await client.application_info()
     except discord.HTTPException as exc:
@@ -102,6 +125,7 @@ class BridgeClient(discord.Client):
         on_session: Callable[[], None] = lambda: None,
         on_quiet: Callable[[], None] = lambda: None,
         on_resumed: Callable[[], None] = lambda: None,
+        keeper: SessionKeeper | None = None,
     ) -> None:
         super().__init__(
             intents=intents(),
@@ -119,9 +143,85 @@ class BridgeClient(discord.Client):
         self._on_quiet = on_quiet
         self._on_resumed_cb = on_resumed
         self._discover = discover_gateway
+        self.keeper = keeper
+        self.shard = shard_key(None, None)
 
     async def setup_hook(self) -> None:
-        await _setup(self, self._discover, self._on_owner)
+        await _setup(self, self._discover, self._on_owner, self.keeper)
+
+    async def connect(self, *, reconnect: bool = True) -> None:
+        """discord.py's ``Client.connect`` loop (2.7), with the keeper's seams (the module docstring)."""
+        keeper = self.keeper
+        if keeper is None:
+            return await super().connect(reconnect=reconnect)
+        backoff = ExponentialBackoff()
+        params: dict[str, Any] = {"initial": True, "shard_id": None}
+        stored = keeper.stored(self.shard)
+        if stored is not None:
+            params.update(initial=False, resume=True, session=stored.session_id, sequence=stored.seq,
+                          gateway=yarl.URL(stored.resume_url))
+        opened = False  # whether this process has had a socket yet
+        while not self.is_closed():
+            try:
+                if params.get("resume"):
+                    keeper.resuming(self.shard)
+                else:
+                    await keeper.identifying(self.shard)
+                self.ws = await within(DiscordWebSocket.from_client(self, **params), 60.0)  # HELLO, then RESUME or IDENTIFY
+                opened = True
+                if not params.get("resume"):
+                    keeper.identified(self.shard)
+                params["initial"] = False
+                while True:
+                    await self.ws.poll_event()
+            except ReconnectWebSocket as e:
+                self.dispatch("disconnect")
+                code = self.ws.socket.close_code if self.ws is not None else None
+                resume = e.resume and code not in REFUSING_CLOSES
+                params.update(sequence=self.ws.sequence, resume=resume, session=self.ws.session_id)
+                params["gateway"] = self.ws.gateway if resume else DiscordWebSocket.DEFAULT_GATEWAY
+                continue
+            except (OSError, discord.HTTPException, discord.GatewayNotFound, discord.ConnectionClosed,
+                    aiohttp.ClientError, TimeoutError) as exc:
+                self.dispatch("disconnect")
+                if not reconnect:
+                    await self.close()
+                    if isinstance(exc, discord.ConnectionClosed) and exc.code == 1000:
+                        return None
+                    raise
+                if self.is_closed():
+                    return None
+                if not opened and params.get("resume"):
+                    # the stored session's resume URL cannot be reached at all: give the session up, start anew at
+                    # the gateway GET /gateway/bot named (a network that is down fails that too, and backs off there)
+                    log.warning("gateway: the stored session's resume URL is unreachable (%s); starting a new session",
+                                type(exc).__name__)
+                    params.update(resume=False, session=None, sequence=None, gateway=DiscordWebSocket.DEFAULT_GATEWAY)
+                    continue
+                if isinstance(exc, discord.ConnectionClosed):
+                    if exc.code == 4014:
+                        raise discord.PrivilegedIntentsRequired(exc.shard_id) from None
+                    if exc.code != 1000:
+                        await self.close()
+                        raise
+                retry = backoff.delay()
+                log.warning("gateway connection lost (%s); reconnecting in %.2fs", type(exc).__name__, retry)
+                await asyncio.sleep(retry)
+                if self.ws is not None and self.ws.session_id is not None:  # always try to RESUME first, as discord.py does
+                    params.update(sequence=self.ws.sequence, gateway=self.ws.gateway, resume=True,
+                                  session=self.ws.session_id)
+        return None
+
+    async def close(self) -> None:
+        """Stop; with a keeper, close the socket with 4000 first, so that the next process can RESUME the session."""
+        ws = self.ws
+        if self.keeper is not None and self.keeper.enabled and ws is not None and ws.open:
+            try:
+                await ws.close(code=4000)
+            except Exception:  # the socket is going anyway; the session may then not be resumable
+                log.warning("the gateway socket did not close cleanly; the next bridge may IDENTIFY")
+            self.keeper.flush()
+        await super().close()
 
     async def on_ready(self) -> None:
         """A new gateway session (not a RESUME): Discord will not replay what came before it."""
@@ -139,8 +239,25 @@ class BridgeClient(discord.Client):
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         if event == "message":
-            hand_over(self._on_message_cb, args[0])
+            if hand_over(self._on_message_cb, args[0]) and self.keeper is not None and self.ws is not None:
+                self.keeper.journaled(self.shard, self.ws.sequence)
+        elif self.keeper is not None:
+            self._keep(event)
         super().dispatch(event, *args, **kwargs)
+
+    def _keep(self, event: str) -> None:
+        """What the keeper hears of the session, from discord.py's own events (READY's is ``connect``)."""
+        assert self.keeper is not None
+        ws = self.ws
+        try:
+            if event == "connect" and ws is not None and ws.session_id is not None:
+                self.keeper.ready(self.shard, ws.session_id, str(ws.gateway), ws.sequence)
+            elif event == "resumed" and ws is not None:
+                self.keeper.resumed(self.shard, ws.sequence)
+            elif event == "disconnect":
+                self.keeper.dropped(self.shard)
+        except IllegalSessionMove:  # our bug: logged, and the gateway goes on
+            log.exception("gateway session: %s not expected here", event)
 
 
 class ShardedBridgeClient(discord.AutoShardedClient):

@@ -85,6 +85,11 @@ FAMILIES: dict[str, Family] = {
     "clankie_refusal_signs_total": Family("counter", "Messages refused for backpressure, by code and how the refusal reached "
                                           "its author (reaction, notice, covered by a recent notice, none).", ("code", "sign")),
     "clankie_discord_connected": Family("gauge", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token)."),
+    "clankie_gateway_resumes_total": Family("counter", "Gateway sessions the bridge RESUMEd (a restarted bridge's included)."),
+    "clankie_gateway_identifies_total": Family("counter",
+                                               "Gateway sessions the bridge started with IDENTIFY (each spends a session start)."),
+    "clankie_gateway_session_starts_remaining": Family("gauge",
+                                                       "Session starts Discord says are left today (GET /gateway/bot)."),
     "clankie_discord_shard_up": Family("gauge", "1 while this tree's gateway session on the shard is up, else 0 (only when sharded).",
                                        ("shard",)),
     "clankie_discord_shard_count": Family("gauge", "The bot's total shard count, CLANKIE_DISCORD_SHARD_COUNT (only when sharded)."),

@@ -94,6 +94,8 @@ class Settings(
     discord_upload_limit_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     discord_failure_reaction: str = Field(default="\u26a0\ufe0f", max_length=64)  # ⚠️; set empty to disable
     discord_tool_card: bool = True
+    # the gateway session outlives the process (docs/bridge.md, "No deaf window"); false: IDENTIFY at every start
+    discord_gateway_resume: bool = True
     # sharding (docs/operations.md, "Running N trees on N machines"): unset runs one unsharded gateway session
     discord_shard_count: int | None = Field(default=None, ge=1, le=shards.MAX_SHARD_COUNT)
     discord_shard_ids: Annotated[tuple[int, ...], NoDecode] = ()  # "0,1" or "0-3"; empty: every shard of the count

@@ -73,6 +73,8 @@ class FakeDiscord(RestHandlers):
         self.identifies = 0
         self.readies = 0  # sessions that got READY and every GUILD_CREATE
         self.resumes = 0
+        self.session_starts_total = 1000  # GET /gateway/bot's session_start_limit; each READY spends one
+        self.session_starts_remaining = 999
         self.identify_close_code: int | None = None
         self.gateway_open = asyncio.Event()  # cleared: new gateway connections wait before HELLO (an outage)
         self.gateway_open.set()

@@ -2,6 +2,18 @@
 
 It says HELLO, answers IDENTIFY with READY and one GUILD_CREATE per guild,
 ACKs heartbeats, RESUMEs (replaying missed dispatches) and dispatches events.
+
+Sessions outlive their sockets as on Discord: a socket that dies without a
+close frame (a SIGKILLed client), or closes with any code but 1000/1001,
+leaves its session resumable for :attr:`FakeGateway.resume_window` seconds
+(on the fake's clock); a RESUME within it, presenting the session id and a
+sequence, is sent every dispatch of that session's shard after that sequence,
+in order, then RESUMED. A RESUME is refused with op 9 ``d: false`` (IDENTIFY
+anew) when the session is unknown, was closed with 1000/1001, expired, or its
+sequence is older than the replay buffer (the last :data:`REPLAY_MAX`
+dispatches), or while :attr:`FakeGateway.refuse_resumes` is set. A RESUME of a
+session another live socket still holds is counted in
+:attr:`FakeGateway.shared` (two processes on one session: a bug).
 An IDENTIFY that carries ``shard: [id, count]`` makes that connection a shard,
 as on Discord: its READY says so, it is told only of the guilds with
 ``(guild_id >> 22) % count == id``, it receives only their events, and direct
@@ -15,6 +27,9 @@ import asyncio
 import contextlib
 import itertools
 import json
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +42,10 @@ if TYPE_CHECKING:
 
 Shard = tuple[int, int]  # (shard id, shard count), as in IDENTIFY's `shard`
 
+REPLAY_MAX = 20_000  # dispatches kept for RESUME replays; a presented sequence older than these is refused
+RESUME_WINDOW = 120.0  # seconds a dead socket's session stays resumable (Discord: "a few minutes")
+INVALIDATING = frozenset({1000, 1001})  # a client's close with these ends its session for good
+
 
 @dataclass
 class Session:
@@ -34,6 +53,16 @@ class Session:
 
     session_id: str | None = None
     shard: Shard | None = None
+
+
+@dataclass
+class Resumable:
+    """A session as the gateway keeps it between sockets."""
+
+    shard: Shard | None
+    socket: web.WebSocketResponse | None = None  # the live socket holding it, if any
+    dead_at: float | None = None  # when its last socket died (fake clock); None while held or never held
+    invalid: bool = False
 
 
 def carries(shard: Shard | None, guild_id: str | None) -> bool:
@@ -47,11 +76,18 @@ def carries(shard: Shard | None, guild_id: str | None) -> bool:
 class FakeGateway:
     """The websocket side of :class:`clankie.testing.fake_discord.FakeDiscord`."""
 
-    def __init__(self, fake: FakeDiscord) -> None:
+    def __init__(self, fake: FakeDiscord, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.fake = fake
+        self.clock = clock
+        self.resume_window = RESUME_WINDOW
+        self.refuse_resumes = False  # set: every RESUME is answered op 9 (as Discord does for a session it dropped)
         self.sockets: dict[web.WebSocketResponse, Session] = {}
-        self.sessions: dict[str, Shard | None] = {}  # session id -> its shard, for RESUME
-        self.dispatched: list[tuple[dict[str, Any], str | None]] = []  # (frame, guild id) for RESUME replays
+        self.sessions: dict[str, Resumable] = {}  # session id -> what RESUME needs
+        self.dispatched: deque[tuple[dict[str, Any], str | None]] = deque(maxlen=REPLAY_MAX)  # (frame, guild id)
+        self.refused = 0  # RESUMEs answered op 9
+        self.shared = 0  # RESUMEs of a session another live socket still held
+        self.closed_codes: list[int | None] = []  # each socket's close code as the server saw it, in order
+        self._server_closed: set[web.WebSocketResponse] = set()
         self.received: list[tuple[Shard | None, str, str]] = []  # (shard, event, data id) of every dispatch sent
         self._seq = itertools.count(1)
 
@@ -71,13 +107,40 @@ class FakeGateway:
                     self.received.append((session.shard, event, str(data.get("id", ""))))
 
     async def invalidate(self) -> None:
-        for ws in list(self.sockets):
+        for ws, session in list(self.sockets.items()):
+            self._drop_session(session.session_id)
             with contextlib.suppress(Exception):
                 await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
 
     async def close_all(self, code: int) -> None:
         for ws in list(self.sockets):
+            self._server_closed.add(ws)
             await ws.close(code=code)
+
+    def resumable(self) -> list[str]:
+        """Ids of the sessions a RESUME would be accepted for now (held or within the window)."""
+        now = self.clock()
+        return [sid for sid, r in self.sessions.items()
+                if not r.invalid and (r.dead_at is None or now - r.dead_at <= self.resume_window)]
+
+    def _drop_session(self, session_id: str | None) -> None:
+        kept = self.sessions.get(session_id or "")
+        if kept is not None:
+            kept.invalid = True
+
+    def _socket_gone(self, ws: web.WebSocketResponse, session: Session | None) -> None:
+        """A socket ended: its session stays resumable unless the client closed it with 1000/1001."""
+        code = ws.close_code
+        self.closed_codes.append(code)
+        by_server = ws in self._server_closed
+        self._server_closed.discard(ws)
+        kept = self.sessions.get(session.session_id or "") if session is not None else None
+        if kept is None or kept.socket is not ws:
+            return
+        kept.socket = None
+        kept.dead_at = self.clock()
+        if not by_server and code in INVALIDATING:
+            kept.invalid = True
 
     async def handle(self, request: web.Request) -> web.WebSocketResponse:
         fake = self.fake
@@ -103,7 +166,7 @@ class FakeGateway:
                 frame = json.loads(msg.data)
                 await self._on_frame(ws, frame)
         finally:
-            self.sockets.pop(ws, None)
+            self._socket_gone(ws, self.sockets.pop(ws, None))
             await fake._notify()
         return ws
 
@@ -128,18 +191,34 @@ class FakeGateway:
                 return
             await self._send_ready(ws, shard)
         elif op == 6:
-            fake.resumes += 1
-            session = self.sockets.get(ws)
-            if session is not None:
-                session.session_id = data.get("session_id")
-                session.shard = self.sessions.get(session.session_id or "")
-                seq = data.get("seq") or 0
-                for old, guild_id in self.dispatched:
-                    if old["s"] > seq and carries(session.shard, guild_id):
-                        await ws.send_str(json.dumps(old))
-                        self.received.append((session.shard, old["t"], str(old["d"].get("id", ""))))
-                await self._send(ws, "RESUMED", {})
+            await self._resume(ws, data)
         await fake._notify()
+
+    async def _resume(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        fake = self.fake
+        session = self.sockets.get(ws)
+        if session is None:
+            return
+        sid = str(data.get("session_id") or "")
+        seq = data.get("seq") or 0
+        kept = self.sessions.get(sid)
+        oldest = self.dispatched[0][0]["s"] if self.dispatched else 0
+        if (data.get("token") != fake.token or kept is None or self.refuse_resumes or sid not in self.resumable()
+                or not isinstance(seq, int) or seq + 1 < oldest):
+            self.refused += 1
+            self._drop_session(sid)
+            await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
+            return
+        fake.resumes += 1
+        if kept.socket is not None and kept.socket is not ws:
+            self.shared += 1  # Discord would serve both for a moment: never two processes on one session
+        kept.socket, kept.dead_at = ws, None
+        session.session_id, session.shard = sid, kept.shard
+        for old, guild_id in list(self.dispatched):
+            if old["s"] > seq and carries(session.shard, guild_id):
+                await ws.send_str(json.dumps(old))
+                self.received.append((session.shard, old["t"], str(old["d"].get("id", ""))))
+        await self._send(ws, "RESUMED", {})
 
     async def _send(self, ws: web.WebSocketResponse, event: str, data: dict[str, Any]) -> None:
         frame = {"op": 0, "t": event, "s": next(self._seq), "d": data}
@@ -148,7 +227,8 @@ class FakeGateway:
     async def _send_ready(self, ws: web.WebSocketResponse, shard: Shard | None) -> None:
         fake = self.fake
         session_id = f"session-{fake.identifies}"
-        self.sessions[session_id] = shard
+        self.sessions[session_id] = Resumable(shard, socket=ws)
+        fake.session_starts_remaining = max(0, fake.session_starts_remaining - 1)
         guilds = [g for g in fake.guilds if carries(shard, g)]
         ready: dict[str, Any] = {
             "v": 10, "user": {**fake.bot, "verified": True, "mfa_enabled": False, "flags": 0},

@@ -25,6 +25,7 @@ class Call:
     status: int = 200
     json: Any = None
     at: float = 0.0
+    query: str = ""  # the query string, e.g. "limit=100&after=123" (history read after a message: a catch-up)
 
 
 @dataclass

@@ -39,6 +39,8 @@ class RestHandlers:
     guilds: dict[str, list[str]]
     premium_tier: int
     shards: int
+    session_starts_total: int
+    session_starts_remaining: int
     calls: list[Call]
     posts: list[Post]
     typing: list[tuple[str, float]]
@@ -87,7 +89,7 @@ class RestHandlers:
 
     async def _record(self, request: web.Request, route: str, body: Any = None) -> web.Response | None:
         """Record the call; answer with a scripted fault if one is queued for this route."""
-        call = Call(request.method, route, request.path, json=body, at=time.monotonic())
+        call = Call(request.method, route, request.path, json=body, at=time.monotonic(), query=request.query_string)
         self.calls.append(call)
         gate = self._holds.get(route)
         if gate is not None and not gate.is_set():
@@ -108,7 +110,8 @@ class RestHandlers:
     # ------------------------------------------------------------ REST handlers
 
     async def _gateway_bot(self, request: web.Request) -> web.Response:
-        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        limit = {"total": self.session_starts_total, "remaining": self.session_starts_remaining, "reset_after": 0,
+                 "max_concurrency": 1}
         return respond({"url": self.gateway_url, "shards": self.shards, "session_start_limit": limit})
 
     async def _me(self, request: web.Request) -> web.Response:

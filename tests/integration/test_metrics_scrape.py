@@ -109,6 +109,8 @@ def test_a_real_prometheus_scrapes_the_tree_and_returns_every_promised_series(tm
             assert sample(text, 'clankie_discord_requests_total{route="POST /channels/{channel_id}/messages",status_class="2xx"}') >= 1
             assert sample(text, 'clankie_lanes_live') == 1
             assert sample(text, 'clankie_discord_connected') == 1
+            assert sample(text, 'clankie_gateway_identifies_total') == 1  # one session start, no RESUME yet
+            assert sample(text, 'clankie_gateway_session_starts_remaining') == 999  # GET /gateway/bot, read at the start
             assert sample(text, 'clankie_budget_limit_tokens{scope="tree"}') == BUDGET
             assert 0 < sample(text, 'clankie_budget_remaining_tokens{scope="tree"}') < BUDGET  # the turn spent some
             assert "clankie_budget_limit_usd{" not in text  # no dollar budget set: no series, and never summed with tokens

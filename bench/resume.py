@@ -1,0 +1,215 @@
+"""No deaf window: SIGKILLs of the bridge under steady traffic, the gateway session RESUMEd vs today's IDENTIFY.
+
+The real tree (``python -m supervisor run`` with bench/recovery.py's spec:
+``stable_after`` 1 s, restart intensity raised, so kills a few seconds apart
+each count as an isolated crash) against the loopback fakes in this process,
+whose gateway keeps a dead socket's session resumable and replays on RESUME.
+A person speaks at ``--rate`` messages a second, round-robin over ``--rooms``
+rooms of one guild, for the whole run. Each of ``--kills`` rounds waits until
+the bridge has been up 1.5 s, SIGKILLs it, and stamps (one clock,
+``time.monotonic``, beside ``time.time`` for the receipts):
+
+* **session starts per kill**: IDENTIFYs the fake saw for that kill (goal 0);
+* **kill → session up**: the fake's RESUMED (or, IDENTIFYing, its READY) for the next bridge;
+* **gap message → answer**: each message sent between the kill and the session up, to the
+  bridge's closing receipt for it (settled, or absorbed into a reply of the same room);
+* **catch-up reads per kill**: rooms whose history the next bridge read back (its recovery's
+  ``rooms read``, at least one ``GET /channels/…/messages`` each): today's catch-up;
+* at the end, with traffic stopped and every message given 120 s to close: **lost** (never
+  closed) and **duplicates** (closed twice, or two replies).
+
+Run twice in one invocation: ``resume`` (the default) and ``identify``
+(``CLANKIE_DISCORD_GATEWAY_RESUME=false``: today's IDENTIFY and history catch-up),
+printed side by side with the ratios.
+
+Last line: ``bench resume: kills=… rate=… rooms=… resume_starts_per_kill=… identify_starts_per_kill=…
+resume_up_p50_ms=… resume_up_max_ms=… identify_up_p50_ms=… … lost=… duplicates=…``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.recovery import CHAN, GUILD, PERSON, Site, Tree
+from clankie.testing.fake_discord import FakeDiscord
+from tests.replies import CLOSING
+
+STEADY = 1.5  # seconds the bridge is up before a kill (above the spec's stable_after)
+
+
+class ResumeTree(Tree):
+    """bench/recovery.py's tree of ours, with many rooms, no tool card, and the resume setting."""
+
+    def __init__(self, mode: str, work: Path, site: Site, rooms: list[str]) -> None:
+        super().__init__("ours", work, site, None)
+        self.mode = mode
+        self.discord = FakeDiscord(guilds={GUILD: [CHAN, *rooms]})  # CHAN: where the start asks if the tree is up
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "CLANKIE_DISCORD_TOOL_CARD": "false",
+                "CLANKIE_DISCORD_GATEWAY_RESUME": "true" if self.mode == "resume" else "false"}
+
+    def closings(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for raw in (self.state / "receipts" / "bridge.jsonl").read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    r = json.loads(raw)
+                    if r.get("outcome") in CLOSING:
+                        out.setdefault(str(r["delivery_id"]), []).append(f"{r['outcome']}@{r['at']}")
+        return out
+
+    def history_reads(self) -> int:
+        """Rooms the bridges' catch-ups read back (their ``recovery: N rooms read`` lines, each at least one
+        ``GET /channels/…/messages?after=``); a resumed delivery's look for its own earlier post is not one."""
+        with contextlib.suppress(FileNotFoundError):
+            text = (self.work / "supervisor.log").read_text(errors="replace")
+            return sum(int(n) for n in re.findall(r"recovery: (\d+) rooms read", text))
+        return 0
+
+
+@dataclass
+class Result:
+    starts: list[int] = field(default_factory=list)
+    up_ms: list[float] = field(default_factory=list)
+    gap_ms: list[float] = field(default_factory=list)
+    reads: list[int] = field(default_factory=list)
+    sent: int = 0
+    lost: int = 0
+    duplicates: int = 0
+
+
+async def traffic(t: ResumeTree, rooms: list[str], rate: float, sent: list[tuple[str, float, float]],
+                  stop: asyncio.Event) -> None:
+    """Messages at ``rate`` a second, round-robin over ``rooms``: (id, monotonic, wall) of each."""
+    n = 0
+    start = time.monotonic()
+    while not stop.is_set():
+        msg = await t.discord.message(rooms[n % len(rooms)], f"clankie, message {n}", author_id=PERSON)
+        sent.append((str(msg["id"]), time.monotonic(), time.time()))
+        n += 1
+        await asyncio.sleep(max(0.0, start + n / rate - time.monotonic()))
+
+
+async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) -> Result:
+    rooms = [str(300 + i) for i in range(args.rooms)]
+    work = root / mode
+    work.mkdir()
+    t = ResumeTree(mode, work, site, rooms)
+    res = Result()
+    sent: list[tuple[str, float, float]] = []
+    stop = asyncio.Event()
+    try:
+        await t.start()
+        feeder = asyncio.create_task(traffic(t, rooms, args.rate, sent, stop))
+        gaps: list[tuple[float, float]] = []  # (kill, up) monotonic
+        for i in range(args.kills):
+            await t.steady("bridge", spare=False)
+            await asyncio.sleep(STEADY)
+            ids, ups, reads = t.discord.identifies, t.discord.resumes + t.discord.readies, t.history_reads()
+            pid = await t.pid("bridge")
+            t0 = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            await t.discord.wait_for(lambda ups=ups: t.discord.resumes + t.discord.readies > ups, 60)  # type: ignore[misc]
+            up = time.monotonic()
+            gaps.append((t0, up))
+            res.up_ms.append((up - t0) * 1000)
+            await t.steady("bridge", spare=False)
+            res.starts.append(t.discord.identifies - ids)
+            res.reads.append(t.history_reads() - reads)
+            print(f"  {mode} kill {i + 1}: up after {res.up_ms[-1]:.0f} ms, {res.starts[-1]} session starts, "
+                  f"{res.reads[-1]} rooms read back", flush=True)
+        stop.set()
+        await feeder
+        res.sent = len(sent)
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            closed = t.closings()
+            if all(mid in closed for mid, _, _ in sent):
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2.0)  # a late duplicate would land now
+        closed = t.closings()
+        res.lost = sum(1 for mid, _, _ in sent if mid not in closed)
+        replies: dict[str, int] = {}
+        for p in t.discord.posts:
+            ref = str((p.message_reference or {}).get("message_id"))
+            replies[ref] = replies.get(ref, 0) + 1
+        res.duplicates = sum(1 for mid, _, _ in sent if len(closed.get(mid, [])) > 1 or replies.get(mid, 0) > 1)
+        for mid, mono, wall in sent:
+            if any(k <= mono < u for k, u in gaps) and mid in closed:
+                at = float(closed[mid][0].split("@")[1])
+                res.gap_ms.append(max(0.0, at - wall) * 1000)
+    finally:
+        stop.set()
+        await t.close()
+    return res
+
+
+def p50(v: list[float]) -> float:
+    return statistics.median(v) if v else float("nan")
+
+
+def top(v: list[float]) -> float:
+    return max(v) if v else float("nan")
+
+
+async def amain(args: argparse.Namespace) -> int:
+    site = Site()
+    await site.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ckres-", dir="/tmp") as d:
+            root = Path(args.work) if args.work else Path(d)
+            root.mkdir(parents=True, exist_ok=True)
+            out = {mode: await run_mode(mode, root, site, args) for mode in ("resume", "identify")}
+    finally:
+        await site.close()
+    r, i = out["resume"], out["identify"]
+    print(f"protocol: {args.kills} kills per mode, {args.rate:g} msg/s over {args.rooms} rooms "
+          "(issue: 20 kills, 50 msg/s, 100 rooms)")
+    for name, m in out.items():
+        print(f"{name:>8}: starts/kill {statistics.mean(m.starts):.2f}, up p50 {p50(m.up_ms):.0f} ms max {top(m.up_ms):.0f} ms, "
+              f"gap→answer p50 {p50(m.gap_ms):.0f} ms max {top(m.gap_ms):.0f} ms ({len(m.gap_ms)} gap messages), "
+              f"rooms read back/kill {statistics.mean(m.reads):.1f}, sent {m.sent}, lost {m.lost}, duplicates {m.duplicates}")
+    print(f"ratio identify/resume: up p50 {p50(i.up_ms) / p50(r.up_ms):.1f}x, gap→answer p50 "
+          f"{p50(i.gap_ms) / p50(r.gap_ms):.1f}x, session starts {statistics.mean(i.starts):.2f} vs "
+          f"{statistics.mean(r.starts):.2f} per kill")
+    print(
+        f"bench resume: kills={args.kills} rate={args.rate:g} rooms={args.rooms} "
+        f"resume_starts_per_kill={statistics.mean(r.starts):.2f} identify_starts_per_kill={statistics.mean(i.starts):.2f} "
+        f"resume_up_p50_ms={p50(r.up_ms):.0f} resume_up_max_ms={top(r.up_ms):.0f} "
+        f"identify_up_p50_ms={p50(i.up_ms):.0f} identify_up_max_ms={top(i.up_ms):.0f} "
+        f"resume_gap_p50_ms={p50(r.gap_ms):.0f} resume_gap_max_ms={top(r.gap_ms):.0f} "
+        f"identify_gap_p50_ms={p50(i.gap_ms):.0f} identify_gap_max_ms={top(i.gap_ms):.0f} "
+        f"resume_reads_per_kill={statistics.mean(r.reads):.1f} identify_reads_per_kill={statistics.mean(i.reads):.1f} "
+        f"lost={r.lost + i.lost} duplicates={r.duplicates + i.duplicates}"
+    )
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--kills", type=int, default=10, help="bridge kills per mode (issue: 20)")
+    ap.add_argument("--rate", type=float, default=20.0, help="messages a second (issue: 50)")
+    ap.add_argument("--rooms", type=int, default=50, help="rooms the traffic goes round (issue: 100)")
+    ap.add_argument("--work", help="keep the trees' logs in this (new) directory")
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    return asyncio.run(amain(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The gateway session's pure parts (bridge/gateway_session.py): the link's table, the book, its bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from bridge import gateway_link as gl
+from bridge import gateway_session as gs
+from clankie.testing.clock import FakeClock
+
+REFUSED = [(s, m) for s in gl.State for m in gl.Move if (s, m) not in gl.TRANSITIONS and (s, m) not in gl.IGNORED]
+
+
+@pytest.mark.parametrize(("state", "move"), REFUSED, ids=str)
+def test_a_move_not_in_the_table_raises_and_the_state_stays(state: gl.State, move: gl.Move) -> None:
+    link = gl.Link()
+    link.state = state
+    with pytest.raises(gl.IllegalSessionMove):
+        link.move(move)
+    assert link.state is state
+
+
+def test_a_restart_resumes_and_a_refusal_identifies_through_the_table() -> None:
+    link = gl.Link()
+    assert [link.move(m) for m in (gl.Move.RESUME, gl.Move.IDENTIFY, gl.Move.READY, gl.Move.DROPPED, gl.Move.RESUME,
+                                   gl.Move.RESUMED)] == [gl.State.RESUMING, gl.State.IDENTIFYING, gl.State.LIVE,
+                                                         gl.State.DOWN, gl.State.RESUMING, gl.State.LIVE]
+    assert gl.Link().move(gl.Move.DROPPED) is gl.State.IDLE  # ignored: nothing was up
+
+
+def test_identifies_in_a_row_wait_longer_up_to_the_cap() -> None:
+    book = gl.Book()
+    waits = []
+    for n in range(20):
+        book.in_a_row = n
+        waits.append(book.identify_delay())
+    assert waits[: gl.FREE_IDENTIFIES] == [0.0] * gl.FREE_IDENTIFIES
+    assert waits[gl.FREE_IDENTIFIES: gl.FREE_IDENTIFIES + 3] == [gl.IDENTIFY_BASE, 2 * gl.IDENTIFY_BASE, 4 * gl.IDENTIFY_BASE]
+    assert max(waits) == gl.IDENTIFY_CAP and waits[-1] == gl.IDENTIFY_CAP
+
+
+def test_low_is_under_a_tenth_of_the_total() -> None:
+    assert not gl.Book(starts_total=1000, starts_remaining=100).low()
+    assert gl.Book(starts_total=1000, starts_remaining=99).low()
+    assert not gl.Book().low()
+
+
+def _book(shards: int) -> gl.Book:
+    book = gl.Book(day="2026-12-06", identifies=2, resumes=3, starts_total=1000, starts_remaining=990)
+    for n in range(shards):
+        book.sessions[(n, shards)] = gl.Stored(f"s{n}", "wss://gateway.example/", n * 10, 1.5)
+    return book
+
+
+def test_the_book_round_trips_and_keeps_at_most_max_shards() -> None:
+    assert gl.Book.from_json(json.loads(json.dumps(_book(3).to_json()))) == _book(3)
+    big = gl.Book.from_json(json.loads(json.dumps(_book(gl.MAX_SHARDS + 5).to_json())))
+    assert len(big.sessions) == gl.MAX_SHARDS
+
+
+@pytest.mark.parametrize("bad", [
+    {"session_id": "x" * (gl.MAX_ID_CHARS + 1)},
+    {"resume_url": "http://not-a-websocket/"},
+    {"resume_url": "wss://" + "x" * gl.MAX_URL_CHARS},
+    {"seq": -1},
+    {"seq": True},
+    {"shard": [2, 2]},
+    {"since": "yesterday"},
+], ids=str)
+def test_a_malformed_session_is_refused(bad: dict[str, object]) -> None:
+    raw = _book(1).to_json()
+    raw["sessions"][0].update(bad)
+    with pytest.raises(ValueError):
+        gl.Book.from_json(raw)
+
+
+def test_a_file_at_the_size_bound_is_read_and_one_over_it_is_not(tmp_path: Path) -> None:
+    clock = FakeClock()
+    keeper = gs.SessionKeeper(tmp_path, clock)
+    keeper.book = _book(1)
+    keeper.flush()
+    body = keeper.path.read_bytes()
+    keeper.path.write_bytes(body + b" " * (gs.MAX_FILE_BYTES - len(body)))
+    assert gs.SessionKeeper(tmp_path, clock).stored((0, 1)) is not None
+    keeper.path.write_bytes(body + b" " * (gs.MAX_FILE_BYTES - len(body) + 1))
+    assert gs.SessionKeeper(tmp_path, clock).stored((0, 1)) is None
+
+
+def test_the_journaled_sequence_is_written_at_most_every_flush_interval_and_at_the_heartbeat(tmp_path: Path) -> None:
+    clock = FakeClock()
+    keeper = gs.SessionKeeper(tmp_path, clock)
+    keeper.link((0, 1)).move(gl.Move.IDENTIFY)
+    keeper.ready((0, 1), "secret-session", "wss://gateway.example/", 1)
+
+    def on_disk() -> int | None:
+        seq: int | None = json.loads(keeper.path.read_text())["sessions"][0]["seq"]
+        return seq
+
+    keeper.journaled((0, 1), 5)
+    assert on_disk() == 1  # written less than FLUSH_EVERY ago
+    clock.advance(gs.FLUSH_EVERY)
+    keeper.journaled((0, 1), 6)
+    assert on_disk() == 6
+    keeper.journaled((0, 1), 7)
+    keeper.journaled((0, 1), 3)  # never backwards
+    keeper.tick()
+    assert on_disk() == 7
+
+
+def test_a_session_that_lived_ends_the_crash_loop_and_a_new_day_resets_the_counts(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = FakeClock(autojump=True)
+        keeper = gs.SessionKeeper(tmp_path, clock)
+        for _ in range(gl.FREE_IDENTIFIES + 5):  # a network outage: the socket never opens, nothing is sent
+            await keeper.identifying((0, 1))
+            keeper.dropped((0, 1))
+        assert keeper.book.in_a_row == 0 and keeper.book.identifies == 0 and not clock.slept
+        for _ in range(gl.FREE_IDENTIFIES):
+            await keeper.identifying((0, 1))
+            keeper.identified((0, 1))
+            keeper.dropped((0, 1))
+        assert keeper.book.in_a_row == gl.FREE_IDENTIFIES and not clock.slept
+        await keeper.identifying((0, 1))
+        keeper.identified((0, 1))
+        assert clock.slept[-1] == gl.IDENTIFY_BASE
+        keeper.ready((0, 1), "s", "wss://gateway.example/", 1)
+        clock.advance(gl.SETTLED)
+        keeper.tick()  # nothing moved: no write
+        keeper.journaled((0, 1), 2)
+        assert keeper.book.in_a_row == 0
+        identifies = keeper.book.identifies
+        clock.advance(86400)
+        keeper.dropped((0, 1))
+        await keeper.identifying((0, 1))
+        keeper.identified((0, 1))
+        assert keeper.book.identifies == 1 < identifies
+
+    asyncio.run(main())

@@ -1,0 +1,94 @@
+"""No deaf window on the real tree: a SIGKILLed or restarted bridge's successor RESUMEs the gateway session.
+
+``clankie run`` against the loopback fakes in this process; the fake gateway
+keeps a dead socket's session resumable and replays on RESUME
+(clankie/testing/fake_discord_gateway.py). Every wait polls real state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from clankie.protocol import ChildTarget
+from tests.integration.tree import CHAN, PERSON, Tree, real_tree
+from tests.polling import until
+from tests.replies import CLOSING
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+ROOMS = (CHAN, "102", "103")
+ENV = {"CLANKIE_DISCORD_TOOL_CARD": "false"}
+
+
+def replies(t: Tree, message_id: str) -> int:
+    return sum(1 for p in t.discord.posts if str((p.message_reference or {}).get("message_id")) == message_id)
+
+
+async def say(t: Tree, n: int, text: str) -> str:
+    sent = await t.discord.message(ROOMS[n % len(ROOMS)], f"{text} {n}", author_id=PERSON)
+    return str(sent["id"])
+
+
+def closings(t: Tree, message_id: str) -> list[str]:
+    return [r["outcome"] for r in t.receipts() if r["delivery_id"] == message_id and r["outcome"] in CLOSING]
+
+
+async def answered_once(t: Tree, ids: list[str], what: str) -> None:
+    """Each message closed exactly once, settled (its own reply) or absorbed (the service folded it into the reply
+    of a turn in the same room), and none replied to twice."""
+    await until(lambda: all(closings(t, i) for i in ids), 90, what)
+    assert all(closings(t, i) in (["settled"], ["absorbed"]) for i in ids), [closings(t, i) for i in ids]
+    assert all(replies(t, i) == (closings(t, i) == ["settled"]) for i in ids), [replies(t, i) for i in ids]
+
+
+def test_a_sigkilled_bridge_is_resumed_and_the_gap_is_answered_once(tmp_path: Path, runtime_dir: Path) -> None:
+    """kill -9 of the bridge under traffic: the next bridge RESUMEs (no IDENTIFY, no history read), what was said
+    in the gap is replayed, and every message is answered once, those in flight at the kill included."""
+
+    async def main() -> None:
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS) as t:
+            before = [await say(t, n, "before") for n in range(3)]
+            await answered_once(t, before, "the first bridge answers")
+            bridge = await t.child("bridge")
+            assert bridge.pid is not None
+            in_flight = [await say(t, n, "in flight") for n in range(3)]
+            os.kill(bridge.pid, signal.SIGKILL)
+            gap = [await say(t, n, "gap") for n in range(6)]
+            await t.wait_child(lambda c: c.state == "running" and c.pid not in (None, bridge.pid), "bridge")
+            await answered_once(t, [*in_flight, *gap], "the gap answered by the next bridge")
+            after = [await say(t, n, "after") for n in range(3)]
+            await answered_once(t, after, "live again")
+            assert (t.discord.identifies, t.discord.resumes) == (1, 1)
+            assert t.discord.gateway.shared == 0  # the dead bridge's socket was gone before its successor resumed
+            # no catch-up: the only recovery is the first bridge's, after its new session, with nothing to read
+            assert re.findall(r"recovery: (\d+) rooms read", t.stderr()) == ["0"]
+            # the status line is the last heartbeat's: wait for the one sent after the RESUME
+            await t.wait_child(lambda c: "gateway: session" in c.detail and "1 resumes, 1 identifies today" in c.detail,
+                               "bridge")
+
+    asyncio.run(main())
+
+
+def test_restart_bridge_hands_the_session_over(tmp_path: Path, runtime_dir: Path) -> None:
+    """``clankiectl restart bridge``: the old bridge closes with 4000, the new one RESUMEs; no session start spent."""
+
+    async def main() -> None:
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS) as t:
+            first = await say(t, 0, "before")
+            await answered_once(t, [first], "answered")
+            restarting = asyncio.ensure_future(t.call("restart", ChildTarget(name="bridge")))
+            gap = [await say(t, n, "during the restart") for n in range(3)]
+            await restarting
+            await t.wait_child(lambda c: c.state == "running" and "discord: connected" in c.detail, "bridge")
+            await answered_once(t, gap, "the restart's gap answered")
+            await until(lambda: 4000 in t.discord.gateway.closed_codes, 30, "the old bridge's socket closed with 4000")
+            assert 1000 not in t.discord.gateway.closed_codes
+            assert (t.discord.identifies, t.discord.resumes) == (1, 1)
+
+    asyncio.run(main())
