@@ -43,7 +43,7 @@ from clankie.protocol import (
 from clankie.router import Router
 from clankie.settings import Settings
 from service import fdlimit, telemetry
-from service.agent.governor import Governor
+from service.agent.governor import SLOW_START_PATIENCE, Governor
 from service.agent.learned import Learned
 from service.agent.model import Provider
 from service.agent.routes import PRIMARY, ModelRoute, Routes
@@ -175,7 +175,7 @@ class ServiceApp:
         """Route ``route``'s governor: its own account's pace, slow-started from what an earlier life learned."""
         return Governor(self.clock, max_concurrent=self.settings.model_max_concurrent,
                         slow_start=self.settings.model_slow_start, window=self.learned.window(route),
-                        remember=self.learned.remember(route))
+                        remember=self.learned.remember(route), patience=SLOW_START_PATIENCE)
 
     async def start(self, listener: socket.socket | None = None) -> None:
         """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""

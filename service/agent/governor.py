@@ -35,6 +35,9 @@ from service.agent.pacing import Pacing, Report
 
 log = logging.getLogger(__name__)
 
+SLOW_START_PATIENCE = 2.0
+"""Seconds slow start waits for a call's stream to open before it lets one more go (an account holding answers)."""
+
 
 @dataclass(frozen=True, slots=True)
 class GovernorStatus:
@@ -84,7 +87,7 @@ class Governor:
     """One per service process; see the module docstring."""
 
     def __init__(self, clock: Clock, *, max_concurrent: int, slow_start: bool = False, window: int | None = None,
-                 remember: Callable[[int], None] | None = None) -> None:
+                 remember: Callable[[int], None] | None = None, patience: float | None = None) -> None:
         self.clock = clock
         self._clock = clock
         self._slots = asyncio.Semaphore(max_concurrent)
@@ -93,6 +96,9 @@ class Governor:
         self.pacing = Pacing(window=(window or 1) if slow_start else None, max_window=max_concurrent)
         self._remember = remember
         self._remembered = self.pacing.learned()
+        self._patience = patience  # slow start: a call held this long without its stream opening widens the window by one
+        self._starts: dict[int, float] = {}  # calls in flight by seq: when each started
+        self._widened_at = 0.0
         self.in_flight = 0
         self.waiting = 0
 
@@ -122,11 +128,17 @@ class Governor:
                             await self._clock.sleep(delay)
                         elif not self.pacing.room(self.in_flight):  # slow start: wait for an answer to widen it
                             tell()
+                            left = self._patience_left()
+                            if left is not None and left <= 0:  # the account holds its answers: one more goes
+                                self._widened_at = self._clock.monotonic()
+                                self.pacing.answered()
+                                continue
                             self._room.clear()
-                            await self._room.wait()
+                            await self._until_room(left)
                         else:
                             break
                     seq = self.pacing.start()
+                    self._starts[seq] = self._clock.monotonic()
             except BaseException:  # cancelled while waiting for the pace (an abort)
                 self._slots.release()
                 raise
@@ -139,6 +151,7 @@ class Governor:
             yield Ticket(self, seq)
         finally:
             self.in_flight -= 1
+            self._starts.pop(seq, None)
             self.pacing.reported(seq)  # a call cancelled before its answer says nothing more
             self._room.set()
             self._slots.release()
@@ -151,6 +164,25 @@ class Governor:
             self.pacing.reported(seq)
         if input_tokens is not None and output_tokens is not None:
             self.pacing.spent(input_tokens, output_tokens)
+
+    def _patience_left(self) -> float | None:
+        """Seconds until slow start's patience with the oldest call in flight runs out (None: no patience)."""
+        if self._patience is None or not self._starts:
+            return None
+        return max(min(self._starts.values()), self._widened_at) + self._patience - self._clock.monotonic()
+
+    async def _until_room(self, left: float | None) -> None:
+        """Wait until a call ends or the window widens, or ``left`` seconds of the clock."""
+        if left is None:
+            await self._room.wait()
+            return
+        room = asyncio.ensure_future(self._room.wait())
+        nap = asyncio.ensure_future(self._clock.sleep(left))
+        try:
+            await asyncio.wait({room, nap}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            room.cancel()
+            nap.cancel()
 
     def took(self) -> None:
         """A call got through (slow start widens its window by one) and the calls waiting for room look again."""

@@ -10,10 +10,11 @@ from pathlib import Path
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic, RateLimits
 from service.agent import learned as learned_mod
-from service.agent.governor import Governor
+from service.agent.governor import SLOW_START_PATIENCE, Governor
 from service.agent.learned import Learned
 from service.agent.outcome import OutcomeKind
 from service.agent.pacing import Pacing, Report
+from tests.polling import until
 from tests.service.agent.helpers import arun
 from tests.service.agent.test_governor import agents
 
@@ -129,3 +130,27 @@ def test_a_report_owes_the_older_calls_that_have_not_reported() -> None:
         assert p.delay(0.0) == 0.0
         p.start()
     assert p.delay(0.0) > 0  # 19 - 4 owed - 15 started: none left
+
+
+def test_an_account_that_holds_its_answers_costs_slow_start_its_patience_not_the_rest(tmp_path: Path) -> None:
+    """The first call's stream does not open: after SLOW_START_PATIENCE of the clock one more call goes, not before."""
+
+    async def body() -> None:
+        clock = FakeClock()
+        async with FakeAnthropic() as fake:
+            fake.gate = asyncio.Event()
+            governor = Governor(clock, max_concurrent=8, slow_start=True, patience=SLOW_START_PATIENCE)
+            async with agents(tmp_path, fake, clock, governor, 2) as ((a, b), _):
+                first = asyncio.create_task(a.run("one"))
+                await fake.wait_for_requests(1)
+                second = asyncio.create_task(b.run("two"))
+                await until(lambda: governor.waiting == 1 or None, what="the second call to wait for room")
+                clock.advance(SLOW_START_PATIENCE - 0.5)
+                await asyncio.sleep(0.05)  # sleep: the second call must not go out in this window (0.5 s early)
+                assert len(fake.requests) == 1
+                clock.advance(0.5)
+                await fake.wait_for_requests(2)
+                fake.gate.set()
+                assert [(await first).kind, (await second).kind] == [OutcomeKind.OK, OutcomeKind.OK]
+
+    arun(body())
