@@ -50,9 +50,12 @@ def test_a4_a_sigstopped_child_is_killed_for_missing_heartbeats(tmp_path: Path, 
     """A stopped child misses heartbeats, is TERM/CONT/KILLed and restarted with reason heartbeat."""
     kids = [fixture("svc", heartbeat_timeout=0.6, stop_timeout=0.3, policy={"backoff_base": 0.05})]
     with supervisor(tmp_path, runtime_dir, kids) as sup:
-        pid = sup.child("svc").pid
+        # The stopped process is the one that is running now: on a loaded machine a cold start can itself miss the
+        # 0.6 s timeout and be replaced, so the count is read here and the restart is any past it.
+        before = sup.wait_state("svc", "running")
+        pid = before.pid
         os.kill(pid, signal.SIGSTOP)
-        wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.restarts == 1, 10, "restart")
+        wait_for(lambda: (c := sup.child("svc")).pid not in (None, pid) and c.restarts > before.restarts, 30, "restart")
         assert not pid_alive(pid)
         assert "heartbeat" in sup.stderr()
         st = sup.child("svc")
