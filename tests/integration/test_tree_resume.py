@@ -1,5 +1,7 @@
 """No deaf window on the real tree: a SIGKILLed or restarted bridge's successor RESUMEs the gateway session.
 
+Twice: a cold successor (the bridge's spare off), and the parked spare bridge taking the slot over.
+
 ``clankie run`` against the loopback fakes in this process; the fake gateway
 keeps a dead socket's session resumable and replays on RESUME
 (clankie/testing/fake_discord_gateway.py). Every wait polls real state.
@@ -24,7 +26,7 @@ from tests.replies import CLOSING
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROOMS = (CHAN, "102", "103")
-ENV = {"CLANKIE_DISCORD_TOOL_CARD": "false"}
+ENV = {"CLANKIE_DISCORD_TOOL_CARD": "false", "CLANKIE_BRIDGE_SPARE": "false"}  # a cold bridge RESUMEs; SPARE below
 
 
 def replies(t: Tree, message_id: str) -> int:
