@@ -167,3 +167,26 @@ def test_restart_bridge_hands_the_session_to_the_spare(tmp_path: Path, runtime_d
             assert t.discord.gateway.shared == 0
 
     asyncio.run(main())
+
+
+def test_a_hung_bridge_is_killed_before_the_spare_resumes(tmp_path: Path, runtime_dir: Path) -> None:
+    """A SIGSTOPped bridge still holds its socket: the supervisor kills it for missing heartbeats, and only once it
+    has exited does the spare RESUME; the fake never sees two sockets on the session, every message answered once."""
+
+    async def main() -> None:
+        env = {**SPARE, "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "5"}
+        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS) as t:
+            parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
+            first = await say(t, 0, "before")
+            await answered_once(t, [first], "answered")
+            assert parked.pid is not None
+            os.kill(parked.pid, signal.SIGSTOP)
+            hung = [await say(t, n, "while hung") for n in range(3)]
+            now = await t.wait_child(functools.partial(taken_over, dead=parked.pid), "bridge", 60)
+            assert now.pid == parked.spare_pid
+            assert now.last_exit is not None  # the hung one was reaped before its successor started
+            await answered_once(t, hung, "the hung bridge's messages answered by the spare")
+            assert (t.discord.identifies, t.discord.resumes) == (1, 1)
+            assert t.discord.gateway.shared == 0
+
+    asyncio.run(main())
