@@ -380,4 +380,3 @@ class BridgeApp:
             return
         self.bridge.on_message(inbound, room, trigger)
 
-
