@@ -141,7 +141,10 @@ class Redactor:
     @classmethod
     def of(cls, settings: _HasSecrets) -> Redactor:
         """The secrets this process's settings hold (a child holds only those the supervisor handed it)."""
-        values = (settings.discord_token, settings.anthropic_api_key)
+        values = [settings.discord_token, settings.anthropic_api_key]
+        secret_of = getattr(settings, "route_secret", None)  # a fallback model route's secret, where this process holds one
+        if secret_of is not None:
+            values += [secret_of(r.name) for r in getattr(settings, "model_routes", ())]
         return cls(v.get_secret_value() for v in values if v is not None)
 
     def __bool__(self) -> bool:

@@ -28,13 +28,17 @@ SECRET_VARIABLES = frozenset(
 )
 """Variables that never reach a child's environment (the supervisor's own handover fd included)."""
 
+ROUTE_PREFIX = "route:"
+"""A handed-over field ``route:NAME`` is a fallback model route's secret, held in variable or credential ``NAME``
+(``CLANKIE_MODEL_ROUTES``); the child that gets the model key gets these too."""
+
 MAX_HANDOVER = 16384
 """Far below a pipe's 64 KiB buffer, so writing before the spawn can never block."""
 
 
 def hand_over(values: Mapping[str, str]) -> int:
     """A pipe read end (close-on-exec, caller makes it inheritable for one spawn) that yields ``values``."""
-    unknown = set(values) - set(VARIABLE)
+    unknown = {k for k in values if k not in VARIABLE and not k.startswith(ROUTE_PREFIX)}
     if unknown:
         raise ValueError(f"not a secret: {sorted(unknown)}")
     data = json.dumps(dict(values)).encode("utf-8")
@@ -85,6 +89,10 @@ def receive(env: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(values, dict):
         raise ConfigError("the secrets the supervisor handed over are not readable")
     for field, value in values.items():
-        if field in VARIABLE and isinstance(value, str) and value:
+        if not isinstance(value, str) or not value:
+            continue
+        if field in VARIABLE:
             out[VARIABLE[field]] = value
+        elif field.startswith(ROUTE_PREFIX) and field != ROUTE_PREFIX:
+            out[field.removeprefix(ROUTE_PREFIX)] = value
     return out

@@ -27,6 +27,7 @@ from clankie.settings_bounds import MAX_SECONDS, BoundsSettings
 from clankie.settings_browser import BrowserUnitSettings
 from clankie.settings_isolation import IsolationSettings
 from clankie.settings_observability import ObservabilitySettings
+from clankie.settings_routes import RouteSettings, route_secrets
 from clankie.settings_spend import SpendSettings
 
 CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key"}
@@ -50,7 +51,8 @@ def _alias(*names: str) -> Any:
 
 
 class Settings(
-    BaseSettings, BoundsSettings, SpendSettings, ObservabilitySettings, IsolationSettings, BrowserUnitSettings
+    BaseSettings, BoundsSettings, SpendSettings, ObservabilitySettings, IsolationSettings, BrowserUnitSettings,
+    RouteSettings,
 ):
     """Every operator-facing setting (ARCHITECTURE §5). Build it with :func:`load`."""
 
@@ -272,7 +274,9 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     init.update(overrides)
     token = _ENV.set(e)
     try:
-        return Settings(**init)
+        settings = Settings(**init)
+        settings._route_secrets = route_secrets(settings.model_routes, e)  # each fallback route's secret, if here
+        return settings
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

@@ -118,6 +118,7 @@ MACHINES = (
     Machine("supervisor/sparelife.py", "a child's spare slot", ("handle", "want", "parked", "take", "exit", "due", "drop"), "SpareLife"),
     Machine("supervisor/treestate.py", "the tree", ("move",)),
     Machine("hosts/browser/lifecycle.py", "the browser", ("apply",), "Lifecycle"),
+    Machine("service/agent/breaker.py", "a model route's breaker", ("apply",), "Breaker"),
     Machine("bridge/gateway_link.py", "a shard's gateway link", ("move",), "Link"),
 )
 """Every module that says it is a pure state machine, with its entries (``scripts/gen-docs`` checks the list is whole).

@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from clankie import ipc, spend
 from clankie.child import tree_id
@@ -43,8 +43,10 @@ from clankie.protocol import (
 from clankie.router import Router
 from clankie.settings import Settings
 from service import fdlimit, telemetry
-from service.agent.governor import Governor
+from service.agent.governor import SLOW_START_PATIENCE, Governor
+from service.agent.learned import Learned
 from service.agent.model import Provider
+from service.agent.routes import PRIMARY, ModelRoute, Routes
 from service.captain.captain import Captain, CaptainDeps
 from service.captain.deliveries import DeliveryStore
 from service.captain.hosts import HostClient, ImportingClient
@@ -89,6 +91,35 @@ def make_provider(settings: Settings) -> Provider | None:
     )
 
 
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m"
+
+
+def make_routes(settings: Settings, provider: Provider | None, primary: Governor,
+                governor: Callable[[str], Governor]) -> Routes | None:
+    """The primary (``provider`` through ``primary``) then each fallback route of ``CLANKIE_MODEL_ROUTES`` with its
+    own governor; None without a provider. A fallback whose secret did not reach this process is left out, said once."""
+    if provider is None:
+        return None
+    routes = [ModelRoute(PRIMARY, "anthropic", provider, primary)]
+    if settings.model_routes and not settings.demo:
+        from service.agent.provider import AnthropicProvider
+
+        for route in settings.model_routes:
+            secret = settings.route_secret(route.name)
+            if route.credential is not None and secret is None:
+                log.warning("model route %s: its credential %s holds nothing here; the route is left out",
+                            route.name, route.credential)
+                continue
+            routes.append(ModelRoute(
+                route.name, route.kind,
+                AnthropicProvider.for_route(route, None if secret is None else secret.get_secret_value(), settings.model),
+                governor(route.name),
+            ))
+    return Routes(routes, primary.clock, failover_after=settings.model_failover_after_seconds)
+
+
 def browser_client(settings: Settings, clock: Clock) -> HostClient:
     """The browser host's client: the supervisor's child at ``<runtime>/browser.sock``, or the host in its own unit
     at ``CLANKIE_BROWSER_SOCKET``, whose screenshots are verified and copied under our root (docs/operations.md)."""
@@ -115,7 +146,9 @@ class ServiceApp:
         paths = CaptainPaths.under(settings.state_dir)
         configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
-        self.governor = Governor(self.clock, max_concurrent=settings.model_max_concurrent)
+        self.learned = Learned(paths.root, self.clock)  # each route's learned window, across restarts
+        self.governor = self._governor(PRIMARY)
+        self.routes = make_routes(settings, self.provider, self.governor, self._governor)
         self.spending = Spending(settings, self.clock, paths.root)
         self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
                                    max_retained=settings.delivery_max_retained, tree=tree_id(self.environ))
@@ -129,6 +162,7 @@ class ServiceApp:
                 joins=self.store.join,
                 governor=self.governor,
                 spending=self.spending,
+                routes=self.routes,
             )
         )
         evidence = Evidence(paths.evidence, self.clock)
@@ -136,6 +170,12 @@ class ServiceApp:
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
         self._on_disk_at: float | None = None  # when clankie_lanes_on_disk was last counted
+
+    def _governor(self, route: str) -> Governor:
+        """Route ``route``'s governor: its own account's pace, slow-started from what an earlier life learned."""
+        return Governor(self.clock, max_concurrent=self.settings.model_max_concurrent,
+                        slow_start=self.settings.model_slow_start, window=self.learned.window(route),
+                        remember=self.learned.remember(route), patience=SLOW_START_PATIENCE)
 
     async def start(self, listener: socket.socket | None = None) -> None:
         """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""
@@ -175,7 +215,10 @@ class ServiceApp:
             self.server = None
         await self.browser.aclose()
         await self.tldraw.aclose()
-        if self.provider is not None:
+        self.learned.flush()
+        if self.routes is not None:
+            await self.routes.aclose()  # the primary's provider and every fallback's
+        elif self.provider is not None:
             await self.provider.aclose()
         telemetry.shutdown()  # the spans still batched go out now
 
@@ -255,6 +298,11 @@ class ServiceApp:
             detail += f", model calls: {paced.waiting} waiting for the rate limit"
             if paced.paused_s:
                 detail += f" (paused {paced.paused_s:.0f}s by a 429)"
+        routes = self.routes.status() if self.routes is not None else []
+        if len(routes) > 1:  # which way the model is reached, and how much each way took today
+            detail = "routes " + ", ".join(
+                f"{r.name} {'up' if r.state == 'closed' else 'down ' + _age(r.down_s)} {r.calls_today}" for r in routes
+            ) + "; " + detail
         fds, fd_limit = fdlimit.usage()
         detail += f", fds {fds}/{fd_limit}, {self.spending.detail()}"
 
@@ -263,6 +311,8 @@ class ServiceApp:
                   "model_calls_waiting": paced.waiting, "model_paused_s": round(paced.paused_s, 1),
                   "model_rate_limited": paced.throttled, "model_ratelimit_remaining": paced.remaining,
                   **self.spending.report(),
+                  "model_routes": [{"name": r.name, "kind": r.kind, "state": r.state, "calls_today": r.calls_today,
+                                    "down_s": round(r.down_s, 1), "failovers": r.failovers} for r in routes],
                   "peers_refused": dict(self.server.refusals) if self.server is not None else {}}
         self._gauges(counts["lanes_live"], report)
         return Heartbeat(detail=detail[:200], runs=runs, report=report)

@@ -109,7 +109,7 @@ class _Chat:
     def __init__(self, span: Span, call: ChatCall, metrics: _Metrics) -> None:
         self.span = span
         self.metrics = metrics
-        self.common: dict[str, AttributeValue] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER,
+        self.common: dict[str, AttributeValue] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": call.provider,
                                                   "gen_ai.request.model": call.model, **_server(call)}
         self.first: float | None = None
 
@@ -202,7 +202,7 @@ class OtelTracer:
     @contextlib.contextmanager
     def chat(self, call: ChatCall) -> Iterator[ChatSpan]:
         attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER, "gen_ai.request.model": call.model,
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": call.provider, "gen_ai.request.model": call.model,
             "gen_ai.request.max_tokens": call.max_tokens, "gen_ai.request.stream": True, **_server(call)}
         if call.conversation is not None:
             attributes["gen_ai.conversation.id"] = call.conversation

@@ -51,6 +51,7 @@ class ChatCall:
     max_tokens: int
     server: tuple[str, int] | None = None  # where the request goes (host, port); None: a model that calls nowhere
     conversation: str | None = None  # the lane's hash (lane_hash), from the turn the call runs in
+    provider: str = "anthropic"  # gen_ai.provider.name of the route the call went on (anthropic, gcp.vertex_ai, aws.bedrock)
 
 
 class ChatSpan(Protocol):
@@ -164,9 +165,11 @@ def invoke_agent(agent: str, lane: str, delivery_id: str, model: str) -> Iterato
         _conversation.reset(token)
 
 
-def chat(model: str, max_tokens: int, server: tuple[str, int] | None) -> contextlib.AbstractContextManager[ChatSpan]:
-    """One model call's span (``chat <model>``), in the conversation of the turn it runs in."""
-    return _tracer.chat(ChatCall(model=model, max_tokens=max_tokens, server=server, conversation=_conversation.get()))
+def chat(model: str, max_tokens: int, server: tuple[str, int] | None,
+         provider: str = "anthropic") -> contextlib.AbstractContextManager[ChatSpan]:
+    """One model call's span (``chat <model>``) on ``provider``'s route, in the conversation of the turn it runs in."""
+    return _tracer.chat(ChatCall(model=model, max_tokens=max_tokens, server=server, conversation=_conversation.get(),
+                                 provider=provider))
 
 
 def execute_tool(name: str, call_id: str) -> contextlib.AbstractContextManager[ToolSpan]:

@@ -17,7 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from clankie import ipc, spend
+from clankie import ipc
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import (
     AbortRun,
@@ -48,6 +48,7 @@ from supervisor.lifecycle import OPERATOR, State
 from supervisor.output import REPLY_LIMIT, read_from, read_tail
 from supervisor.peers import outside_the_tree
 from supervisor.process import Child
+from supervisor.spend_today import SpendToday
 from supervisor.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ class Control:
         self.tree = tree
         self.server: ipc.Server | None = None
         self._partial_frame_timeout = partial_frame_timeout
+        self.spend = SpendToday(tree.settings.state_dir / "captain")  # each call reads what was written since the last
 
     async def start(self, path: Path) -> None:
         self.server = await ipc.serve(
@@ -232,7 +234,7 @@ class Control:
     async def _status(self, params: Empty) -> StatusReply:
         tree = self.tree
         day = dt.datetime.fromtimestamp(tree.clock.wall(), dt.UTC).date().isoformat()
-        spent = await asyncio.to_thread(spend.of_day, tree.settings.state_dir / "captain", day)
+        spent = await asyncio.to_thread(self.spend.of_day, day)
         reply = status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
         if tree.settings.browser_host == "external":  # not ours to run; say whether its socket answers
             browser = await external_status(tree.settings.browser_socket)

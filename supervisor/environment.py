@@ -53,9 +53,10 @@ def _never(name: str) -> bool:
 
 def minimal(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
     """The environment every child starts from: the allowlisted variables of ``env`` and the settings' paths."""
+    routed = settings.route_credentials()  # a fallback route's secret travels on the pipe, like the model key
     kept = {
         k: v for k, v in env.items()
-        if not _never(k) and (k in BASE_VARIABLES or k.startswith(BASE_PREFIXES))
+        if not _never(k) and k not in routed and (k in BASE_VARIABLES or k.startswith(BASE_PREFIXES))
     }
     out = child_environment(settings, kept)
     out.setdefault("CLANKIE_HEARTBEAT_SECONDS", str(settings.heartbeat_seconds))

@@ -36,7 +36,7 @@ from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Empty, Heartbeat, Stopping
 from clankie.router import Router, ignore
-from clankie.secrets import hand_over
+from clankie.secrets import ROUTE_PREFIX, hand_over
 from supervisor.environment import for_child
 from supervisor.lifecycle import OPERATOR, Action, Event, Exit, Lifecycle
 from supervisor.metrics import Lives
@@ -168,6 +168,12 @@ class Child:
             secret = getattr(self.tree.settings, name, None)
             if secret is not None:
                 values[name] = secret.get_secret_value()
+        if "anthropic_api_key" in self.spec.secrets:  # the model's child holds the fallback routes' secrets too
+            settings = self.tree.settings
+            for route in settings.model_routes:
+                routed = settings.route_secret(route.name)
+                if routed is not None and route.credential is not None:
+                    values[ROUTE_PREFIX + route.credential] = routed.get_secret_value()
         return hand_over(values) if values else None
 
     def spawn_proc(self, on_link: LinkHandler, *, spare: bool = False) -> Proc:

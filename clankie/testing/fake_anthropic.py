@@ -24,6 +24,18 @@ answer carries ``anthropic-ratelimit-*`` headers, and a request the buckets
 cannot take gets a 429 ``rate_limit_error`` with ``retry-after``
 (:attr:`FakeAnthropic.rate_limited` counts them).
 
+With ``api_key`` the fake is one account: a request without that key
+(``x-api-key`` or ``Authorization: Bearer``) gets a 401.
+It also answers as Google Vertex AI does for Claude
+(``POST /v1/projects/P/locations/R/publishers/anthropic/models/M:streamRawPredict``:
+the model in the path, ``anthropic_version`` in the body, the same event
+stream), so the SDK's ``AsyncAnthropicVertex`` reaches it with ``base_url``
+set to ``<base_url>/v1``; and as Amazon Bedrock does
+(``POST /model/M/invoke-with-response-stream``: the same events, each the
+base64 ``bytes`` of a chunk in AWS event-stream binary framing), so
+``AsyncAnthropicBedrock`` reaches it with ``base_url``. :attr:`FakeAnthropic.paths`
+records every path.
+
 Run ``python -m clankie.testing.fake_anthropic --port 8765`` for a local
 demo server that echoes the last user text.
 """
@@ -34,7 +46,7 @@ import argparse
 import asyncio
 import collections
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -57,7 +69,7 @@ from clankie.testing.fake_anthropic_scenarios import (
     thinking,
     tool_use,
 )
-from clankie.testing.fake_anthropic_stream import events, frame, message, req_id
+from clankie.testing.fake_anthropic_stream import event_stream_frame, events, frame, message, req_id
 
 __all__ = [  # the scenario helpers are re-exported: tests write fa.text(...), fa.Failure(...)
     "Failure",
@@ -80,6 +92,11 @@ __all__ = [  # the scenario helpers are re-exported: tests write fa.text(...), f
 log = logging.getLogger(__name__)
 
 
+def _bearer(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    return auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
+
+
 class FakeAnthropic:
     """The loopback server. Use ``async with FakeAnthropic() as fake:`` and ``fake.base_url``."""
 
@@ -90,8 +107,11 @@ class FakeAnthropic:
         echo_by_default: bool = True,
         limits: RateLimits | None = None,
         clock: Clock | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []  # each request's path, in order (the Vertex path names the model)
+        self.api_key = api_key
         self._clock = clock or SystemClock()
         self.limiter = Limiter(limits, self._clock.monotonic()) if limits is not None else None
         self.cache = PromptCache(cache_min_tokens, now=self._clock.monotonic)
@@ -125,6 +145,8 @@ class FakeAnthropic:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{target}", self._vertex)
+        app.router.add_post("/model/{model}/{action:invoke|invoke-with-response-stream}", self._bedrock)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
         await self._runner.setup()
@@ -163,8 +185,49 @@ class FakeAnthropic:
         return web.json_response({"data": [{"type": "model", "id": "claude-fake", "display_name": "Fake"}],
                                   "has_more": False, "first_id": "claude-fake", "last_id": "claude-fake"})
 
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
+    def _refused(self, given: str | None) -> web.Response | None:
+        """A 401 when this fake is one account and the request did not carry its key."""
+        if self.api_key is None or given == self.api_key:
+            return None
+        return self._failure(Failure(status=401, error_type="authentication_error", message="invalid x-api-key"))
+
+    async def _vertex(self, request: web.Request) -> web.StreamResponse:
+        """Vertex AI's ``:streamRawPredict`` (``:rawPredict`` unstreamed): the model from the path, then as the API."""
+        model, _, specifier = request.match_info["target"].rpartition(":")
+        refused = self._refused(_bearer(request))
+        if refused is not None:
+            return refused
         body = await request.json()
+        if specifier not in ("streamRawPredict", "rawPredict") or "model" in body or "anthropic_version" not in body:
+            return self._failure(Failure(status=400, error_type="invalid_request_error", message="not a Vertex request"))
+        body["model"] = model
+        return await self._answer(request, body)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refused(request.headers.get("x-api-key") or _bearer(request))  # the SDK sends either
+        if refused is not None:
+            return refused
+        return await self._answer(request, await request.json())
+
+    async def _bedrock(self, request: web.Request) -> web.StreamResponse:
+        """Bedrock's ``invoke-with-response-stream`` (``invoke`` unstreamed): AWS event-stream frames, each a chunk
+        whose ``bytes`` are one event's JSON. A Bedrock API key (a bearer) or SigV4 whose access key is this
+        account's key is accepted; the signature itself is not verified."""
+        auth = request.headers.get("Authorization", "")
+        signed = auth.startswith("AWS4-HMAC-SHA256 Credential=")
+        refused = self._refused(auth.split("Credential=", 1)[1].split("/", 1)[0] if signed else _bearer(request))
+        if refused is not None:
+            return refused
+        body = await request.json()
+        if "model" in body or "stream" in body or "anthropic_version" not in body:
+            return self._failure(Failure(status=400, error_type="invalid_request_error", message="not a Bedrock request"))
+        body["model"] = request.match_info["model"]
+        body["stream"] = request.match_info["action"] == "invoke-with-response-stream"
+        return await self._answer(request, body, event_stream_frame, "application/vnd.amazon.eventstream")
+
+    async def _answer(self, request: web.Request, body: dict[str, Any], framed: Callable[[str, dict[str, Any]], bytes] = frame,
+                      content_type: str = "text/event-stream") -> web.StreamResponse:
+        self.paths.append(request.path)
         self.requests.append(body)
         async with self._changed:
             self._changed.notify_all()
@@ -195,7 +258,7 @@ class FakeAnthropic:
             return web.json_response(message(body, scenario.blocks, scenario.stop_reason, usage, output), headers=limits)
         response = web.StreamResponse(
             status=200,
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "request-id": req_id(), **limits},
+            headers={"Content-Type": content_type, "Cache-Control": "no-cache", "request-id": req_id(), **limits},
         )
         await response.prepare(request)
         for index, (name, data) in enumerate(events(body, scenario, usage, output)):
@@ -209,12 +272,12 @@ class FakeAnthropic:
                 return response
             if index == scenario.error_after:
                 error = {"type": "error", "error": {"type": scenario.error_type, "message": scenario.error_message}}
-                await response.write(frame("error", error))
+                await response.write(framed("error", error))
                 break
             if index == scenario.garbage_after:
                 await response.write(f"event: {name}\ndata: {{not json\n\n".encode())
                 break
-            await response.write(frame(name, data))
+            await response.write(framed(name, data))
             if scenario.delay:
                 await self._pause(scenario.delay, None)
         await response.write_eof()

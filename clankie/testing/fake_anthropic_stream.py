@@ -3,13 +3,17 @@
 Pure encoding: :func:`events` turns a :class:`Reply` into the event sequence
 the real API streams (``message_start``, each block's start/deltas/stop,
 ``message_delta``, ``message_stop``, pings), and :func:`frame` turns one event
-into its SSE bytes. The server decides what to send, cut or break.
+into its SSE bytes (:func:`event_stream_frame`: Bedrock's binary framing of the
+same event). The server decides what to send, cut or break.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
+import struct
+import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +29,20 @@ def req_id() -> str:
 
 def frame(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def event_stream_frame(name: str, data: dict[str, Any]) -> bytes:
+    """One event as Bedrock streams it: an AWS event-stream message (prelude, its CRC, headers, payload, CRC) whose
+    payload is a ``chunk`` holding the event's JSON as base64 ``bytes``."""
+    payload = json.dumps({"bytes": base64.b64encode(json.dumps(data, separators=(",", ":")).encode()).decode()}).encode()
+    headers = b"".join(
+        bytes([len(k)]) + k.encode() + b"\x07" + struct.pack(">H", len(v)) + v.encode()
+        for k, v in ((":event-type", "chunk"), (":content-type", "application/json"), (":message-type", "event"))
+    )
+    prelude = struct.pack(">II", 12 + len(headers) + len(payload) + 4, len(headers))
+    head = prelude + struct.pack(">I", zlib.crc32(prelude))
+    body = head + headers + payload
+    return body + struct.pack(">I", zlib.crc32(body))
 
 
 def message(

@@ -44,6 +44,7 @@ from service.agent.events import (
 from service.agent.governor import Governor
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, RunOutcome, Usage
+from service.agent.routes import Routes
 from service.agent.session import SessionTree
 from service.agent.tools import Tool, Toolbox, ToolCallHooks, run_batch
 
@@ -91,6 +92,7 @@ class Agent:
         config: AgentConfig | None = None,
         governor: Governor | None = None,
         meter: Meter | None = None,
+        routes: Routes | None = None,
     ) -> None:
         self.session = session
         self._provider = provider
@@ -101,7 +103,7 @@ class Agent:
         self._meter = meter
         self._attempts = Attempts(
             provider=provider, session=session, clock=clock, policy=self._config.retry, emit=self._emit,
-            governor=governor, rate_limit_retries=self._config.rate_limit_retries,
+            governor=governor, rate_limit_retries=self._config.rate_limit_retries, routes=routes,
         )
         self._compactor = Compactor(
             session=session,

@@ -29,11 +29,12 @@ from clankie.metrics import METER
 from service import telemetry
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
-from service.agent.governor import Governor
+from service.agent.governor import Governor, Ticket
 from service.agent.model import ModelRequest, ModelResponse, Provider, Signal
 from service.agent.outcome import OutcomeKind, Usage
 from service.agent.pacing import reports
 from service.agent.retry import RetryPolicy
+from service.agent.routes import Pick, Routes
 from service.agent.session import SessionTree
 
 FAILURE_OUTCOME = {
@@ -66,13 +67,13 @@ class Attempts:
         emit: Callable[[AgentEvent], None],
         governor: Governor | None = None,
         rate_limit_retries: int = 10,
+        routes: Routes | None = None,
     ) -> None:
-        self._provider = provider
         self._session = session
         self._clock = clock
         self._policy = policy
         self._emit = emit
-        self._governor = governor or Governor(clock, max_concurrent=1 << 16)
+        self._routes = routes or Routes.single(provider, governor or Governor(clock, max_concurrent=1 << 16), clock)
         self._rate_limit_retries = rate_limit_retries
         self.gate: Callable[[], OutcomeKind | None] = lambda: None  # before every call: a refusal ends the run
         self.charged: Callable[[Usage, str, bool], None] = lambda usage, model, summary: None  # after every answer
@@ -88,13 +89,25 @@ class Attempts:
         """The response to ``request()`` (rebuilt for each attempt); raises :class:`RunFailed`."""
         attempt = 0
         limited = 0
+        moved = 0  # failovers of this call: each took a route down, so at most one per route and probe
         overflowed = False
+        first: ProviderError | None = None  # every route down: the run fails with the first route's cause
         while True:
+            pick = self._routes.pick()
             try:
-                response = await self._call(run_id, request, on_signal)
+                if pick is None:  # every route is down and none is due its probe: as the last failure, unsent
+                    raise first or ProviderError(FailureKind.TRANSIENT, "every model route is down")
+                response = await self._call(run_id, pick, request, on_signal)
             except ProviderError as err:
-                self._record(run_id, err, attempt)
-                if self._waits_out(err) and limited < self._rate_limit_retries:
+                down = False
+                if pick is not None:
+                    self._record(run_id, err, attempt, pick.route.name)
+                    down = self._routes.answered(pick, err)
+                    first = first or err
+                    if down and moved < self._max_moves and self._routes.available():
+                        moved += 1  # the run goes on on the next route that is up, at once: no retry spent
+                        continue
+                if pick is not None and self._waits_out(err) and not down and limited < self._rate_limit_retries:
                     limited += 1  # the governor is paused now; this call waits there with every other
                     continue
                 if err.kind is FailureKind.CONTEXT_OVERFLOW and on_overflow is not None and not overflowed:
@@ -119,45 +132,66 @@ class Attempts:
                 self._emit(RetryEnd(run_id=run_id, attempt=attempt, success=True))
             return response
 
+    @property
+    def _max_moves(self) -> int:
+        return 2 * len(self._routes.all)
+
     def _waits_out(self, err: ProviderError) -> bool:
         """A 429 the governor waits out: a rate limit whose wait (if it names one) is within the schedule's bound."""
         return err.rate_limited and (err.retry_after is None or err.retry_after <= self._policy.max_retry_after)
 
-    async def _call(self, run_id: str, request: Callable[[], ModelRequest], on_signal: Callable[[Signal], None]) -> ModelResponse:
-        """One attempt through the governor (if the gate lets it); what the answer says of the rate limits goes back to it."""
+    async def _call(self, run_id: str, pick: Pick, request: Callable[[], ModelRequest],
+                    on_signal: Callable[[Signal], None]) -> ModelResponse:
+        """One attempt on ``pick``'s route, through its governor (if the gate lets it); the answer goes back to both."""
         refused = self.gate()
         if refused is not None:  # a spent budget or a run cap: no request is made
+            self._routes.abandoned(pick)
             raise RunFailed(refused)
-        async with self._governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
-            asked = request()
-            started = self._clock.monotonic()
-            with telemetry.chat(self._provider.model, asked.max_tokens, self._provider.server) as span:
-                try:
-                    response = await self._provider.complete(asked, self._first_chunk(on_signal, span, started))
-                except ProviderError as err:
-                    result = "rate_limited" if err.rate_limited else err.kind.value
+        route = pick.route
+        provider = route.provider
+        settled = False
+        try:
+            async with route.governor.call(lambda waiting: self._emit(ProviderWait(run_id=run_id, waiting=waiting))) as ticket:
+                asked = request()
+                started = self._clock.monotonic()
+                self._routes.started(pick)
+                with telemetry.chat(provider.model, asked.max_tokens, provider.server, route.provider_name) as span:
+                    try:
+                        response = await provider.complete(asked, self._first_chunk(on_signal, span, started, ticket))
+                    except ProviderError as err:
+                        settled = True
+                        result = "rate_limited" if err.rate_limited else err.kind.value
+                        seconds = self._clock.monotonic() - started
+                        span.failed(result, seconds)
+                        _measured(route.name, result, seconds)
+                        ticket.answered(reports(err.rate_limits))
+                        if self._waits_out(err) and not self._routes.is_outage(err):
+                            ticket.throttled(err.retry_after)
+                        raise
                     seconds = self._clock.monotonic() - started
-                    span.failed(result, seconds)
-                    _measured(result, seconds)
-                    ticket.answered(reports(err.rate_limits))
-                    if self._waits_out(err):
-                        ticket.throttled(err.retry_after)
-                    raise
-                seconds = self._clock.monotonic() - started
-                span.answered(response.model, response.usage, response.stop_reason, response.id, seconds)
-            _measured("ok", seconds, response.usage)
-            usage = response.usage
-            ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
-            self.charged(usage, response.model, asked.summary)
-            return response
+                    span.answered(response.model, response.usage, response.stop_reason, response.id, seconds)
+                settled = True
+                self._routes.answered(pick, None)
+                _measured(route.name, "ok", seconds, response.usage)
+                usage = response.usage
+                ticket.answered(reports(response.rate_limits), usage.input + usage.cache_write, usage.output)
+                self.charged(usage, response.model, asked.summary)
+                return response
+        finally:
+            if not settled:  # cancelled (an abort) or refused before an answer: a probe makes room for the next
+                self._routes.abandoned(pick)
 
     def _first_chunk(self, on_signal: Callable[[Signal], None], span: telemetry.ChatSpan,
-                     started: float) -> Callable[[Signal], None]:
-        """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took."""
+                     started: float, ticket: Ticket) -> Callable[[Signal], None]:
+        """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took;
+        ``opened`` (the account took the call) goes to the governor only."""
         first = True
 
         def signal(sign: Signal) -> None:
             nonlocal first
+            if sign.kind == "opened":
+                ticket.opened(reports(sign.rate_limits))
+                return
             if first:
                 first = False
                 span.first_chunk(self._clock.monotonic() - started)
@@ -165,11 +199,12 @@ class Attempts:
 
         return signal
 
-    def _record(self, run_id: str, err: ProviderError, attempt: int) -> None:
+    def _record(self, run_id: str, err: ProviderError, attempt: int, route: str) -> None:
         self._session.append_custom(
             "provider_error",
             {
                 "run_id": run_id,
+                "route": route,
                 "kind": err.kind.value,
                 "status": err.status,
                 "error_type": err.error_type,
@@ -181,9 +216,9 @@ class Attempts:
         self._session.sync()
 
 
-def _measured(result: str, seconds: float, usage: Usage | None = None) -> None:
-    """One model call for the metrics endpoint: its result (ok, rate_limited or the failure's kind), time and tokens."""
-    METER.count("clankie_model_requests_total", result)
+def _measured(route: str, result: str, seconds: float, usage: Usage | None = None) -> None:
+    """One model call for the metrics endpoint: its route, result (ok, rate_limited or the failure's kind), time and tokens."""
+    METER.count("clankie_model_requests_total", route, result)
     METER.observe("clankie_model_request_duration_seconds", seconds)
     if usage is not None:
         for kind, n in (("input", usage.input), ("output", usage.output), ("cache_read", usage.cache_read),

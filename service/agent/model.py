@@ -18,10 +18,15 @@ from service.agent.outcome import Usage
 
 @dataclass(frozen=True, kw_only=True)
 class Signal:
-    """One streamed sign of life from the provider: ``kind`` is ``text`` or a marker name."""
+    """One streamed sign of life from the provider: ``kind`` is ``text`` or a marker name.
+
+    ``opened`` comes first, when the stream's response arrives, with its rate-limit headers: the account took the
+    call (the governor learns from it then, not at the answer's end); it is not a chunk of the answer.
+    """
 
     kind: str
     text: str = ""
+    rate_limits: dict[str, str] = field(default_factory=dict)  # ``opened``: the response's anthropic-ratelimit-* headers
 
 
 CacheTtl = Literal["5m", "1h"]

@@ -16,6 +16,15 @@ exponentially weighted mean of each answer's uncached input, cache writes
 included, and of its output): a lane whose prompt is mostly cached costs its
 bucket little, and the estimate follows that.
 
+**Slow start.** A pacing that knows nothing yet (a fresh start, a route
+newly in use) keeps a window of calls in flight: one, or what an earlier
+life learned (:attr:`Pacing.window`). Each answer widens it by one; the
+first answer that reports the buckets opens it (the buckets pace from then
+on), and a 429 halves it. So a crowd at start sends one call, learns, and
+only then the rest, instead of discovering the limits with a burst of 429s;
+a route that reports no buckets (Vertex, Bedrock) grows its window by its
+answers and backs off on its 429s.
+
 Everything here takes ``now`` (monotonic seconds); a reset is an epoch time,
 turned into "seconds from now" with the wall clock the caller passes.
 """
@@ -79,6 +88,7 @@ class _Known:
     full_at: float  # monotonic time it is full again (``seen`` if unknown)
     seen: float
     seq: int
+    owed: float = 0.0  # what calls started before ``seq`` and not yet reported may still take (see Pacing.learn)
 
     def level(self, now: float) -> float:
         if now >= self.full_at:
@@ -113,9 +123,12 @@ class Cost:
 class Pacing:
     """When may the next model call start? Learned from the answers, paused by 429s."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None = None, max_window: int = 1 << 16) -> None:
+        self.max_window = max(1, max_window)
+        self.window = None if window is None or window >= self.max_window else max(1, window)  # None: open
         self._known: dict[str, _Known] = {}
         self._started: deque[tuple[int, Cost]] = deque()  # calls started, oldest first, while any bucket is known
+        self._unreported: dict[int, Cost] = {}  # calls started whose answer has not said anything yet, by seq
         self._seq = 0
         self.paused_until = 0.0
         self._input = 0.0
@@ -131,32 +144,63 @@ class Pacing:
         wait = max(0.0, self.paused_until - now)
         cost = self.cost()
         for bucket, known in self._known.items():
-            spent = sum(c.of(bucket) for seq, c in self._started if seq > known.seq)
+            spent = sum(c.of(bucket) for seq, c in self._started if seq > known.seq) + known.owed
             wait = max(wait, known.wait(cost.of(bucket), now, spent))
         return wait
 
     def start(self) -> int:
         """A call starts now; its sequence number names its answer."""
         self._seq += 1
+        self._unreported[self._seq] = self.cost()
+        if len(self._unreported) > MAX_STARTED:
+            del self._unreported[min(self._unreported)]
         if self._known:
             self._started.append((self._seq, self.cost()))
             while len(self._started) > MAX_STARTED:
                 self._started.popleft()
         return self._seq
 
+    def reported(self, seq: int) -> None:
+        """Call ``seq`` has said what it will say (answered, failed or given up)."""
+        self._unreported.pop(seq, None)
+
     def learn(self, seq: int, reported: Mapping[str, Report], now: float, wall: float) -> None:
-        """What the answer to call ``seq`` said of the buckets (older news than what is known is ignored)."""
+        """What the answer to call ``seq`` said of the buckets (older news than what is known is ignored).
+
+        Calls started before ``seq`` that have not reported yet may reach the account after it (a burst's requests
+        arrive in any order): what they may take is owed against the report until a newer one replaces it, so a
+        report that counted none of them does not read as room for them all over again."""
+        older = [c for s, c in self._unreported.items() if s < seq]
+        self.reported(seq)
         for bucket, report in reported.items():
             known = self._known.get(bucket)
             if known is not None and known.seq > seq:
                 continue
             until_full = max(0.0, report.reset - wall) if report.reset is not None else 0.0
             rate = (report.limit - report.remaining) / until_full if until_full > 0 and report.remaining < report.limit else None
-            self._known[bucket] = _Known(report.limit, float(report.remaining), rate, now + until_full, now, seq)
+            owed = sum(c.of(bucket) for c in older)
+            self._known[bucket] = _Known(report.limit, float(report.remaining), rate, now + until_full, now, seq, owed)
         if self._known:
             oldest = min(k.seq for k in self._known.values())
             while self._started and self._started[0][0] <= oldest:
                 self._started.popleft()
+
+    def room(self, in_flight: int) -> bool:
+        """May another call start with ``in_flight`` running (slow start's window)?"""
+        return self.window is None or in_flight < self.window
+
+    def answered(self) -> None:
+        """A call was answered: the window opens once the buckets are known, else widens by one."""
+        if self.window is None:
+            return
+        self.window = None if self._known or self.window + 1 >= self.max_window else self.window + 1
+
+    def learned(self) -> int:
+        """The window a later life may start with: the one reached, or half the requests bucket once it is known."""
+        requests = self._known.get("requests")
+        if requests is not None:
+            return max(1, min(self.max_window, requests.limit // 2))
+        return self.window if self.window is not None else self.max_window
 
     def spent(self, input_tokens: int, output_tokens: int) -> None:
         """What an answered call cost (uncached input including cache writes, and output)."""
@@ -166,6 +210,8 @@ class Pacing:
     def throttle(self, retry_after: float | None, now: float) -> float:
         """A 429: every call waits until ``retry_after`` from now, or until the empty bucket refills. Returns the pause."""
         self.throttled += 1
+        if not self._known:  # no buckets to pace by: fewer calls at once (the window grows back by answers)
+            self.window = max(1, (self.window or self.max_window) // 2)
         if retry_after is None:
             dry = [k.full_at - now for k in self._known.values() if k.level(now) < 1]
             retry_after = max(dry) if dry and max(dry) > 0 else FALLBACK_PAUSE

@@ -24,8 +24,9 @@ import anthropic
 import httpx2
 from anthropic.types import TextDelta
 
-from clankie.errors import ClankieError
+from clankie.errors import ClankieError, ConfigError
 from clankie.settings import Settings
+from clankie.settings_routes import Route
 from service.agent.content import Block
 from service.agent.failures import FailureKind, ProviderError, classify_status
 from service.agent.model import ModelRequest, ModelResponse, Signal
@@ -81,16 +82,47 @@ class AnthropicProvider:
         read_timeout: float = 600.0,
         cache: bool = True,
         http_client: httpx2.AsyncClient | None = None,
+        client: anthropic.AsyncAnthropic | anthropic.AsyncAnthropicVertex | anthropic.AsyncAnthropicBedrock | None = None,
     ) -> None:
         self._model = model
         self._cache = cache
-        self._client = anthropic.AsyncAnthropic(
+        self._client = client or anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
             timeout=anthropic.Timeout(read_timeout, connect=5.0),
             http_client=http_client or anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         )
+
+    @classmethod
+    def for_route(cls, route: Route, secret: str | None, model: str, *, read_timeout: float = 600.0,
+                  http_client: httpx2.AsyncClient | None = None) -> AnthropicProvider:
+        """A fallback route's provider: the same Messages API through the anthropic SDK's client for its kind.
+
+        ``anthropic``: another account's API key; ``vertex``: an OAuth access token (the SDK's
+        ``AsyncAnthropicVertex``, ``region`` and ``project_id``); ``bedrock``: a Bedrock API key, or a JSON
+        object of ``aws_access_key``, ``aws_secret_key`` and ``aws_session_token`` for SigV4, or nothing (the
+        AWS default chain). The model id is the route's ``model``, else ``CLANKIE_MODEL`` (docs/providers.md).
+        """
+        common: dict[str, Any] = {
+            "max_retries": 0,
+            "timeout": anthropic.Timeout(read_timeout, connect=5.0),
+            "http_client": http_client or anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
+        }
+        client: anthropic.AsyncAnthropic | anthropic.AsyncAnthropicVertex | anthropic.AsyncAnthropicBedrock
+        if route.kind == "anthropic":
+            client = anthropic.AsyncAnthropic(api_key=secret, base_url=route.base_url, **common)
+        elif route.kind == "vertex":
+            assert route.region is not None and route.project_id is not None  # Route.check
+            client = anthropic.AsyncAnthropicVertex(region=route.region, project_id=route.project_id, access_token=secret,
+                                                    base_url=route.base_url, **common)
+        else:
+            keys = _bedrock_credentials(secret)
+            client = anthropic.AsyncAnthropicBedrock(
+                aws_region=route.region, base_url=route.base_url, api_key=keys.get("api_key"),
+                aws_access_key=keys.get("aws_access_key"), aws_secret_key=keys.get("aws_secret_key"),
+                aws_session_token=keys.get("aws_session_token"), **common)
+        return cls(api_key="", model=route.model or model, client=client)
 
     @property
     def model(self) -> str:
@@ -149,6 +181,7 @@ class AnthropicProvider:
         stopped = False
         async with self._client.messages.stream(**self.params(request)) as stream:
             limits = rate_limit_headers(stream.response.headers)
+            on_signal(Signal(kind="opened", rate_limits=limits))
             async for event in stream:
                 if event.type == "text":
                     on_signal(Signal(kind="text", text=event.text))
@@ -178,6 +211,22 @@ class AnthropicProvider:
             rate_limits=limits,
             id=message.id,
         )
+
+
+def _bedrock_credentials(secret: str | None) -> dict[str, str]:
+    """What ``AsyncAnthropicBedrock`` takes from a route's secret: a JSON object of AWS keys, else a Bedrock API key."""
+    if secret is None:
+        return {}
+    if secret.lstrip().startswith("{"):
+        try:
+            keys = json.loads(secret)
+        except ValueError:
+            raise ConfigError("a bedrock route's credential is neither JSON AWS keys nor an API key") from None
+        names = ("aws_access_key", "aws_secret_key", "aws_session_token")
+        if not isinstance(keys, dict) or not {"aws_access_key", "aws_secret_key"} <= set(keys):
+            raise ConfigError("a bedrock route's JSON credential needs aws_access_key and aws_secret_key")
+        return {k: str(keys[k]) for k in names if keys.get(k)}
+    return {"api_key": secret}
 
 
 def _block(block: Any) -> Block | None:

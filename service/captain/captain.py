@@ -32,6 +32,7 @@ from clankie.tasks import TaskSet
 from service.agent.agent import AgentConfig
 from service.agent.governor import Governor
 from service.agent.model import Provider
+from service.agent.routes import Routes
 from service.agent.tools import Tool
 from service.captain import keys, listing, prompt, reports
 from service.captain.hosts import HostClient
@@ -71,6 +72,7 @@ class CaptainDeps:
     joins: Callable[[str, tuple[str, ...]], None] | None = None  # (run id, delivery ids) before they join that run
     governor: Governor | None = None  # every lane's model calls pass it
     spending: Spending | None = None  # budgets before every model call, cache lifetimes by pace, cache health
+    routes: Routes | None = None  # the model's routes, each with its governor (None: the provider alone, through governor)
 
 
 class Captain:
@@ -102,6 +104,7 @@ class Captain:
             config=AgentConfig.from_settings(deps.settings),
             governor=deps.governor,
             spending=deps.spending,
+            routes=deps.routes,
         )
         self._open = functools.partial(LaneShell, self._kit)  # (plan, key, room, session) -> a new lane's shell
         self._images = ImageFetcher(

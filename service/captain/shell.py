@@ -45,6 +45,7 @@ from service.agent.events import AgentEvent, ProviderWait, RetryStart, RunEnd, R
 from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.agent.outcome import OutcomeKind, RunOutcome
+from service.agent.routes import Routes
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
 from service.captain import prompt, runner
@@ -97,6 +98,7 @@ class LaneKit:
     config: AgentConfig  # window, compaction budget, session retention
     governor: Governor | None = None  # the service's one provider governor (None: a private one per agent)
     spending: Spending | None = None  # budgets, cache lifetimes and health (None: no budgets, 5-minute caching)
+    routes: Routes | None = None  # the model's routes (None: the provider alone, through governor)
 
 
 class LaneShell:
@@ -118,6 +120,7 @@ class LaneShell:
             config=kit.config,
             governor=kit.governor,
             meter=self.meter,
+            routes=kit.routes,
         )
         self.lane_log = LaneLog(kit.paths.lane_log(room), room, kit.clock)
         self.fresh = True  # cold until a run has read the room's backlog

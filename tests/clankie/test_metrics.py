@@ -83,10 +83,10 @@ def test_a_family_keeps_at_most_max_series_label_sets_and_counts_the_rest_under_
 
 def test_a_label_value_is_cut_to_its_bound() -> None:
     meter = on()
-    meter.count("clankie_model_requests_total", "x" * 500)
+    meter.count("clankie_model_failovers_total", "x" * 500)
     report = meter.report()
     assert report is not None
-    assert report.counters["clankie_model_requests_total"][0].labels == ("x" * MAX_LABEL_CHARS,)
+    assert report.counters["clankie_model_failovers_total"][0].labels == ("x" * MAX_LABEL_CHARS,)
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ def test_a_real_prometheus_scrapes_the_tree_and_returns_every_promised_series(tm
             text = await until(turn_in_exposition, 20, "the turn in the exposition, as the service and the bridge saw it")
             checked = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
             assert checked.returncode == 0, checked.stdout + checked.stderr
-            assert sample(text, 'clankie_model_requests_total{result="ok"}') == 1
+            assert sample(text, 'clankie_model_requests_total{result="ok",route="primary"}') == 1
             assert sample(text, 'clankie_model_tokens_total{type="output"}') > 0
             assert sample(text, 'clankie_ingress_messages_total{reason="",verdict="run"}') == 1
             assert sample(text, 'clankie_turn_duration_seconds_count') == 1
