@@ -80,15 +80,16 @@ STABLE = 1.5
 PAGE = "<!doctype html><html><body style='background:#3a6'><h1>recovery bench</h1></body></html>"
 
 
-def spec() -> list[dict[str, Any]]:
-    """The default tree as a spec file, with the bench's policy (module docstring)."""
+def spec(*, bridge_spare: bool = False) -> list[dict[str, Any]]:
+    """The default tree as a spec file, with the bench's policy (module docstring); ``bridge_spare``: the bridge
+    keeps a parked spare too (bench/resume.py's ``spare`` mode)."""
     out = []
     for name, module in CHILDREN:
         item: dict[str, Any] = {
             "name": name,
             "argv": ["{python}", "-m", module],
             "policy": {"stable_after": 1.0, "intensity": 1000},
-            "spare": name != "bridge",
+            "spare": name != "bridge" or bridge_spare,
             # as the default tree: each secret on a pipe to the one child that needs it, and that child's variables
             "secrets": list(SECRETS_OF.get(name, ())),
             "passthrough": list(PASSTHROUGH_OF.get(name, ())),
@@ -146,6 +147,7 @@ class Tree:
         self.runtime = work / "run"
         self.state = work / "state"
         self.asked = 0
+        self.bridge_spare = False  # bench/resume.py's spare mode sets it
 
     def env(self) -> dict[str, str]:
         return {
@@ -190,7 +192,7 @@ class Tree:
             )
             self.proc = subprocess.Popen([str(self.supervisord), "-c", str(conf)], stdout=log, stderr=log, cwd=self.work)
         else:
-            (self.work / "spec.json").write_text(json.dumps(spec()))
+            (self.work / "spec.json").write_text(json.dumps(spec(bridge_spare=self.bridge_spare)))
             argv = [sys.executable, "-m", "supervisor", "run", "--spec-file", str(self.work / "spec.json")]
             self.proc = subprocess.Popen(argv, env=self.env(), stdout=log, stderr=log, cwd=REPO)
         end = time.monotonic() + 120

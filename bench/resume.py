@@ -18,12 +18,14 @@ the bridge has been up 1.5 s, SIGKILLs it, and stamps (one clock,
 * at the end, with traffic stopped and every message given 120 s to close: **lost** (never
   closed) and **duplicates** (closed twice, or two replies).
 
-Run twice in one invocation: ``resume`` (the default) and ``identify``
-(``CLANKIE_DISCORD_GATEWAY_RESUME=false``: today's IDENTIFY and history catch-up),
-printed side by side with the ratios.
+Run once per ``--modes`` (default all three) in one invocation: ``spare`` (the bridge keeps a parked spare,
+logged in with no gateway socket, which the supervisor hands the slot and which RESUMEs; each kill waits for
+a parked spare first), ``resume`` (no bridge spare: the next bridge starts cold and RESUMEs) and ``identify``
+(``CLANKIE_DISCORD_GATEWAY_RESUME=false``, no bridge spare: IDENTIFY and history catch-up), printed side by
+side with the ratios.
 
-Last line: ``bench resume: kills=… rate=… rooms=… resume_starts_per_kill=… identify_starts_per_kill=…
-resume_up_p50_ms=… resume_up_max_ms=… identify_up_p50_ms=… … lost=… duplicates=…``
+Last line: ``bench resume: kills=… rate=… rooms=… <mode>_starts_per_kill=… <mode>_up_p50_ms=…
+<mode>_up_max_ms=… <mode>_gap_p50_ms=… <mode>_gap_max_ms=… <mode>_reads_per_kill=… … lost=… duplicates=…``
 """
 
 from __future__ import annotations
@@ -57,11 +59,12 @@ class ResumeTree(Tree):
     def __init__(self, mode: str, work: Path, site: Site, rooms: list[str]) -> None:
         super().__init__("ours", work, site, None)
         self.mode = mode
+        self.bridge_spare = mode == "spare"
         self.discord = FakeDiscord(guilds={GUILD: [CHAN, *rooms]})  # CHAN: where the start asks if the tree is up
 
     def env(self) -> dict[str, str]:
         return {**super().env(), "CLANKIE_DISCORD_TOOL_CARD": "false",
-                "CLANKIE_DISCORD_GATEWAY_RESUME": "true" if self.mode == "resume" else "false"}
+                "CLANKIE_DISCORD_GATEWAY_RESUME": "false" if self.mode == "identify" else "true"}
 
     def closings(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -117,8 +120,10 @@ async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) 
         await t.start()
         feeder = asyncio.create_task(traffic(t, rooms, args.rate, sent, stop))
         gaps: list[tuple[float, float]] = []  # (kill, up) monotonic
+        spare = mode == "spare"
         for i in range(args.kills):
-            await t.steady("bridge", spare=False)
+            if await t.steady("bridge", spare=spare) != spare:
+                raise RuntimeError(f"{mode}: no parked bridge spare before kill {i + 1}")
             await asyncio.sleep(STEADY)
             ids, ups, reads = t.discord.identifies, t.discord.resumes + t.discord.readies, t.history_reads()
             pid = await t.pid("bridge")
@@ -175,30 +180,41 @@ async def amain(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="ckres-", dir="/tmp") as d:
             root = Path(args.work) if args.work else Path(d)
             root.mkdir(parents=True, exist_ok=True)
-            out = {mode: await run_mode(mode, root, site, args) for mode in ("resume", "identify")}
+            out = {mode: await run_mode(mode, root, site, args) for mode in args.modes}
     finally:
         await site.close()
-    r, i = out["resume"], out["identify"]
     print(f"protocol: {args.kills} kills per mode, {args.rate:g} msg/s over {args.rooms} rooms "
           "(issue: 20 kills, 50 msg/s, 100 rooms)")
     for name, m in out.items():
         print(f"{name:>8}: starts/kill {statistics.mean(m.starts):.2f}, up p50 {p50(m.up_ms):.0f} ms max {top(m.up_ms):.0f} ms, "
               f"gap→answer p50 {p50(m.gap_ms):.0f} ms max {top(m.gap_ms):.0f} ms ({len(m.gap_ms)} gap messages), "
               f"rooms read back/kill {statistics.mean(m.reads):.1f}, sent {m.sent}, lost {m.lost}, duplicates {m.duplicates}")
-    print(f"ratio identify/resume: up p50 {p50(i.up_ms) / p50(r.up_ms):.1f}x, gap→answer p50 "
-          f"{p50(i.gap_ms) / p50(r.gap_ms):.1f}x, session starts {statistics.mean(i.starts):.2f} vs "
-          f"{statistics.mean(r.starts):.2f} per kill")
-    print(
-        f"bench resume: kills={args.kills} rate={args.rate:g} rooms={args.rooms} "
-        f"resume_starts_per_kill={statistics.mean(r.starts):.2f} identify_starts_per_kill={statistics.mean(i.starts):.2f} "
-        f"resume_up_p50_ms={p50(r.up_ms):.0f} resume_up_max_ms={top(r.up_ms):.0f} "
-        f"identify_up_p50_ms={p50(i.up_ms):.0f} identify_up_max_ms={top(i.up_ms):.0f} "
-        f"resume_gap_p50_ms={p50(r.gap_ms):.0f} resume_gap_max_ms={top(r.gap_ms):.0f} "
-        f"identify_gap_p50_ms={p50(i.gap_ms):.0f} identify_gap_max_ms={top(i.gap_ms):.0f} "
-        f"resume_reads_per_kill={statistics.mean(r.reads):.1f} identify_reads_per_kill={statistics.mean(i.reads):.1f} "
-        f"lost={r.lost + i.lost} duplicates={r.duplicates + i.duplicates}"
+    for slow, fast in (("identify", "resume"), ("resume", "spare")):
+        if slow in out and fast in out:
+            a, b = out[slow], out[fast]
+            print(f"ratio {slow}/{fast}: up p50 {p50(a.up_ms) / p50(b.up_ms):.1f}x, gap→answer p50 "
+                  f"{p50(a.gap_ms) / p50(b.gap_ms):.1f}x, session starts {statistics.mean(a.starts):.2f} vs "
+                  f"{statistics.mean(b.starts):.2f} per kill")
+    fields = " ".join(
+        f"{name}_starts_per_kill={statistics.mean(m.starts):.2f} {name}_up_p50_ms={p50(m.up_ms):.0f} "
+        f"{name}_up_max_ms={top(m.up_ms):.0f} {name}_gap_p50_ms={p50(m.gap_ms):.0f} {name}_gap_max_ms={top(m.gap_ms):.0f} "
+        f"{name}_reads_per_kill={statistics.mean(m.reads):.1f}"
+        for name, m in out.items()
     )
+    lost, dups = sum(m.lost for m in out.values()), sum(m.duplicates for m in out.values())
+    print(f"bench resume: kills={args.kills} rate={args.rate:g} rooms={args.rooms} {fields} lost={lost} duplicates={dups}")
     return 0
+
+
+MODES = ("spare", "resume", "identify")
+
+
+def modes(value: str) -> list[str]:
+    """``--modes spare,resume``: a comma-separated subset of :data:`MODES`, in the order given."""
+    out = [m.strip() for m in value.split(",") if m.strip()]
+    if not out or any(m not in MODES for m in out):
+        raise argparse.ArgumentTypeError(f"modes are among {', '.join(MODES)}")
+    return out
 
 
 def main() -> int:
@@ -207,6 +223,7 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=20.0, help="messages a second (issue: 50)")
     ap.add_argument("--rooms", type=int, default=50, help="rooms the traffic goes round (issue: 100)")
     ap.add_argument("--work", help="keep the trees' logs in this (new) directory")
+    ap.add_argument("--modes", type=modes, default=list(MODES), help="which of spare,resume,identify to run")
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     return asyncio.run(amain(ap.parse_args()))
 

@@ -91,8 +91,10 @@ class BridgeApp:
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
         guild_ready_timeout: float = GUILD_READY_TIMEOUT,
+        warm: dc.BridgeClient | None = None,
     ) -> None:
         self.settings = settings
+        self._warm = warm  # a parked spare's client, logged in while the last bridge lived: the first session's
         self.clock = clock or SystemClock()
         self.discord_status = "disabled (no token)" if settings.discord_token is None else "connecting"
         self._guild_ready_timeout = guild_ready_timeout
@@ -308,11 +310,18 @@ class BridgeApp:
         backoff = Backoff(base=1.0, cap=60.0, reset_after=300.0)
         while True:
             self.set_status("connecting")
-            client = self._client()
+            warm, self._warm = self._warm, None
+            client = self._client() if warm is None else self._bound(warm)
             self.port.client = client
             try:
-                async with client:
-                    await client.start(token)
+                if warm is None:
+                    async with client:
+                        await client.start(token)
+                else:  # logged in while parked: only the gateway is left (RESUME the stored session)
+                    try:
+                        await client.connect()
+                    finally:
+                        await client.close()
                 return
             except dc.LoginFailure:
                 self.set_status("failed: token rejected")
@@ -333,6 +342,15 @@ class BridgeApp:
             log.warning("discord connection failed; retrying in %.1fs", delay)
             await self.clock.sleep(delay)
 
+    def _hooks(self) -> dc.Hooks:
+        return dc.Hooks(on_message=self._on_message, on_status=self.set_status, on_owner=self.ingress.owner,
+                        on_session=self._on_session, on_quiet=self._on_quiet, on_resumed=self._on_resumed)
+
+    def _bound(self, warm: dc.BridgeClient) -> dc.BridgeClient:
+        """The parked spare's client, now this life's (its hooks and the session keeper)."""
+        warm.bind(self._hooks(), self.keeper)
+        return warm
+
     def _client(self) -> dc.BridgeClient | dc.ShardedBridgeClient:
         """One plain gateway session, or discord.py's sharded client on the configured shards."""
         discover = bool(self.settings.discord_api_base)
@@ -349,9 +367,7 @@ class BridgeApp:
                 guild_ready_timeout=self._guild_ready_timeout,
                 keeper=self.keeper,
             )
-        hooks = dc.Hooks(on_message=self._on_message, on_status=self.set_status, on_owner=self.ingress.owner,
-                         on_session=self._on_session, on_quiet=self._on_quiet, on_resumed=self._on_resumed)
-        return dc.ShardedBridgeClient(hooks, shard_count=count, shard_ids=self.settings.discord_shard_ids,
+        return dc.ShardedBridgeClient(self._hooks(), shard_count=count, shard_ids=self.settings.discord_shard_ids,
                                       discover_gateway=discover, guild_ready_timeout=self._guild_ready_timeout)
 
     def _on_message(self, message: Any) -> None:

@@ -83,10 +83,10 @@ class Hooks:
 
 
 async def _setup(client: discord.Client, discover: bool, on_owner: Callable[[str], None],
-                 keeper: SessionKeeper | None = None) -> None:
-    """Take the gateway URL from ``GET /gateway/bot`` (a loopback fake), tell the keeper today's session starts left,
-    and report the application's owner."""
-    if discover or keeper is not None:
+                 on_limit: Callable[[int, int], None] | None = None) -> None:
+    """Take the gateway URL from ``GET /gateway/bot`` (a loopback fake), report today's session starts (total,
+    remaining) to ``on_limit``, and report the application's owner."""
+    if discover or on_limit is not None:
         try:
             _shards, url, limits = await client.http.get_bot_gateway()
         except discord.HTTPException:
@@ -97,10 +97,10 @@ async def _setup(client: discord.Client, discover: bool, on_owner: Callable[[str
             if discover:
                 discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
                 log.info("gateway discovered from the configured API base")
-            if keeper is not None and isinstance(limits, dict):
+            if on_limit is not None and isinstance(limits, dict):
                 total, remaining = limits.get("total"), limits.get("remaining")
                 if isinstance(total, int) and isinstance(remaining, int):
-                    keeper.limit(total, remaining)
+                    on_limit(total, remaining)
     try:
         info = await client.application_info()
     except discord.HTTPException as exc:
@@ -145,9 +145,35 @@ class BridgeClient(discord.Client):
         self._discover = discover_gateway
         self.keeper = keeper
         self.shard = shard_key(None, None)
+        self.owner: str | None = None  # what login learned, for a parked spare's bind()
+        self.start_limit: tuple[int, int] | None = None
 
     async def setup_hook(self) -> None:
-        await _setup(self, self._discover, self._on_owner, self.keeper)
+        await _setup(self, self._discover, self._owned, self._limited)
+
+    def _owned(self, owner: str) -> None:
+        self.owner = owner
+        self._on_owner(owner)
+
+    def _limited(self, total: int, remaining: int) -> None:
+        self.start_limit = (total, remaining)
+        if self.keeper is not None:
+            self.keeper.limit(total, remaining)
+
+    def bind(self, hooks: Hooks, keeper: SessionKeeper | None) -> None:
+        """A parked spare's client, logged in and not connected, becomes this life's: its hooks, its session keeper,
+        and what login learned (the owner, today's session starts) told to them as a cold start's login would."""
+        self._on_message_cb = hooks.on_message
+        self._on_status = hooks.on_status
+        self._on_owner = hooks.on_owner
+        self._on_session = hooks.on_session
+        self._on_quiet = hooks.on_quiet
+        self._on_resumed_cb = hooks.on_resumed
+        self.keeper = keeper
+        if self.owner is not None:
+            hooks.on_owner(self.owner)
+        if keeper is not None and self.start_limit is not None:
+            keeper.limit(*self.start_limit)
 
     async def connect(self, *, reconnect: bool = True) -> None:
         """discord.py's ``Client.connect`` loop (2.7), with the keeper's seams (the module docstring)."""

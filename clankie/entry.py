@@ -91,8 +91,8 @@ class ChildSpec:
     """A warm spare parks before reading secrets or settings and before building anything (the service:
     the live process owns the state until the hand-over, and settings are read once, for the life it takes
     over). False: settings are read and the body built and prepared at spawn, and the spare parks just
-    before serving (the hosts: Chromium is up when activated). A child that is never a spare (the bridge)
-    passes straight through either way."""
+    before serving (the hosts: Chromium is up when activated; the bridge: logged in, no gateway socket). A child
+    that is not started as a spare passes straight through either way."""
     warm: Callable[[], None] | None = None
     """Imports done before any event loop, reading no settings (the service's SDK warm-up)."""
 

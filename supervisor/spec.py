@@ -64,9 +64,15 @@ DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw"
 """The listening sockets each default child serves (the bridge serves none)."""
 
 DEFAULT_SPARES = frozenset({"browser", "tldraw", "service"})
-"""Default children that keep a warm spare. Not the bridge: its body opens its receipts when it is
-built and its spec does not park first, so a spare would share the live bridge's receipts
-(docs/supervision.md, the spare table)."""
+"""Default children that always keep a warm spare. The bridge keeps one when :func:`bridge_keeps_spare` says so."""
+
+
+def bridge_keeps_spare(*, enabled: bool, sharded: bool) -> bool:
+    """Whether the bridge keeps a parked spare: with ``CLANKIE_BRIDGE_SPARE`` on, on an unsharded tree only.
+
+    A spare bridge holds one stored gateway session to RESUME; a sharded bridge runs discord.py's sharded client,
+    which stores none, so it restarts cold and IDENTIFYs each shard, as before (docs/supervision.md)."""
+    return enabled and not sharded
 
 
 def has_main(module: str) -> bool:
@@ -82,9 +88,11 @@ def has_main(module: str) -> bool:
     return False
 
 
-def default_specs(*, browser: BrowserHostMode = "child") -> tuple[list[ChildSpec], list[str]]:
+def default_specs(*, browser: BrowserHostMode = "child", bridge_spare: bool = False) -> tuple[list[ChildSpec], list[str]]:
     """The default tree, and the names left out because their package is not there yet. With the browser host
-    ``external`` (its own systemd unit, ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it."""
+    ``external`` (its own systemd unit, ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it;
+    ``bridge_spare`` (:func:`bridge_keeps_spare`) gives the bridge a parked spare."""
+    spares = DEFAULT_SPARES | ({"bridge"} if bridge_spare else set())
     specs, missing = [], []
     for name, module in DEFAULT_CHILDREN:
         if name == "browser" and browser == "external":
@@ -99,7 +107,7 @@ def default_specs(*, browser: BrowserHostMode = "child") -> tuple[list[ChildSpec
                 watch_stalls=name == "service",
                 proxy=name == "service",
                 sockets=DEFAULT_SOCKETS.get(name, ()),
-                spare=name in DEFAULT_SPARES,
+                spare=name in spares,
                 secrets=SECRETS_OF.get(name, ()),
                 passthrough=PASSTHROUGH_OF.get(name, ()),
             )

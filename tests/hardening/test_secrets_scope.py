@@ -61,7 +61,8 @@ def open_to_others(state: Path) -> list[str]:
 
 
 def test_no_descendant_of_the_supervisor_holds_a_secret_in_its_environment(tmp_path: Path, runtime_dir: Path) -> None:
-    """Hosts, Chromium, Node, the service and the bridge: no secret and no secret variable in any environ."""
+    """Hosts, Chromium, Node, the service, the bridge and their spares: no secret and no secret variable in any
+    environ."""
 
     async def main() -> None:
         creds = tmp_path / "credentials"
@@ -73,6 +74,8 @@ def test_no_descendant_of_the_supervisor_holds_a_secret_in_its_environment(tmp_p
             t.anthropic.script(fa.tool_use(("browser_screenshot", {"url": t.site.url()})), fa.text("the page"))
             post = await t.ask("clankie, show me the page")
             assert post.content == "the page" and len(post.files) == 1  # the key reached the service
+            # the bridge's parked spare (logged in with the token it was handed) is among the processes looked at
+            spare = (await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)).spare_pid
             supervisor = psutil.Process(t.proc.pid)
             assert TOKEN in (environ_of(supervisor.pid) or b"")  # the operator really gave it to the supervisor
             seen: dict[int, list[str]] = {}
@@ -90,6 +93,7 @@ def test_no_descendant_of_the_supervisor_holds_a_secret_in_its_environment(tmp_p
                 fd = variable(environ, HANDOVER)
                 if fd is not None:
                     assert seen[proc.pid][1:3] in (["-m", "service"], ["-m", "bridge"]), seen[proc.pid][:3]
+            assert spare in seen and seen[spare][1:3] == ["-m", "bridge"]
             kinds = " ".join(" ".join(argv) for argv in seen.values())
             assert "chromium" in kinds and "/driver/node" in kinds, kinds[:2000]
             for module in ("service", "bridge", "hosts.browser", "hosts.tldraw"):
