@@ -80,8 +80,13 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
         raw = path.read_bytes()
     except FileNotFoundError:
         return []
+    return parse_lines(raw)
+
+
+def parse_lines(data: bytes) -> list[dict[str, Any]]:
+    """The readable JSON objects among the lines of ``data``; a blank, torn or garbled line is skipped."""
     out: list[dict[str, Any]] = []
-    for line in raw.split(b"\n"):
+    for line in data.split(b"\n"):
         if not line.strip():
             continue
         try:

@@ -22,13 +22,12 @@ reads them). A name with no stamp sorts after every stamp and is read.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from clankie import jsonl
 from clankie.protocol import Tokens
 from clankie.spend import TREE_DIRS, of_entries
 
@@ -170,25 +169,10 @@ def _read(path: str, lane: _Lane, day: str) -> None:
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             if cut:
-                lane.live_total = lane.live_total + of_entries(_entries(data[:cut]), day)
+                lane.live_total = lane.live_total + of_entries(jsonl.parse_lines(data[:cut]), day)
                 lane.offset += cut
             carry = data[cut:]
     except OSError:
         return
     finally:
         os.close(fd)
-
-
-def _entries(data: bytes) -> list[dict[str, Any]]:
-    """The readable JSON objects among whole lines (a garbled line is skipped, as :func:`clankie.jsonl.read_lines` does)."""
-    out: list[dict[str, Any]] = []
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
