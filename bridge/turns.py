@@ -262,16 +262,21 @@ class Bridge:
 
     # ------------------------------------------------------------ waiting for a slot
 
-    def _wait(self, inbound: Inbound, room: Room, trigger: Trigger) -> None:
-        """Journal a message that found every turn slot taken, and queue its id under its room."""
+    def _journal_waiting(self, inbound: Inbound, room: Room, trigger: Trigger, *, paced: str | None) -> None:
+        """Journal a message that waits (for a slot, or with ``paced`` for its author's pace) and say so in a receipt."""
         self.counters.waited += 1
         try:
             self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room, inbound.to_wire(),
-                                trigger.to_wire(), waiting=True)
+                                trigger.to_wire(), waiting=paced is None, paced=paced)
         except DiskError as exc:  # the journal's state still holds it; only a crash before its turn loses it
-            log.error("waiting message %s not journaled (%s)", inbound.message_id, exc.code)
+            log.error("%s message %s not journaled (%s)", "waiting" if paced is None else "paced", inbound.message_id,
+                      exc.code)
         self.receipts.record("waiting", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
-                             guild_id=inbound.guild_id)
+                             guild_id=inbound.guild_id, reason=None if paced is None else PACED)
+
+    def _wait(self, inbound: Inbound, room: Room, trigger: Trigger) -> None:
+        """Journal a message that found every turn slot taken, and queue its id under its room."""
+        self._journal_waiting(inbound, room, trigger, paced=None)
         self.waiting.add(inbound.channel_id, inbound.message_id)
         self.drain_waiting()
 
@@ -288,14 +293,7 @@ class Bridge:
     def _wait_for_pace(self, inbound: Inbound, room: Room, trigger: Trigger, person: str) -> None:
         """Journal a message over its author's pace (admission holds its id under them, :mod:`bridge.paced`), show
         the ⏳ on it, and wake when the pace lets the next waiting turn start."""
-        self.counters.waited += 1
-        try:
-            self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room, inbound.to_wire(),
-                                trigger.to_wire(), paced=person)
-        except DiskError as exc:  # the journal's state still holds it; only a crash before its turn loses it
-            log.error("paced message %s not journaled (%s)", inbound.message_id, exc.code)
-        self.receipts.record("waiting", reason=PACED, delivery_id=inbound.message_id, channel_id=inbound.channel_id,
-                             guild_id=inbound.guild_id)
+        self._journal_waiting(inbound, room, trigger, paced=person)
         self._react_refused(inbound.channel_id, inbound.message_id, HOURGLASS)
         self.release_paced()
 
