@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hosts.browser.policy import METADATA
 from supervisor.tree import STOP_BUDGET
 
 UNIT = Path(__file__).resolve().parents[2] / "docs" / "systemd" / "clankie.service"
@@ -50,7 +51,7 @@ def test_nothing_that_renders_the_internet_runs_in_the_tree_and_no_process_reach
     assert d["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
     assert d["CapabilityBoundingSet"] == [""] and d["NoNewPrivileges"] == ["yes"]
     denied = set(" ".join(d["IPAddressDeny"]).split())
-    assert denied == {"169.254.169.254/32", "169.254.170.2/32", "100.100.100.200/32", "fd00:ec2::254/128"}
+    assert denied == {f"{a}/{a.max_prefixlen}" for a in METADATA}  # the unit denies what the policy refuses, no less
     assert "IPAddressAllow" not in d  # nothing punches a hole back
 
 
