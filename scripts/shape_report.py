@@ -12,6 +12,7 @@ Two blocks, for two kinds of figure:
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import importlib.util
 import os
@@ -62,6 +63,55 @@ def _sites_cell(sites: list[codemap.Site]) -> str:
     return "; ".join(f"`{m}` `{c}`" + (f" ×{n}" if n > 1 else "") for (m, c), n in sorted(callers.items()))
 
 
+LANE = next(m for m in codemap.MACHINES if m.name == "the lane")
+LANE_FEED = "LaneShell.feed"
+"""The lane's one funnel: the one place outside the machine's module that may carry out its ``DropLane``."""
+DROPPERS = ("kit", "registry")
+"""A call ``<…kit|registry>.drop(...)`` forgets a lane: a decision only the machine makes (``DropLane``)."""
+
+
+@dataclass(frozen=True)
+class SideDoor:
+    """One decision about a lane made outside its machine: a read of ``machine.state``, or a lane dropped."""
+
+    module: str
+    line: int
+    caller: str
+    what: str  # "machine.state" or "drop"
+
+
+def lane_side_doors(root: Path = ROOT) -> list[SideDoor]:
+    """Reads of a lane machine's ``state`` (``machine.state``, ``lane.machine.state``) outside the machine's module,
+    and calls of a kit's or registry's ``drop`` outside the shell's funnel (:data:`LANE_FEED`): each decides about a
+    lane behind its machine's back. A caller asks the machine instead (``Lane.live``, ``Lane.at_rest``) or feeds it
+    an event and obeys the actions it answers. Static and by name, in the five packages (not the tests)."""
+    doors: list[SideDoor] = []
+    for rel in codemap.modules(root):
+        if rel == LANE.module:
+            continue
+        parsed = codemap.tree(root / rel)
+        called = {id(n.func) for n in ast.walk(parsed) if isinstance(n, ast.Call)}
+        for node, caller in codemap._uses(parsed):
+            if not isinstance(node, ast.Attribute):
+                continue
+            held = codemap._name_of(node.value)
+            if node.attr == "state" and held == "machine":
+                doors.append(SideDoor(rel, node.lineno, caller, "machine.state"))
+            elif node.attr == "drop" and held in DROPPERS and id(node) in called and caller != LANE_FEED:
+                doors.append(SideDoor(rel, node.lineno, caller, "drop"))
+    return doors
+
+
+def captain_folders(root: Path = ROOT) -> dict[str, int]:
+    """How many modules (``__init__.py`` aside) each folder of ``service/captain/`` holds, the folder itself first."""
+    counts: dict[str, int] = {}
+    for rel in codemap.modules(root):
+        if rel.startswith("service/captain/") and not rel.endswith("/__init__.py"):
+            folder = codemap.package_of(rel)
+            counts[folder] = counts.get(folder, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0] != "service/captain", kv[0])))
+
+
 def static_block(root: Path = ROOT) -> str:
     """The checked block: feeding sites, module count, modules over the cap, the median against its bound."""
     rows = []
@@ -80,8 +130,18 @@ def static_block(root: Path = ROOT) -> str:
         f"Modules: {len(table)}. Over {CAP} lines: {len(over)}"
         + (" (" + ", ".join(f"`{p}` {n}" for n, p in over) + ")" if over else "")
         + f". Median at most {MEDIAN_BOUND} lines: {'yes' if median <= MEDIAN_BOUND else 'no'}.",
+        "",
+        _doors_line(lane_side_doors(root)),
+        "",
+        "Captain modules per folder (`__init__.py` aside): "
+        + ", ".join(f"`{folder}/` {n}" for folder, n in captain_folders(root).items()) + ".",
     ]
     return "\n".join(out) + "\n"
+
+
+def _doors_line(doors: list[SideDoor]) -> str:
+    where = "; ".join(f"`{d.module}` `{d.caller}` ({d.what})" for d in doors)
+    return f"Lane side doors (decisions about a lane outside its machine): {len(doors)}" + (f" ({where})." if doors else ".")
 
 
 # ---------------------------------------------------------------- measured at a revision

@@ -207,3 +207,30 @@ def test_every_source_path_a_doc_names_exists() -> None:
     missing = sorted({f"{page.name}: {path}" for page in pages for path in pattern.findall(page.read_text(encoding="utf-8"))
                       if not (ROOT / path).exists()})
     assert missing == []
+
+
+def test_lane_side_doors_are_state_reads_and_drops_outside_the_machine_and_its_funnel(tmp_path: Path) -> None:
+    """A read of ``machine.state`` anywhere but the lane's module, and a kit's or registry's ``drop`` called anywhere
+    but ``LaneShell.feed``, is a side door; a question asked of the machine, the drop handed on, or the drop carried
+    out in the funnel is not. Today's tree has none (the shape block says 0)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import shape_report  # scripts/ is not a package (the ignore is on the first import)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    src = _tree(tmp_path, {
+        "service/captain/lane.py": "class Lane:\n    def f(self) -> bool:\n        return self.machine.state is None\n",
+        "service/captain/shell.py": (
+            "class LaneShell:\n"
+            "    def feed(self) -> None:\n        self.kit.drop(self)\n"
+            "    def peek(self) -> bool:\n        return self.machine.state is None and self.machine.at_rest\n"
+        ),
+        "service/captain/captain.py": (
+            "def close(registry, lane, kit) -> object:\n"
+            "    registry.drop(lane)\n    x = kit.drop\n    dropped.drop(lane)\n    return lane.machine.live\n"
+        ),
+    })
+    doors = [(d.module, d.line, d.caller, d.what) for d in shape_report.lane_side_doors(src)]
+    assert doors == [("service/captain/captain.py", 2, "close", "drop"), ("service/captain/shell.py", 5, "LaneShell.peek", "machine.state")]
+    assert shape_report.lane_side_doors() == []
+    assert shape_report.captain_folders(src) == {"service/captain": 3}

@@ -20,6 +20,7 @@ def _lane_event(kind: type) -> lane.Event:
         lane.RunStreaming: lane.RunStreaming(),
         lane.RunEnded: lane.RunEnded(),
         lane.AbortRequested: lane.AbortRequested("operator"),
+        lane.ShutDown: lane.ShutDown(),
     }
     return samples[kind]
 

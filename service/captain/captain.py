@@ -38,7 +38,7 @@ from service.captain import keys, listing, prompt, reports
 from service.captain.hosts import HostClient
 from service.captain.inbound import FetchPolicy, ImageFetcher
 from service.captain.keys import LanePlan
-from service.captain.lane import LIVE, AbortRequested, TurnArrived
+from service.captain.lane import AbortAgent, AbortRequested, ShutDown, TurnArrived
 from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, NewTurn, ended_within
 from service.captain.records import LaneLog, disk_failure
 from service.captain.registry import TEARDOWN_GRACE, LaneRegistry
@@ -187,13 +187,12 @@ class Captain:
     # ------------------------------------------------------------------ operator surface
 
     def abort(self, key: str, run_id: str | None, reason: str) -> bool:
+        """Abort ``key``'s live run (only if it is ``run_id``, when named); whether the lane's machine aborted one."""
         lane = self.lanes.get(key)
-        if lane is None or lane.machine.state not in LIVE:
+        if lane is None:
             return False
-        if run_id is not None and run_id != lane.machine.run_id:
-            return False
-        lane.feed(AbortRequested("stalled" if reason == "stalled" else "operator"))
-        return True
+        actions = lane.feed(AbortRequested("stalled" if reason == "stalled" else "operator", run_id))
+        return any(isinstance(action, AbortAgent) for action in actions)
 
     async def abort_confirmed(self, key: str, run_id: str | None, reason: str, wait: float) -> bool:
         """:meth:`abort`, answered True only once the run has really ended (waiting up to ``wait`` s).
@@ -251,11 +250,7 @@ class Captain:
         """
         self.shutting_down = True
         for lane in list(self.lanes.values()):
-            if lane.agent.is_running:
-                lane.agent.abort("shutdown")
-            elif lane.owner_task is not None and not lane.owner_task.done():
-                lane.owner_task.cancel()  # accepted but not running yet (waiting for history)
-            self.registry.drop(lane)
+            lane.feed(ShutDown())  # its machine aborts a live run and drops the lane
         await self.registry.wait_closed()
         await self.background.aclose()
         await self._images.aclose()

@@ -30,13 +30,13 @@ import json
 import logging
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from clankie.disksync import sync_dir_later
 from clankie.jsonl import replace_file
 from clankie.paths import make_private_dirs
 from clankie.protocol import Author, HistoryMessage, Room
-from service.captain.keys import CaptainPaths
-from service.captain.registry import LaneRegistry
+from service.captain.keys import CaptainPaths, LanePlan
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,17 @@ NOTE = (
     "[service note] A message in this room was dropped without an answer: every attempt to answer it "
     "stopped the service, so it was never shown to you. If someone asks about it, say so."
 )
+
+
+class Lanes(Protocol):
+    """What :func:`drop` needs of the lanes (the captain's :class:`~service.captain.registry.LaneRegistry`)."""
+
+    @property
+    def paths(self) -> CaptainPaths: ...
+
+    def plan(self, room: Room, author: Author) -> LanePlan: ...
+
+    def note(self, plan: LanePlan, text: str) -> bool: ...
 
 
 def without(messages: Sequence[HistoryMessage], dropped: Collection[str]) -> tuple[HistoryMessage, ...]:
@@ -80,7 +91,7 @@ def _read(path: Path) -> list[str]:
     return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
-def drop(registry: LaneRegistry, room: Room, author: Author, message_ids: Sequence[str], delivery_id: str) -> None:
+def drop(registry: Lanes, room: Room, author: Author, message_ids: Sequence[str], delivery_id: str) -> None:
     """Take a poison delivery's messages out of its room: remember their ids, and note the drop in its lane.
 
     Synchronous (no await), so no run of the room can start between the two.

@@ -5,7 +5,9 @@ then the agent's run under the run id the lane machine named (the id it logs
 under). The run's answer reaches the lane through the agent's ``RunEnd``
 event (:meth:`service.captain.shell.LaneShell.on_event`, which reads its code
 with :func:`failure_code`); a run that breaks before or outside the model
-ends here, fed to the lane as ``RunEnded(code)`` through the same funnel.
+ends here: :func:`own` returns its code, and the shell's owner task feeds it
+to the lane as ``RunEnded(code, run_id)`` through the same funnel. The runner
+never sees the shell: :class:`Owner` names what it needs.
 Each turn's user message, the owner's and a steered one's, is
 :func:`turn_message`.
 """
@@ -15,20 +17,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from clankie import ipc
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
-from clankie.protocol import Code, HistoryMessage, HistoryReply, HistoryRequest, TextUpdate, TextUpdateReply
+from clankie.protocol import Code, HistoryMessage, HistoryReply, HistoryRequest, Room, TextUpdate, TextUpdateReply
+from service.agent.agent import Agent
 from service.agent.content import UnsupportedImage, UserMessage
 from service.agent.outcome import OutcomeKind, RunOutcome
 from service.captain import dropped, prompt
-from service.captain.lane import LIVE, LaneState, RunEnded
+from service.captain.keys import CaptainPaths
 from service.captain.live import FAILURE_CODES, SESSION_FAILED, SHUTDOWN_CODE, TurnSlot
 from service.captain.records import disk_failure
-from service.captain.spending import NOTICE
-
-if TYPE_CHECKING:
-    from service.captain.shell import LaneShell
+from service.captain.spending import NOTICE, LaneMeter, Spending
 
 log = logging.getLogger(__name__)
 
@@ -68,87 +70,93 @@ class BudgetSpent(Exception):
     """A turn's budget (tree, room or person) is spent before it starts: it fails without a model request."""
 
 
-async def own(lane: LaneShell, slot: TurnSlot, run_id: str) -> None:
-    """Run ``slot``'s turn as the owner of ``run_id``; a run that breaks outside the model fails its turns."""
-    kit = lane.kit
+Backlog = Callable[[TurnSlot], Awaitable[tuple[HistoryMessage, ...] | None]]
+"""Reads a cold lane's room backlog for a turn (None: it could not be read)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Owner:
+    """What the owner's run needs of its lane, named: the lane's shell builds it, and the runner sees nothing else."""
+
+    key: str
+    room: Room
+    agent: Agent
+    meter: LaneMeter | None
+    spending: Spending | None
+    backlog: Backlog | None  # None: the lane is warm, or contained (a privileged one-shot reads no room)
+    contained: bool  # a privileged one-shot outside a trusted room reads only its actor's own trigger
+    shutting_down: Callable[[], bool]
+
+
+async def own(owner: Owner, slot: TurnSlot, run_id: str) -> str | None:
+    """Run ``slot``'s turn as the owner of ``run_id``; the code its turns fail with when the run broke outside
+    the model (None: the run's end reached the lane through the agent's ``RunEnd``)."""
     code: str | None = None
+    key = owner.key
     try:
-        if kit.spending is not None and kit.spending.spent_key(lane.room, slot.turn.trigger.author.id) is not None:
+        if owner.spending is not None and owner.spending.spent_key(owner.room, slot.turn.trigger.author.id) is not None:
             raise BudgetSpent  # no history call, no model request
-        if lane.meter is not None:
-            lane.meter.begin_run()
-        history: tuple[HistoryMessage, ...] | None = None
-        if lane.fresh and not lane.plan.contained:
-            history = await _history(lane, slot)
-            lane.fresh = history is None  # no bridge or a failed call: the next run reads cold again
+        if owner.meter is not None:
+            owner.meter.begin_run()
+        history = await owner.backlog(slot) if owner.backlog is not None else None
         # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along;
         # a privileged one-shot outside a trusted room reads only its actor's own trigger (LanePlan.contained)
-        context = None if lane.plan.contained else history or slot.turn.backlog or None
-        lane.capture.media.clear()
-        lane.typing_sent, lane.text_so_far = False, ""
+        context = None if owner.contained else history or slot.turn.backlog or None
         try:
-            await lane.agent.run(turn_message(slot, context), run_id=run_id)
+            await owner.agent.run(turn_message(slot, context), run_id=run_id)
         except (OSError, UnsupportedImage):
             if not slot.images.has_files:
                 raise
-            log.warning("lane %s: stored images of run %s unreadable; running the text", lane.key, run_id)
+            log.warning("lane %s: stored images of run %s unreadable; running the text", key, run_id)
             slot.images = slot.images.without_files()
-            await lane.agent.run(turn_message(slot, context), run_id=run_id)
+            await owner.agent.run(turn_message(slot, context), run_id=run_id)
     except BudgetSpent:
         code = Code.CAPTAIN_BUDGET_EXHAUSTED
-        log.warning("lane %s: turn %s not run: today's budget is spent", lane.key, slot.turn_id)
-        await _budget_notice(lane, slot)
+        log.warning("lane %s: turn %s not run: today's budget is spent", key, slot.turn_id)
+        assert owner.spending is not None
+        await _budget_notice(key, owner.room, owner.spending, slot)
     except asyncio.CancelledError:
-        code = SHUTDOWN_CODE if kit.shutting_down() else SESSION_FAILED
+        code = SHUTDOWN_CODE if owner.shutting_down() else SESSION_FAILED
     except OSError as exc:  # the disk refused the session: one line with its code, the run's turns fail with it
         code = disk_failure(exc)
         if code is None:
-            log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
+            log.exception("lane %s: run %s failed outside the model", key, run_id)
             code = SESSION_FAILED
         else:
             log.error("lane %s: run %s of delivery %s ended: its session line was refused (%s: %s)",
-                      lane.key, run_id, slot.turn.delivery.delivery_id, code, exc.strerror)
+                      key, run_id, slot.turn.delivery.delivery_id, code, exc.strerror)
     except Exception:
-        log.exception("lane %s: run %s failed outside the model", lane.key, run_id)
+        log.exception("lane %s: run %s failed outside the model", key, run_id)
         code = SESSION_FAILED
-    if code is not None and lane.machine.state in LIVE and lane.run_id == run_id:
-        lane.feed(RunEnded(code))
-    if lane.meter is not None:
-        lane.meter.end_run()
-    if lane.plan.kind == "oneshot" and lane.machine.state is LaneState.IDLE:
-        kit.drop(lane)
+    if owner.meter is not None:
+        owner.meter.end_run()
+    return code
 
 
-async def _budget_notice(lane: LaneShell, slot: TurnSlot) -> None:
+async def _budget_notice(key: str, room: Room, spending: Spending, slot: TurnSlot) -> None:
     """An addressed turn refused by a spent budget: one templated line, at most once per room an hour."""
-    owner, spending = slot.turn.delivery, lane.kit.spending
+    owner = slot.turn.delivery
     if slot.turn.trigger.unprompted or slot.turn.backlog or owner.conn is None or owner.conn.closed:
         return
-    assert spending is not None
-    if not spending.notice_due(lane.room):
+    if not spending.notice_due(room):
         return
     try:
         await owner.conn.request("text_update", TextUpdate(delivery_id=owner.delivery_id, text=NOTICE),
                                  expect=TextUpdateReply, timeout=HISTORY_TIMEOUT)
     except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
-        log.warning("lane %s: the budget notice was not posted (%s)", lane.key, type(exc).__name__)
+        log.warning("lane %s: the budget notice was not posted (%s)", key, type(exc).__name__)
 
 
-async def _history(lane: LaneShell, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
-    """The room's backlog; None when it could not be read (no bridge connection, or the call failed)."""
-    conn, limit = slot.turn.delivery.conn, lane.kit.settings.discord_context_messages
-    if limit == 0:
-        return ()
-    if conn is None or conn.closed:
-        return None
-    lane.history_requests += 1
+async def history(key: str, room: Room, conn: ipc.Connection, slot: TurnSlot, limit: int, paths: CaptainPaths
+                  ) -> tuple[HistoryMessage, ...] | None:
+    """The room's ``limit`` messages before ``slot``'s trigger, asked of the bridge on ``conn``; None when the
+    call failed. A message judged poison never comes back through it (:mod:`service.captain.dropped`)."""
     request = HistoryRequest(
-        delivery_id=slot.turn.delivery.delivery_id, room=lane.room, before_message_id=slot.turn.trigger.message_id, limit=limit
+        delivery_id=slot.turn.delivery.delivery_id, room=room, before_message_id=slot.turn.trigger.message_id, limit=limit
     )
     try:
         reply = await conn.request("history", request, expect=HistoryReply, timeout=HISTORY_TIMEOUT)
     except (RemoteError, ChannelBroken, ChannelClosed, RequestTimeout) as exc:
-        log.warning("lane %s: no history for a cold lane (%s)", lane.key, type(exc).__name__)
+        log.warning("lane %s: no history for a cold lane (%s)", key, type(exc).__name__)
         return None
-    # a message judged poison never comes back through the room's history (service.captain.dropped)
-    return dropped.without(reply.messages, dropped.dropped_ids(lane.kit.paths, lane.room))[-limit:]
+    return dropped.without(reply.messages, dropped.dropped_ids(paths, room))[-limit:]

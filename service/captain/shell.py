@@ -35,7 +35,7 @@ from clankie import ipc
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.metrics import METER
-from clankie.protocol import Room, ToolActivity, TurnResult, TypingSignal
+from clankie.protocol import HistoryMessage, Room, ToolActivity, TurnResult, TypingSignal
 from clankie.redact import NOTHING, Redactor
 from clankie.settings import Settings
 from clankie.tasks import TaskSet, TaskSetFull
@@ -52,9 +52,9 @@ from service.captain import prompt, runner
 from service.captain.inbound import OVER_STEER_LIMIT
 from service.captain.keys import CaptainPaths, LanePlan
 from service.captain.lane import (
-    LIVE,
     AbortAgent,
     AbortRequested,
+    Action,
     DropLane,
     Event,
     Fail,
@@ -63,9 +63,9 @@ from service.captain.lane import (
     HoldSteer,
     IllegalLaneEvent,
     Lane,
-    LaneState,
     RunEnded,
     RunStreaming,
+    ShutDown,
     StartRun,
     Steer,
     TurnArrived,
@@ -107,7 +107,7 @@ class LaneShell:
     def __init__(self, kit: LaneKit, plan: LanePlan, key: str, room: Room, session: SessionTree) -> None:
         assert kit.provider is not None  # the captain opens no lane without a provider
         self.kit, self.plan, self.key, self.room = kit, plan, key, room
-        self.machine = Lane(key)
+        self.machine = Lane(key, oneshot=plan.kind == "oneshot")
         self.slots: dict[str, TurnSlot] = {}  # every turn waiting on the lane, by the turn id the machine gave it
         self.capture = TurnCapture(room=room, owner_of=lambda: self.owner)
         self.meter = kit.spending.meter(key, room, lambda: self.capture.actor_id or None) if kit.spending else None
@@ -145,6 +145,11 @@ class LaneShell:
         slot = self.slots.get(self.machine.owner) if self.machine.owner is not None else None
         return slot.turn.delivery if slot is not None else None
 
+    def evictable(self) -> bool:
+        """The machine is at rest, no turn waits on the lane and its owner task (if any) has ended: safe to evict."""
+        task = self.owner_task
+        return self.machine.at_rest and not self.slots and (task is None or task.done())
+
     def close(self) -> None:
         """Stop hearing the agent and close the lane's session file."""
         self._unsubscribe()
@@ -153,12 +158,12 @@ class LaneShell:
     # ------------------------------------------------------------------ the funnel
 
     @overload
-    def feed(self, event: TurnArrived, turn: NewTurn) -> None: ...
+    def feed(self, event: TurnArrived, turn: NewTurn) -> list[Action]: ...
     @overload
-    def feed(self, event: RunStreaming | RunEnded | AbortRequested) -> None: ...
+    def feed(self, event: RunStreaming | RunEnded | AbortRequested | ShutDown) -> list[Action]: ...
 
-    def feed(self, event: Event, turn: NewTurn | None = None) -> None:
-        """Hand ``event`` to the lane machine and carry out the actions it answers, in order.
+    def feed(self, event: Event, turn: NewTurn | None = None) -> list[Action]:
+        """Hand ``event`` to the lane machine, carry out the actions it answers, in order, and return them.
 
         ``turn`` rides beside a :class:`~service.captain.lane.TurnArrived`, and only there: the record of
         the arriving turn, seated under the turn id the machine gives it. Raises
@@ -167,7 +172,8 @@ class LaneShell:
         """
         if isinstance(event, TurnArrived) != (turn is not None):
             raise IllegalLaneEvent(f"lane {self.key}: a turn's record rides with its TurnArrived, and only there")
-        for action in self.machine.handle(event, self.kit.clock.boottime()):
+        actions = self.machine.handle(event, self.kit.clock.boottime())
+        for action in actions:
             match action:
                 case StartRun(turn_id=turn_id, run_id=run_id):
                     slot = self._seat(turn_id, turn)
@@ -194,6 +200,7 @@ class LaneShell:
                     self.kit.drop(self)
                 case _:
                     assert_never(action)
+        return actions
 
     def _seat(self, turn_id: str, turn: NewTurn | None) -> TurnSlot:
         assert turn is not None  # feed() checked it: the machine names a new turn only for a TurnArrived
@@ -209,7 +216,35 @@ class LaneShell:
     def _start(self, slot: TurnSlot, run_id: str) -> None:
         self._stamp(slot)
         self.run_started_boot = self.last_event_boot = self.kit.clock.boottime()
-        self.owner_task = asyncio.create_task(runner.own(self, slot, run_id), name=f"lane-run-{run_id}")
+        self.capture.media.clear()
+        self.typing_sent, self.text_so_far = False, ""
+        self.owner_task = asyncio.create_task(self._own(slot, run_id), name=f"lane-run-{run_id}")
+
+    async def _own(self, slot: TurnSlot, run_id: str) -> None:
+        """The owner task: the run (:func:`service.captain.runner.own`); one that broke outside the model ends here."""
+        kit = self.kit
+        owner = runner.Owner(
+            key=self.key, room=self.room, agent=self.agent, meter=self.meter, spending=kit.spending,
+            backlog=None if self.plan.contained or not self.fresh else self._backlog,
+            contained=self.plan.contained, shutting_down=kit.shutting_down,
+        )
+        code = await runner.own(owner, slot, run_id)
+        if code is not None:  # an answer's end came in through the agent's RunEnd (on_event)
+            self.feed(RunEnded(code, run_id))
+
+    async def _backlog(self, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
+        """A cold lane's room backlog; None when it could not be read (the lane stays cold and reads it next run)."""
+        conn, limit = slot.turn.delivery.conn, self.kit.settings.discord_context_messages
+        history: tuple[HistoryMessage, ...] | None
+        if limit == 0:
+            history = ()
+        elif conn is None or conn.closed:
+            history = None
+        else:
+            self.history_requests += 1
+            history = await runner.history(self.key, self.room, conn, slot, limit, self.kit.paths)
+        self.fresh = history is None
+        return history
 
     def _stamp(self, slot: TurnSlot) -> None:
         """Attribute what the run's tools do to ``slot``'s author and message (a steer takes them over)."""
@@ -277,12 +312,8 @@ class LaneShell:
     def on_event(self, event: AgentEvent) -> None:
         """One event of the lane's agent: the run's start and end go to the machine, the rest to the body."""
         self.last_event_boot = self.kit.clock.boottime()
-        state = self.machine.state
         if isinstance(event, RunStart):
-            if state is LaneState.STARTING:
-                self.feed(RunStreaming())
-            elif state is LaneState.DROPPED:
-                self.agent.abort("stalled")
+            self.feed(RunStreaming())
         elif isinstance(event, ProviderWait):
             self.paced = event.waiting
         elif isinstance(event, TurnStart | RetryStart):
@@ -293,8 +324,7 @@ class LaneShell:
             self._tell_tool(event)
         elif isinstance(event, RunEnd):
             self.last_outcome = event.outcome
-            if state in LIVE:
-                self.feed(RunEnded(runner.failure_code(event.outcome)))
+            self.feed(RunEnded(runner.failure_code(event.outcome), event.run_id))
 
     def watch_typing(self, delta: str) -> None:
         """Send ``typing`` once per run, the first time the reply can no longer become ``[[stay-silent]]``."""
