@@ -34,7 +34,7 @@ _ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj):`~?([^`]
 
 
 def modules(root: Path = ROOT) -> list[str]:
-    """Every module of the five packages, as a path relative to ``root`` (``service/captain/lane.py``), sorted."""
+    """Every module of the five packages, as a path relative to ``root`` (``service/captain/lanes/lane.py``), sorted."""
     return sorted(p.relative_to(root).as_posix() for pkg in PACKAGES for p in (root / pkg).rglob("*.py"))
 
 
@@ -101,7 +101,7 @@ def says_machine(rel: str, root: Path = ROOT) -> bool:
 class Machine:
     """A pure state machine and the callables that move it: a method set of ``cls``, or module functions."""
 
-    module: str  # path, e.g. "service/captain/lane.py"
+    module: str  # path, e.g. "service/captain/lanes/lane.py"
     name: str  # what the docs call it
     entries: tuple[str, ...]  # the names whose calls feed it an event
     cls: str | None = None  # the class whose instances hold the state; None when the entries are functions
@@ -112,7 +112,7 @@ class Machine:
 
 
 MACHINES = (
-    Machine("service/captain/lane.py", "the lane", ("handle",), "Lane"),
+    Machine("service/captain/lanes/lane.py", "the lane", ("handle",), "Lane"),
     Machine("supervisor/lifecycle.py", "a child's lifecycle",
             ("handle", "start", "ready", "stop", "kill", "spawn_failed", "exit"), "Lifecycle"),
     Machine("supervisor/sparelife.py", "a child's spare slot", ("handle", "want", "parked", "take", "exit", "due", "drop"), "SpareLife"),

@@ -10,7 +10,7 @@ import pytest
 
 from clankie.errors import LocalProtocolError
 from hosts.browser import lifecycle as browser
-from service.captain import lane
+from service.captain.lanes import lane
 from supervisor import lifecycle, sparelife, treestate
 
 

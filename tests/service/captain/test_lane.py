@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-from service.captain.lane import (
+from service.captain.lanes.lane import (
     TRANSITIONS,
     AbortAgent,
     AbortRequested,

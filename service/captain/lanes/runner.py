@@ -3,7 +3,7 @@
 A budget check before anything is spent, the room's backlog for a cold lane,
 then the agent's run under the run id the lane machine named (the id it logs
 under). The run's answer reaches the lane through the agent's ``RunEnd``
-event (:meth:`service.captain.shell.LaneShell.on_event`, which reads its code
+event (:meth:`service.captain.lanes.shell.LaneShell.on_event`, which reads its code
 with :func:`failure_code`); a run that breaks before or outside the model
 ends here: :func:`own` returns its code, and the shell's owner task feeds it
 to the lane as ``RunEnded(code, run_id)`` through the same funnel. The runner
@@ -26,11 +26,12 @@ from clankie.protocol import Code, HistoryMessage, HistoryReply, HistoryRequest,
 from service.agent.agent import Agent
 from service.agent.content import UnsupportedImage, UserMessage
 from service.agent.outcome import OutcomeKind, RunOutcome
-from service.captain import dropped, prompt
-from service.captain.keys import CaptainPaths
-from service.captain.live import FAILURE_CODES, SESSION_FAILED, SHUTDOWN_CODE, TurnSlot
+from service.captain.lanes import dropped, prompt
+from service.captain.lanes.keys import CaptainPaths
+from service.captain.lanes.live import FAILURE_CODES, SESSION_FAILED, SHUTDOWN_CODE, TurnSlot
+from service.captain.media import InboundImages
 from service.captain.records import disk_failure
-from service.captain.spending import NOTICE, LaneMeter, Spending
+from service.captain.spend import NOTICE, LaneMeter, Spending
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ HISTORY_TIMEOUT = 30.0
 
 
 def new_boundary() -> str:
-    """A turn's boundary around its Discord text (:func:`service.captain.prompt.boundary_lines`): 64 random bits."""
+    """A turn's boundary around its Discord text (:func:`service.captain.lanes.prompt.boundary_lines`): 64 random bits."""
     return secrets.token_hex(8)
 
 
@@ -49,10 +50,15 @@ def turn_message(slot: TurnSlot, context: tuple[HistoryMessage, ...] | None) -> 
     that names it); a cold lane's history carries the backlog messages too, since they precede the trigger.
     """
     backlog = slot.images.shown_for(frozenset(m.id for m in context or ()))
-    reports = tuple((mid, imgs.report()) for mid, imgs in backlog)
-    text = prompt.turn_prompt(slot.turn.trigger, context, slot.images.trigger.report(), reports, boundary=new_boundary())
+    reports = tuple((mid, image_report(imgs)) for mid, imgs in backlog)
+    text = prompt.turn_prompt(slot.turn.trigger, context, image_report(slot.images.trigger), reports, boundary=new_boundary())
     paths = slot.images.trigger.paths + tuple(p for _, imgs in backlog for p in imgs.paths)
     return UserMessage(text=text, images=paths)
+
+
+def image_report(images: InboundImages) -> prompt.ImageReport:
+    """What the prompt says of a message's pictures: how many ride with the turn, why the others do not."""
+    return prompt.ImageReport(shown=len(images.paths), missing=images.missing())
 
 
 def failure_code(outcome: RunOutcome) -> str | None:
@@ -150,7 +156,7 @@ async def _budget_notice(key: str, room: Room, spending: Spending, slot: TurnSlo
 async def history(key: str, room: Room, conn: ipc.Connection, slot: TurnSlot, limit: int, paths: CaptainPaths
                   ) -> tuple[HistoryMessage, ...] | None:
     """The room's ``limit`` messages before ``slot``'s trigger, asked of the bridge on ``conn``; None when the
-    call failed. A message judged poison never comes back through it (:mod:`service.captain.dropped`)."""
+    call failed. A message judged poison never comes back through it (:mod:`service.captain.lanes.dropped`)."""
     request = HistoryRequest(
         delivery_id=slot.turn.delivery.delivery_id, room=room, before_message_id=slot.turn.trigger.message_id, limit=limit
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from clankie.protocol import LaneInfo, RunReport
-from service.captain import listing
-from service.captain.registry import LaneRegistry
+from service.captain.lanes import listing
+from service.captain.lanes.registry import LaneRegistry
 
 
 def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:

@@ -1,6 +1,6 @@
 """A poison message leaves its room for good: its lane gets a note instead of its words, and no lane reads it back.
 
-A delivery judged poison (:mod:`service.captain.deliveries`) was part of
+A delivery judged poison (:mod:`service.captain.deliveries.store`) was part of
 ``CLANKIE_POISON_RUNS`` runs the service crashed in. Its words are already off
 its lane's session: each of those runs never ended, and a lane opened from disk
 cuts such a run's messages off its branch
@@ -36,7 +36,7 @@ from clankie.disksync import sync_dir_later
 from clankie.jsonl import replace_file
 from clankie.paths import make_private_dirs
 from clankie.protocol import Author, HistoryMessage, Room
-from service.captain.keys import CaptainPaths, LanePlan
+from service.captain.lanes.keys import CaptainPaths, LanePlan
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ NOTE = (
 
 
 class Lanes(Protocol):
-    """What :func:`drop` needs of the lanes (the captain's :class:`~service.captain.registry.LaneRegistry`)."""
+    """What :func:`drop` needs of the lanes (the captain's :class:`~service.captain.lanes.registry.LaneRegistry`)."""
 
     @property
     def paths(self) -> CaptainPaths: ...

@@ -2,7 +2,7 @@
 
 Pure and h11-like: :meth:`Lane.handle` takes one event and the current time
 and returns the actions the shell must carry out, in order; its one caller is
-the lane's shell (:meth:`service.captain.shell.LaneShell.feed`). An event the
+the lane's shell (:meth:`service.captain.lanes.shell.LaneShell.feed`). An event the
 current state does not accept raises :class:`IllegalLaneEvent` and leaves the
 lane exactly as it was. A dropped lane keeps the id of the run it aborted. The transition table is :data:`TRANSITIONS`; each
 row's handler takes its own event class, and mypy checks every row pairs the
@@ -163,7 +163,7 @@ def joining(action: Action) -> tuple[str, ...]:
     """The turns ``action`` makes part of the live run: its owner, or steers handed to the agent.
 
     Only these are charged if the service dies during the run
-    (:mod:`service.captain.deliveries`). A :class:`HoldSteer` is not: a held
+    (:mod:`service.captain.deliveries.store`). A :class:`HoldSteer` is not: a held
     turn joins the run when it is flushed into it.
     """
     if isinstance(action, StartRun | Steer):

@@ -1,24 +1,24 @@
 """The lane's shell: one per live lane, the only caller of its machine and the one place its actions are obeyed.
 
 :meth:`LaneShell.feed` is the lane's funnel (h11's ``_process_event``): a
-turn arriving (:mod:`service.captain.captain`), the run streaming or ending
-(the agent's events, the owner's run in :mod:`service.captain.runner`) and an
+turn arriving (:mod:`service.captain.lanes.captain`), the run streaming or ending
+(the agent's events, the owner's run in :mod:`service.captain.lanes.runner`) and an
 abort all go in through it, and the actions that come back are carried out
 in one exhaustive ``match``, so an action the shell does not carry out is a
 mypy error (:func:`typing.assert_never`). A new lane event costs one row of
-:data:`service.captain.lane.TRANSITIONS` and, if it brings a new action, one
+:data:`service.captain.lanes.lane.TRANSITIONS` and, if it brings a new action, one
 ``case`` here.
 
 Each id lives in one place: the machine holds the run id and the turn ids
 (owner, steerers, held); the shell holds each waiting turn's
-:class:`~service.captain.live.TurnSlot` under its turn id; the delivery the
+:class:`~service.captain.lanes.live.TurnSlot` under its turn id; the delivery the
 live run answers (:attr:`LaneShell.owner`) is read from the two, never copied
-(the tools read it through :class:`~service.captain.tools.TurnCapture`).
+(the tools read it through :class:`~service.captain.tools.model_tools.TurnCapture`).
 
 Before a delivery is handed to a run (as its owner, or steered into it),
 ``joins`` is told which run it joins, so a crash during that run is counted
 against it and against nobody who was merely waiting
-(:mod:`service.captain.deliveries`).
+(:mod:`service.captain.deliveries.store`).
 """
 
 from __future__ import annotations
@@ -48,10 +48,9 @@ from service.agent.outcome import OutcomeKind, RunOutcome
 from service.agent.routes import Routes
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
-from service.captain import prompt, runner
-from service.captain.inbound import OVER_STEER_LIMIT
-from service.captain.keys import CaptainPaths, LanePlan
-from service.captain.lane import (
+from service.captain.lanes import prompt, runner
+from service.captain.lanes.keys import CaptainPaths, LanePlan
+from service.captain.lanes.lane import (
     AbortAgent,
     AbortRequested,
     Action,
@@ -71,9 +70,11 @@ from service.captain.lane import (
     TurnArrived,
     joining,
 )
-from service.captain.live import FAILURE_CODES, NewTurn, TurnSlot
-from service.captain.records import LaneLog, disk_failure
-from service.captain.spending import Spending
+from service.captain.lanes.lane_log import LaneLog
+from service.captain.lanes.live import FAILURE_CODES, NewTurn, TurnSlot
+from service.captain.media import OVER_STEER_LIMIT
+from service.captain.records import disk_failure
+from service.captain.spend import Spending
 from service.captain.tools import DeliveryContext, TurnCapture
 
 log = logging.getLogger(__name__)
@@ -165,9 +166,9 @@ class LaneShell:
     def feed(self, event: Event, turn: NewTurn | None = None) -> list[Action]:
         """Hand ``event`` to the lane machine, carry out the actions it answers, in order, and return them.
 
-        ``turn`` rides beside a :class:`~service.captain.lane.TurnArrived`, and only there: the record of
+        ``turn`` rides beside a :class:`~service.captain.lanes.lane.TurnArrived`, and only there: the record of
         the arriving turn, seated under the turn id the machine gives it. Raises
-        :class:`~service.captain.lane.IllegalLaneEvent` (and changes nothing) for an event the state
+        :class:`~service.captain.lanes.lane.IllegalLaneEvent` (and changes nothing) for an event the state
         refuses, or a turn's arrival without its record.
         """
         if isinstance(event, TurnArrived) != (turn is not None):
@@ -221,7 +222,7 @@ class LaneShell:
         self.owner_task = asyncio.create_task(self._own(slot, run_id), name=f"lane-run-{run_id}")
 
     async def _own(self, slot: TurnSlot, run_id: str) -> None:
-        """The owner task: the run (:func:`service.captain.runner.own`); one that broke outside the model ends here."""
+        """The owner task: the run (:func:`service.captain.lanes.runner.own`); one that broke outside the model ends here."""
         kit = self.kit
         owner = runner.Owner(
             key=self.key, room=self.room, agent=self.agent, meter=self.meter, spending=kit.spending,

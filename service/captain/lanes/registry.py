@@ -39,12 +39,12 @@ from clankie.settings import Settings
 from service.agent.agent import AgentConfig
 from service.agent.session import SessionTree
 from service.agent.transcript import CONTEXT_NOTE
-from service.captain import keys
-from service.captain.keys import LanePlan
-from service.captain.live import ended_within
+from service.captain.lanes import keys
+from service.captain.lanes.keys import LanePlan
+from service.captain.lanes.live import ended_within
 
 if TYPE_CHECKING:  # the shell's kit is handed this registry's drop
-    from service.captain.shell import LaneShell
+    from service.captain.lanes.shell import LaneShell
 
 log = logging.getLogger(__name__)
 
