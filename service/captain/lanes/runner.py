@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clankie import ipc
@@ -76,8 +76,32 @@ class BudgetSpent(Exception):
     """A turn's budget (tree, room or person) is spent before it starts: it fails without a model request."""
 
 
-Backlog = Callable[[TurnSlot], Awaitable[tuple[HistoryMessage, ...] | None]]
-"""Reads a cold lane's room backlog for a turn (None: it could not be read)."""
+class Backlog:
+    """A lane's reading of its room's backlog: cold until a read succeeds, and how many reads it asked for.
+
+    The lane's shell holds it (its ``fresh`` and ``history_requests`` are this), the registry sets it warm when a
+    lane evicted warm comes back, and the owner's run reads through it while the lane is cold.
+    """
+
+    def __init__(self, key: str, room: Room, limit: int, paths: CaptainPaths) -> None:
+        self.key, self.room, self.limit, self.paths = key, room, limit, paths
+        self.cold = True
+        self.requests = 0
+
+    async def read(self, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
+        """The room's backlog before ``slot``'s trigger; None when it could not be read (no bridge connection, or
+        the call failed), and the lane stays cold, so its next run reads it again."""
+        conn = slot.turn.delivery.conn
+        backlog: tuple[HistoryMessage, ...] | None
+        if self.limit == 0:
+            backlog = ()
+        elif conn is None or conn.closed:
+            backlog = None
+        else:
+            self.requests += 1
+            backlog = await history(self.key, self.room, conn, slot, self.limit, self.paths)
+        self.cold = backlog is None
+        return backlog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +128,7 @@ async def own(owner: Owner, slot: TurnSlot, run_id: str) -> str | None:
             raise BudgetSpent  # no history call, no model request
         if owner.meter is not None:
             owner.meter.begin_run()
-        history = await owner.backlog(slot) if owner.backlog is not None else None
+        history = await owner.backlog.read(slot) if owner.backlog is not None else None
         # a catch-up turn's buffered messages were never heard by the lane: warm or cold, they ride along;
         # a privileged one-shot outside a trusted room reads only its actor's own trigger (LanePlan.contained)
         context = None if owner.contained else history or slot.turn.backlog or None

@@ -35,7 +35,7 @@ from clankie import ipc
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.metrics import METER
-from clankie.protocol import HistoryMessage, Room, ToolActivity, TurnResult, TypingSignal
+from clankie.protocol import Room, ToolActivity, TurnResult, TypingSignal
 from clankie.redact import NOTHING, Redactor
 from clankie.settings import Settings
 from clankie.tasks import TaskSet, TaskSetFull
@@ -124,7 +124,7 @@ class LaneShell:
             routes=kit.routes,
         )
         self.lane_log = LaneLog(kit.paths.lane_log(room), room, kit.clock)
-        self.fresh = True  # cold until a run has read the room's backlog
+        self.backlog = runner.Backlog(key, room, kit.settings.discord_context_messages, kit.paths)
         self.owner_task: asyncio.Task[None] | None = None
         self.run_started_boot = 0.0
         self.last_event_boot = 0.0
@@ -132,13 +132,26 @@ class LaneShell:
         self.typing_sent = False
         self.text_so_far = ""
         self.last_outcome: RunOutcome | None = None
-        self.history_requests = 0
         self._unsubscribe = self.agent.subscribe(self.on_event)
 
     @property
     def run_id(self) -> str | None:
         """The live run's id (a dropped lane's aborted run keeps it: it may still be writing)."""
         return self.machine.run_id
+
+    @property
+    def fresh(self) -> bool:
+        """Cold: no run has read the room's backlog yet (the next run reads it)."""
+        return self.backlog.cold
+
+    @fresh.setter
+    def fresh(self, cold: bool) -> None:
+        self.backlog.cold = cold
+
+    @property
+    def history_requests(self) -> int:
+        """How many times this lane asked the bridge for its room's backlog."""
+        return self.backlog.requests
 
     @property
     def owner(self) -> DeliveryContext | None:
@@ -226,26 +239,12 @@ class LaneShell:
         kit = self.kit
         owner = runner.Owner(
             key=self.key, room=self.room, agent=self.agent, meter=self.meter, spending=kit.spending,
-            backlog=None if self.plan.contained or not self.fresh else self._backlog,
+            backlog=None if self.plan.contained or not self.fresh else self.backlog,
             contained=self.plan.contained, shutting_down=kit.shutting_down,
         )
         code = await runner.own(owner, slot, run_id)
         if code is not None:  # an answer's end came in through the agent's RunEnd (on_event)
             self.feed(RunEnded(code, run_id))
-
-    async def _backlog(self, slot: TurnSlot) -> tuple[HistoryMessage, ...] | None:
-        """A cold lane's room backlog; None when it could not be read (the lane stays cold and reads it next run)."""
-        conn, limit = slot.turn.delivery.conn, self.kit.settings.discord_context_messages
-        history: tuple[HistoryMessage, ...] | None
-        if limit == 0:
-            history = ()
-        elif conn is None or conn.closed:
-            history = None
-        else:
-            self.history_requests += 1
-            history = await runner.history(self.key, self.room, conn, slot, limit, self.kit.paths)
-        self.fresh = history is None
-        return history
 
     def _stamp(self, slot: TurnSlot) -> None:
         """Attribute what the run's tools do to ``slot``'s author and message (a steer takes them over)."""
