@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -105,6 +105,14 @@ class Machine:
     name: str  # what the docs call it
     entries: tuple[str, ...]  # the names whose calls feed it an event
     cls: str | None = None  # the class whose instances hold the state; None when the entries are functions
+    formerly: tuple[str, ...] = ()  # where the module was before a move (a measure of an older revision finds it there)
+
+    def at(self, root: Path) -> Machine | None:
+        """This machine as the tree at ``root`` has it: under its path, or the first former one there; None if none."""
+        for path in (self.module, *self.formerly):
+            if (root / path).exists():
+                return self if path == self.module else replace(self, module=path)
+        return None
 
     @property
     def dotted(self) -> str:
@@ -112,7 +120,7 @@ class Machine:
 
 
 MACHINES = (
-    Machine("service/captain/lanes/lane.py", "the lane", ("handle",), "Lane"),
+    Machine("service/captain/lanes/lane.py", "the lane", ("handle",), "Lane", formerly=("service/captain/lane.py",)),
     Machine("supervisor/lifecycle.py", "a child's lifecycle",
             ("handle", "start", "ready", "stop", "kill", "spawn_failed", "exit"), "Lifecycle"),
     Machine("supervisor/sparelife.py", "a child's spare slot", ("handle", "want", "parked", "take", "exit", "due", "drop"), "SpareLife"),

@@ -13,6 +13,7 @@ Two blocks, for two kinds of figure:
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.machinery
 import importlib.util
 import os
@@ -86,12 +87,12 @@ def lane_side_doors(root: Path = ROOT) -> list[SideDoor]:
     lane behind its machine's back. A caller asks the machine instead (``Lane.live``, ``Lane.at_rest``) or feeds it
     an event and obeys the actions it answers. Static and by name, in the five packages (not the tests)."""
     doors: list[SideDoor] = []
+    lane = LANE.at(root) or LANE  # an older revision's lane module is where it was then
     for rel in codemap.modules(root):
-        if rel == LANE.module:
+        if rel == lane.module:
             continue
-        parsed = codemap.tree(root / rel)
-        called = {id(n.func) for n in ast.walk(parsed) if isinstance(n, ast.Call)}
-        for node, caller in codemap._uses(parsed):
+        called = _callees(root / rel)
+        for node, caller in codemap._nodes(root / rel)[1]:
             if not isinstance(node, ast.Attribute):
                 continue
             held = codemap._name_of(node.value)
@@ -100,6 +101,12 @@ def lane_side_doors(root: Path = ROOT) -> list[SideDoor]:
             elif node.attr == "drop" and held in DROPPERS and id(node) in called and caller != LANE_FEED:
                 doors.append(SideDoor(rel, node.lineno, caller, "drop"))
     return doors
+
+
+@functools.cache
+def _callees(path: Path) -> frozenset[int]:
+    """The ids of the callee expressions of every call in the module at ``path`` (its tree is parsed once)."""
+    return frozenset(id(n.func) for n in ast.walk(codemap.tree(path)) if isinstance(n, ast.Call))
 
 
 def captain_folders(root: Path = ROOT) -> dict[str, int]:
@@ -160,6 +167,8 @@ class Measure:
     largest: tuple[int, str]
     over: int
     turn: dict[str, int]  # scripts/turn-path's last line: files, cross_file_calls, steps, returns, reentries
+    doors: int | None = None  # lane side doors (None: not measured)
+    folders: str = ""  # captain modules per folder, as "service/captain 24"
 
 
 def measure(rev: str, label: str) -> Measure:
@@ -177,9 +186,11 @@ def measure(rev: str, label: str) -> Measure:
             largest = max(table, key=lambda p: table[p])
             return Measure(
                 rev=rev, label=label,
-                sites={m.name: len(codemap.feeding_sites(m, tree)) if (tree / m.module).exists() else None for m in codemap.MACHINES},
+                sites={m.name: len(codemap.feeding_sites(there, tree)) if (there := m.at(tree)) else None for m in codemap.MACHINES},
                 modules=len(values), median=statistics.median(values), p90=int(_sizes.percentile(values, 0.9)),
                 largest=(table[largest], largest), over=sum(1 for n in values if n > CAP), turn=turn,
+                doors=len(lane_side_doors(tree)),
+                folders=", ".join(f"{f.removeprefix('service/captain').lstrip('/') or '.'} {n}" for f, n in captain_folders(tree).items()),
             )
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
@@ -206,6 +217,8 @@ def measured_block(columns: list[Measure]) -> str:
     row("p90 lines", [str(c.p90) for c in columns])
     row("largest", [f"{c.largest[0]} (`{c.largest[1]}`)" for c in columns])
     row(f"modules over {CAP} lines", [str(c.over) for c in columns])
+    row("lane side doors", ["?" if c.doors is None else str(c.doors) for c in columns])
+    row("captain modules per folder", [c.folders or "?" for c in columns])
     for key, name in (("files", "files one turn enters"), ("cross_file_calls", "distinct cross-file calls"),
                       ("steps", "cross-file steps"), ("returns", "steps into a file entered before"),
                       ("reentries", "re-entries (into a file still on the stack)")):
