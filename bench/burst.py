@@ -65,7 +65,7 @@ from clankie.protocol import Artifact, HistoryMessage, HistoryReply, HistoryRequ
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from service.captain import prompt as prompt_mod
+from service.captain.lanes import prompt as prompt_mod
 from tests.service.captain.harness import FakeBridge, msg
 
 TOOL_SECONDS = 10.0

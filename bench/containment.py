@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from clankie.protocol import Author, HistoryMessage, ScreenshotRequest, Trigger  # noqa: E402
 from clankie.redact import Redactor  # noqa: E402
-from service.captain import prompt  # noqa: E402
+from service.captain.lanes import prompt  # noqa: E402
 from tests.hosts.hostproc import HostProcess  # noqa: E402
 
 SUBRESOURCES = 60

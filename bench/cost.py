@@ -50,8 +50,8 @@ from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.provider import AnthropicProvider
 from service.app import ServiceApp
-from service.captain import prompt as prompt_mod
-from service.captain.spend_ledger import usd_of
+from service.captain.lanes import prompt as prompt_mod
+from service.captain.spend.ledger import usd_of
 from tests.service.captain.harness import FakeBridge, msg
 
 MODEL = "claude-sonnet-4-5"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clankie.clock import SystemClock
 from clankie.protocol import TurnResult
-from service.captain import deliveries as new_module
+from service.captain.deliveries import store as new_module
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_REF = "9d47750"
@@ -41,7 +41,7 @@ RESULT = TurnResult.settled("word " * 280, turn_id="turn-1-x")
 
 
 def old_module(ref: str) -> ModuleType:
-    source = subprocess.run(["git", "show", f"{ref}:service/captain/deliveries.py"], cwd=REPO, check=True,
+    source = subprocess.run(["git", "show", f"{ref}:service/captain/deliveries/store.py"], cwd=REPO, check=True,
                             capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory(prefix="bench-deliveries-") as tmp:
         path = Path(tmp) / "old_deliveries.py"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -34,7 +34,7 @@ _ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj):`~?([^`]
 
 
 def modules(root: Path = ROOT) -> list[str]:
-    """Every module of the five packages, as a path relative to ``root`` (``service/captain/lane.py``), sorted."""
+    """Every module of the five packages, as a path relative to ``root`` (``service/captain/lanes/lane.py``), sorted."""
     return sorted(p.relative_to(root).as_posix() for pkg in PACKAGES for p in (root / pkg).rglob("*.py"))
 
 
@@ -101,10 +101,18 @@ def says_machine(rel: str, root: Path = ROOT) -> bool:
 class Machine:
     """A pure state machine and the callables that move it: a method set of ``cls``, or module functions."""
 
-    module: str  # path, e.g. "service/captain/lane.py"
+    module: str  # path, e.g. "service/captain/lanes/lane.py"
     name: str  # what the docs call it
     entries: tuple[str, ...]  # the names whose calls feed it an event
     cls: str | None = None  # the class whose instances hold the state; None when the entries are functions
+    formerly: tuple[str, ...] = ()  # where the module was before a move (a measure of an older revision finds it there)
+
+    def at(self, root: Path) -> Machine | None:
+        """This machine as the tree at ``root`` has it: under its path, or the first former one there; None if none."""
+        for path in (self.module, *self.formerly):
+            if (root / path).exists():
+                return self if path == self.module else replace(self, module=path)
+        return None
 
     @property
     def dotted(self) -> str:
@@ -112,7 +120,7 @@ class Machine:
 
 
 MACHINES = (
-    Machine("service/captain/lane.py", "the lane", ("handle",), "Lane"),
+    Machine("service/captain/lanes/lane.py", "the lane", ("handle",), "Lane", formerly=("service/captain/lane.py",)),
     Machine("supervisor/lifecycle.py", "a child's lifecycle",
             ("handle", "start", "ready", "stop", "kill", "spawn_failed", "exit"), "Lifecycle"),
     Machine("supervisor/sparelife.py", "a child's spare slot", ("handle", "want", "parked", "take", "exit", "due", "drop"), "SpareLife"),

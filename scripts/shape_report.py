@@ -12,6 +12,8 @@ Two blocks, for two kinds of figure:
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.machinery
 import importlib.util
 import os
@@ -62,6 +64,61 @@ def _sites_cell(sites: list[codemap.Site]) -> str:
     return "; ".join(f"`{m}` `{c}`" + (f" ×{n}" if n > 1 else "") for (m, c), n in sorted(callers.items()))
 
 
+LANE = next(m for m in codemap.MACHINES if m.name == "the lane")
+LANE_FEED = "LaneShell.feed"
+"""The lane's one funnel: the one place outside the machine's module that may carry out its ``DropLane``."""
+DROPPERS = ("kit", "registry")
+"""A call ``<…kit|registry>.drop(...)`` forgets a lane: a decision only the machine makes (``DropLane``)."""
+
+
+@dataclass(frozen=True)
+class SideDoor:
+    """One decision about a lane made outside its machine: a read of ``machine.state``, or a lane dropped."""
+
+    module: str
+    line: int
+    caller: str
+    what: str  # "machine.state" or "drop"
+
+
+def lane_side_doors(root: Path = ROOT) -> list[SideDoor]:
+    """Reads of a lane machine's ``state`` (``machine.state``, ``lane.machine.state``) outside the machine's module,
+    and calls of a kit's or registry's ``drop`` outside the shell's funnel (:data:`LANE_FEED`): each decides about a
+    lane behind its machine's back. A caller asks the machine instead (``Lane.live``, ``Lane.at_rest``) or feeds it
+    an event and obeys the actions it answers. Static and by name, in the five packages (not the tests)."""
+    doors: list[SideDoor] = []
+    lane = LANE.at(root) or LANE  # an older revision's lane module is where it was then
+    for rel in codemap.modules(root):
+        if rel == lane.module:
+            continue
+        called = _callees(root / rel)
+        for node, caller in codemap._nodes(root / rel)[1]:
+            if not isinstance(node, ast.Attribute):
+                continue
+            held = codemap._name_of(node.value)
+            if node.attr == "state" and held == "machine":
+                doors.append(SideDoor(rel, node.lineno, caller, "machine.state"))
+            elif node.attr == "drop" and held in DROPPERS and id(node) in called and caller != LANE_FEED:
+                doors.append(SideDoor(rel, node.lineno, caller, "drop"))
+    return doors
+
+
+@functools.cache
+def _callees(path: Path) -> frozenset[int]:
+    """The ids of the callee expressions of every call in the module at ``path`` (its tree is parsed once)."""
+    return frozenset(id(n.func) for n in ast.walk(codemap.tree(path)) if isinstance(n, ast.Call))
+
+
+def captain_folders(root: Path = ROOT) -> dict[str, int]:
+    """How many modules (``__init__.py`` aside) each folder of ``service/captain/`` holds, the folder itself first."""
+    counts: dict[str, int] = {}
+    for rel in codemap.modules(root):
+        if rel.startswith("service/captain/") and not rel.endswith("/__init__.py"):
+            folder = codemap.package_of(rel)
+            counts[folder] = counts.get(folder, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0] != "service/captain", kv[0])))
+
+
 def static_block(root: Path = ROOT) -> str:
     """The checked block: feeding sites, module count, modules over the cap, the median against its bound."""
     rows = []
@@ -80,8 +137,18 @@ def static_block(root: Path = ROOT) -> str:
         f"Modules: {len(table)}. Over {CAP} lines: {len(over)}"
         + (" (" + ", ".join(f"`{p}` {n}" for n, p in over) + ")" if over else "")
         + f". Median at most {MEDIAN_BOUND} lines: {'yes' if median <= MEDIAN_BOUND else 'no'}.",
+        "",
+        _doors_line(lane_side_doors(root)),
+        "",
+        "Captain modules per folder (`__init__.py` aside): "
+        + ", ".join(f"`{folder}/` {n}" for folder, n in captain_folders(root).items()) + ".",
     ]
     return "\n".join(out) + "\n"
+
+
+def _doors_line(doors: list[SideDoor]) -> str:
+    where = "; ".join(f"`{d.module}` `{d.caller}` ({d.what})" for d in doors)
+    return f"Lane side doors (decisions about a lane outside its machine): {len(doors)}" + (f" ({where})." if doors else ".")
 
 
 # ---------------------------------------------------------------- measured at a revision
@@ -100,6 +167,8 @@ class Measure:
     largest: tuple[int, str]
     over: int
     turn: dict[str, int]  # scripts/turn-path's last line: files, cross_file_calls, steps, returns, reentries
+    doors: int | None = None  # lane side doors (None: not measured)
+    folders: str = ""  # captain modules per folder, as "service/captain 24"
 
 
 def measure(rev: str, label: str) -> Measure:
@@ -117,9 +186,11 @@ def measure(rev: str, label: str) -> Measure:
             largest = max(table, key=lambda p: table[p])
             return Measure(
                 rev=rev, label=label,
-                sites={m.name: len(codemap.feeding_sites(m, tree)) if (tree / m.module).exists() else None for m in codemap.MACHINES},
+                sites={m.name: len(codemap.feeding_sites(there, tree)) if (there := m.at(tree)) else None for m in codemap.MACHINES},
                 modules=len(values), median=statistics.median(values), p90=int(_sizes.percentile(values, 0.9)),
                 largest=(table[largest], largest), over=sum(1 for n in values if n > CAP), turn=turn,
+                doors=len(lane_side_doors(tree)),
+                folders=", ".join(f"{f.removeprefix('service/captain').lstrip('/') or '.'} {n}" for f, n in captain_folders(tree).items()),
             )
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
@@ -146,6 +217,8 @@ def measured_block(columns: list[Measure]) -> str:
     row("p90 lines", [str(c.p90) for c in columns])
     row("largest", [f"{c.largest[0]} (`{c.largest[1]}`)" for c in columns])
     row(f"modules over {CAP} lines", [str(c.over) for c in columns])
+    row("lane side doors", ["?" if c.doors is None else str(c.doors) for c in columns])
+    row("captain modules per folder", [c.folders or "?" for c in columns])
     for key, name in (("files", "files one turn enters"), ("cross_file_calls", "distinct cross-file calls"),
                       ("steps", "cross-file steps"), ("returns", "steps into a file entered before"),
                       ("reentries", "re-entries (into a file still on the stack)")):

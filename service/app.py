@@ -47,15 +47,12 @@ from service.agent.governor import SLOW_START_PATIENCE, Governor
 from service.agent.learned import Learned
 from service.agent.model import Provider
 from service.agent.routes import PRIMARY, ModelRoute, Routes
-from service.captain.captain import Captain, CaptainDeps
-from service.captain.deliveries import DeliveryStore
-from service.captain.hosts import HostClient, ImportingClient
-from service.captain.keys import CaptainPaths
-from service.captain.listing import count_disk_lanes
-from service.captain.records import Evidence
+from service.captain.deliveries import DeliveryStore, Evidence
+from service.captain.lanes import Captain, CaptainDeps, CaptainPaths, count_disk_lanes
 from service.captain.records import configure as configure_records
 from service.captain.service import TurnService
-from service.captain.spending import Spending, budget_key
+from service.captain.spend import Spending, budget_key
+from service.captain.tools import HostClient, ImportingClient
 
 log = logging.getLogger(__name__)
 
@@ -245,9 +242,9 @@ class ServiceApp:
         rows = []
         for info in infos:
             update: dict[str, object] = {"tokens": spent.get(info.key)}
-            lane = self.captain.lanes.get(info.key)
-            if lane is not None:
-                update.update(self.spending.lane_view(lane.key, lane.room))
+            room = self.captain.room_of(info.key)
+            if room is not None:
+                update.update(self.spending.lane_view(info.key, room))
                 tokens = spent.get(info.key)
                 if update["cache_read_share"] is None and tokens is not None and tokens.read_share is not None:
                     update["cache_read_share"] = round(tokens.read_share, 4)  # from its trees, before this process

@@ -16,7 +16,7 @@ directory that is gone is forgotten, and a new day starts from nothing.
 
 Trees are named by their UTC start stamp (``YYYYMMDDT…``), so a tree whose
 successor in its lane began before the day holds none of the day's entries
-and is never opened (as :func:`service.captain.spend_ledger.from_trees`
+and is never opened (as :func:`service.captain.spend.ledger.from_trees`
 reads them). A name with no stamp sorts after every stamp and is read.
 """
 

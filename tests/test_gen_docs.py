@@ -80,7 +80,7 @@ def test_every_module_sits_in_exactly_one_table() -> None:
 def test_a_topic_table_names_its_modules_and_a_missing_one_is_reported(gen: ModuleType, tmp_path: Path) -> None:
     """docs/spend.md's table lists the modules it names, each with its summary; a name that is no module fails."""
     spend = (tmp_path / "docs" / "spend.md").read_text(encoding="utf-8")
-    assert "| `service/captain/budget.py` | Day budgets, pure:" in spend
+    assert "| `service/captain/spend/budget.py` | Day budgets, pure:" in spend
     (tmp_path / "docs" / "spend.md").write_text(spend.replace("<!-- modules-named: ", "<!-- modules-named: service/gone.py ", 1),
                                                encoding="utf-8")
     assert "docs/spend.md names service/gone.py, which is not a module" in gen.coverage()
@@ -172,7 +172,7 @@ def test_todays_machines_are_fed_where_the_shape_section_says() -> None:
     """The lane and the child lifecycle have one feeding site each (issue 28); the figures the shape block shows."""
     codemap = _load("codemap_today", ROOT / "scripts" / "codemap.py")
     sites = {m.name: [(s.module, s.caller) for s in codemap.feeding_sites(m)] for m in codemap.MACHINES}
-    assert sites["the lane"] == [("service/captain/shell.py", "LaneShell.feed")]
+    assert sites["the lane"] == [("service/captain/lanes/shell.py", "LaneShell.feed")]
     assert sites["a child's lifecycle"] == [("supervisor/process.py", "Child._feed")]
     assert sites["the tree"] == [("supervisor/tree.py", "Tree._move")]
 
@@ -198,7 +198,7 @@ def test_the_measured_block_is_replaced_alone_and_names_its_revisions() -> None:
 
 
 def test_every_source_path_a_doc_names_exists() -> None:
-    """A page that names `service/captain/live.py` after it is gone has drifted (benchmarks.md is history, and
+    """A page that names `service/captain/lanes/live.py` after it is gone has drifted (benchmarks.md is history, and
     keeps the names of its day)."""
     import re
 
@@ -207,3 +207,30 @@ def test_every_source_path_a_doc_names_exists() -> None:
     missing = sorted({f"{page.name}: {path}" for page in pages for path in pattern.findall(page.read_text(encoding="utf-8"))
                       if not (ROOT / path).exists()})
     assert missing == []
+
+
+def test_lane_side_doors_are_state_reads_and_drops_outside_the_machine_and_its_funnel(tmp_path: Path) -> None:
+    """A read of ``machine.state`` anywhere but the lane's module, and a kit's or registry's ``drop`` called anywhere
+    but ``LaneShell.feed``, is a side door; a question asked of the machine, the drop handed on, or the drop carried
+    out in the funnel is not. Today's tree has none (the shape block says 0)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import shape_report  # scripts/ is not a package (the ignore is on the first import)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    src = _tree(tmp_path, {
+        "service/captain/lanes/lane.py": "class Lane:\n    def f(self) -> bool:\n        return self.machine.state is None\n",
+        "service/captain/lanes/shell.py": (
+            "class LaneShell:\n"
+            "    def feed(self) -> None:\n        self.kit.drop(self)\n"
+            "    def peek(self) -> bool:\n        return self.machine.state is None and self.machine.at_rest\n"
+        ),
+        "service/captain/lanes/captain.py": (
+            "def close(registry, lane, kit) -> object:\n"
+            "    registry.drop(lane)\n    x = kit.drop\n    dropped.drop(lane)\n    return lane.machine.live\n"
+        ),
+    })
+    doors = [(d.module, d.line, d.caller, d.what) for d in shape_report.lane_side_doors(src)]
+    assert doors == [("service/captain/lanes/captain.py", 2, "close", "drop"), ("service/captain/lanes/shell.py", 5, "LaneShell.peek", "machine.state")]
+    assert shape_report.lane_side_doors() == []
+    assert shape_report.captain_folders(src) == {"service/captain/lanes": 3}

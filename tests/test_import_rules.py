@@ -170,12 +170,12 @@ def test_the_purity_rule_sees_io(tmp_path: Path) -> None:
     """The rule names an I/O import, a clock read and a disk call, and lets a path value and a parse pass."""
     probe = tmp_path / "probe.py"
     probe.write_text(
-        "import time\nfrom pathlib import Path\nfrom urllib.parse import quote\nimport service.captain.shell\n"
+        "import time\nfrom pathlib import Path\nfrom urllib.parse import quote\nimport service.captain.lanes.shell\n"
         "def f(p: Path) -> bytes:\n    return (p / quote('x')).read_bytes()\ndef g() -> float:\n    return time.monotonic()\n",
         encoding="utf-8",
     )
     assert impurities(probe, set()) == [
-        "imports time", "imports service.captain.shell, which is not a pure core", "line 6 calls .read_bytes()",
+        "imports time", "imports service.captain.lanes.shell, which is not a pure core", "line 6 calls .read_bytes()",
         "line 8 calls .monotonic()",
     ]
 
@@ -241,3 +241,85 @@ def test_no_bounded_wait_can_lose_a_cancellation() -> None:
                         and node.value.id == "asyncio":
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == [], f"use clankie.waits.within: {found}"
+
+
+# ---------------------------------------------------------------- the captain's jobs and their facades
+
+CAPTAIN = "service/captain"
+JOBS_MAY_IMPORT: dict[str, set[str]] = {
+    "lanes": {"media", "spend", "tools"},
+    "deliveries": set(),
+    "spend": set(),
+    "media": set(),
+    "tools": set(),
+}
+"""Which of the captain's jobs each job may import (through its facade): downward only, so no facade's import
+runs into a half-made one."""
+
+
+def _imported_modules(path: Path, root: Path) -> set[str]:
+    """Dotted modules ``path`` imports, a ``from package import submodule`` naming the submodule."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            package = root / node.module.replace(".", "/")
+            subs = {f"{node.module}.{a.name}" for a in node.names if (package / f"{a.name}.py").exists()}
+            names |= subs | ({node.module} if len(subs) < len(node.names) else set())
+    return names
+
+
+def _job_of(rel: str) -> str | None:
+    """The captain's job a path or dotted module belongs to (``lanes``), or None."""
+    parts = rel.removesuffix(".py").replace(".", "/").split("/")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["service", "captain"] else None
+
+
+def behind_facades(root: Path) -> list[str]:
+    """Each import, in the five packages, of a captain job's module from outside that job (its facade is the way
+    in), and each import of one job by another that :data:`JOBS_MAY_IMPORT` does not allow."""
+    jobs = {p.parent.name for p in (root / CAPTAIN).glob("*/__init__.py")}
+    found: list[str] = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            mine = _job_of(rel)
+            for name in sorted(_imported_modules(path, root)):
+                job = _job_of(name) if name.startswith("service.captain.") else None
+                if name.startswith("service.captain.") and name.count(".") == 2 and name.split(".")[2] in jobs:
+                    job, behind = name.split(".")[2], False
+                else:
+                    behind = job is not None
+                if job is None or job not in jobs or job == mine:
+                    continue
+                if behind:
+                    found.append(f"{rel} imports {name}, behind the facade of service.captain.{job}")
+                elif mine is not None and job not in JOBS_MAY_IMPORT.get(mine, set()):
+                    found.append(f"{rel} imports service.captain.{job}: the job {mine} may not")
+    return found
+
+
+def test_no_caller_reaches_behind_a_captain_facade() -> None:
+    """Outside a job of the captain, its modules are reached only through its facade (its ``__init__``); the tests
+    and benches, which test and measure the modules, may go behind it."""
+    assert {p.parent.name for p in (ROOT / CAPTAIN).glob("*/__init__.py")} == set(JOBS_MAY_IMPORT)
+    assert behind_facades(ROOT) == []
+
+
+def test_the_facade_rule_sees_a_reach_and_a_job_importing_upward(tmp_path: Path) -> None:
+    for rel, text in {
+        "service/captain/lanes/__init__.py": "", "service/captain/lanes/shell.py": "",
+        "service/captain/media/__init__.py": "from service.captain.lanes import shell\n",
+        "service/captain/media/inbound.py": "from service.captain.media import x\n",
+        "service/app.py": "from service.captain.lanes.shell import LaneShell\nfrom service.captain.lanes import Captain\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    assert behind_facades(tmp_path) == [
+        "service/app.py imports service.captain.lanes.shell, behind the facade of service.captain.lanes",
+        "service/captain/media/__init__.py imports service.captain.lanes.shell, behind the facade of service.captain.lanes",
+    ]
+    (tmp_path / "service/captain/media/__init__.py").write_text("from service.captain.lanes import Captain\n")
+    (tmp_path / "service/app.py").write_text("from service.captain.lanes import Captain\n")
+    assert behind_facades(tmp_path) == ["service/captain/media/__init__.py imports service.captain.lanes: the job media may not"]

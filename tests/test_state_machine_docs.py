@@ -10,7 +10,7 @@ import pytest
 
 from clankie.errors import LocalProtocolError
 from hosts.browser import lifecycle as browser
-from service.captain import lane
+from service.captain.lanes import lane
 from supervisor import lifecycle, sparelife, treestate
 
 
@@ -20,6 +20,7 @@ def _lane_event(kind: type) -> lane.Event:
         lane.RunStreaming: lane.RunStreaming(),
         lane.RunEnded: lane.RunEnded(),
         lane.AbortRequested: lane.AbortRequested("operator"),
+        lane.ShutDown: lane.ShutDown(),
     }
     return samples[kind]
 

@@ -20,7 +20,7 @@ from inside the tree then, so it brings three things of its own:
   own sha256. The directory cannot be listed, so a file can be opened only by
   whoever already knows its hash, i.e. was handed its ref over the socket;
   the tree reads it, checks the hash and copies it under its own attachment
-  root (:class:`service.captain.hosts.ImportingClient`). The directory keeps
+  root (:class:`service.captain.tools.hosts.ImportingClient`). The directory keeps
   the newest ``CLANKIE_BROWSER_ARTIFACTS_KEEP`` files; the oldest go.
 
 Started as root (by hand, or a unit without ``DynamicUser=``) it still goes

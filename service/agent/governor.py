@@ -18,7 +18,7 @@ keeps it across restarts).
 
 A call that waits tells its run (``on_wait(True)`` then ``on_wait(False)``):
 the run is paced, not stalled, and the stall watchdog does not count that
-silence (:mod:`service.captain.reports`). :meth:`Governor.status` is what the
+silence (:mod:`service.captain.lanes.reports`). :meth:`Governor.status` is what the
 service's heartbeat shows.
 """
 

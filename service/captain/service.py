@@ -10,8 +10,8 @@ itself runs in its own task: a bridge that goes away does not cancel it.
 A delivery the service died with is run again, unless it was part of
 ``poison_runs`` runs that the service crashed in: then it is a poison message
 and fails ``captain_session_failed`` (evidence ``cause: poison``), and it
-leaves its room for good (:mod:`service.captain.dropped`). Which deaths count
-is decided in :mod:`service.captain.deliveries`: only a crash the supervisor
+leaves its room for good (:mod:`service.captain.lanes.dropped`). Which deaths count
+is decided in :mod:`service.captain.deliveries.store`: only a crash the supervisor
 lived through; a stop, and a death with the whole tree, count for nobody.
 
 A delivery whose record the disk refuses is not run: the submission fails
@@ -37,10 +37,9 @@ from clankie.metrics import METER
 from clankie.protocol import Author, Code, SayRequest, Trigger, TurnOutcome, TurnResult, TurnSubmit
 from clankie.router import Router
 from service import telemetry
-from service.captain import dropped, keys
-from service.captain.captain import SESSION_FAILED, SHUTDOWN_CODE, Captain
-from service.captain.deliveries import Answer, Conflict, DeliveryStore, Poison, Retained, fingerprint, reckon
-from service.captain.records import Evidence, disk_failure
+from service.captain.deliveries import Answer, Conflict, DeliveryStore, Evidence, Poison, Retained, fingerprint, reckon
+from service.captain.lanes import SESSION_FAILED, SHUTDOWN_CODE, Captain, parse_room, room_lane_key
+from service.captain.records import disk_failure
 from service.captain.tools import DeliveryContext
 
 log = logging.getLogger(__name__)
@@ -114,7 +113,7 @@ class TurnService:
         if isinstance(decision, Answer):
             log.info("delivery %s re-submitted; returning the retained result", did)
             return decision.result
-        lane = keys.room_lane_key(self.captain.character, submit.room)
+        lane = room_lane_key(self.captain.character, submit.room)
         crashed = len(decision.crashed_runs)
         if isinstance(decision, Poison):
             assert retained is not None
@@ -139,7 +138,7 @@ class TurnService:
         log.warning("delivery %s is a poison message: part of %d runs the service crashed in; failing it and "
                     "dropping it from its room", did, len(record.crashed_runs))
         messages = (submit.trigger.message_id, *(m.id for m in submit.backlog))
-        dropped.drop(self.captain.registry, submit.room, submit.trigger.author, messages, did)  # before the verdict is kept
+        self.captain.drop_poison(submit.room, submit.trigger.author, messages, did)  # before the verdict is kept
         self._retain(did, result, record)
         self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=SESSION_FAILED, cause="poison",
                              crashed_runs=len(record.crashed_runs))
@@ -195,11 +194,11 @@ class TurnService:
     async def say(self, request: SayRequest) -> TurnResult:
         """An operator turn in a room, through the same lanes (no bridge: cold lanes get no history)."""
         try:
-            room = keys.parse_room(request.room, self.captain.character)
+            room = parse_room(request.room, self.captain.character)
         except ValueError as exc:
             raise RemoteError(Code.INVALID_ROOM, str(exc)) from None
         message_id = uuid.uuid4().hex[:20]
-        lane = keys.room_lane_key(self.captain.character, room)
+        lane = room_lane_key(self.captain.character, room)
         self.evidence.record(f"say-{message_id}", "operator_say", lane=lane, caller=request.caller)
         submit = TurnSubmit(
             delivery_id=f"say-{message_id}",

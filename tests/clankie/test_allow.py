@@ -7,7 +7,7 @@ import pytest
 from bridge.admission import Ingress, Policy
 from clankie import allow
 from clankie.protocol import Room
-from service.captain.tools import Admission
+from service.captain.tools.model_tools import Admission
 
 GUILD, OTHER_GUILD = "100", "200"
 CHANNEL, OTHER_CHANNEL = "10", "20"

@@ -21,7 +21,7 @@ import pytest
 
 from clankie.clock import SystemClock
 from clankie.testing import fake_anthropic as fa
-from service.captain.deliveries import DeliveryStore
+from service.captain.deliveries.store import DeliveryStore
 from tests.integration.tree import PERSON, Tree, real_tree
 from tests.polling import until
 

@@ -11,7 +11,7 @@ from clankie.settings import load
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.captain import records
-from service.captain.records import LaneLog
+from service.captain.lanes.lane_log import LaneLog
 from tests.polling import until_probe
 from tests.service.captain.harness import FakeBridge, msg, run, service
 from tests.syncs import drained_syncs

@@ -8,7 +8,7 @@ from pathlib import Path
 from clankie.protocol import SayRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import keys
+from service.captain.lanes import keys
 from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
 
 ROOM_KEY = "discord:clankie:discord:1:2"

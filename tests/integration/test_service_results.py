@@ -12,7 +12,7 @@ from clankie.errors import RemoteError
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import keys
+from service.captain.lanes import keys
 from tests.disk import writes_refused_past
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service

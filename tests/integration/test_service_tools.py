@@ -14,7 +14,7 @@ from clankie.paths import socket_path
 from clankie.protocol import Artifact, Record, ScreenshotRequest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain.tools import TEXT_UPDATE_DESCRIPTION
+from service.captain.tools.model_tools import TEXT_UPDATE_DESCRIPTION
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 

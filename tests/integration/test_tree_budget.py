@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clankie.testing import fake_anthropic as fa
-from service.captain.spending import NOTICE
+from service.captain.spend.spending import NOTICE
 from supervisor import ctl
 from tests.integration.tree import CHAN, PERSON, Tree, real_tree
 from tests.polling import until

@@ -34,7 +34,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service import telemetry
 from service.app import ServiceApp
-from service.captain.keys import room_lane_key
+from service.captain.lanes.keys import room_lane_key
 from service.otel import OtelTracer
 from tests.service.captain.harness import FakeBridge, msg, run, service_env
 

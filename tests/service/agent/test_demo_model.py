@@ -26,8 +26,8 @@ from service.agent.demo import (
 from service.agent.outcome import OutcomeKind
 from service.agent.session import SessionTree
 from service.agent.tools import Tool, ToolContext, ToolResult
-from service.captain.prompt import trigger_block
-from service.captain.tools import ER_SCHEMA, SEQUENCE_SCHEMA
+from service.captain.lanes.prompt import trigger_block
+from service.captain.tools.model_tools import ER_SCHEMA, SEQUENCE_SCHEMA
 from tests.service.agent.helpers import arun
 
 DIGEST = "ab" * 32

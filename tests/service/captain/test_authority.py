@@ -18,7 +18,7 @@ from clankie.redact import REDACTED, Redactor
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.events import ToolStart
-from service.captain.shell import tool_activity
+from service.captain.lanes.shell import tool_activity
 from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
 
 KEY = "sk-test-fake"  # the harness's ANTHROPIC_API_KEY

@@ -12,8 +12,8 @@ from clankie.protocol import TypingSignal
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from service.captain import captain as captain_mod
-from service.captain.tools import DeliveryContext
+from service.captain.lanes import captain as captain_mod
+from service.captain.tools.model_tools import DeliveryContext
 from tests.polling import until
 from tests.service.captain.harness import msg, run, service_env
 

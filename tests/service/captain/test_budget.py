@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.captain.budget import TREE, Amount, DayBudgets, Scope
+from service.captain.spend.budget import TREE, Amount, DayBudgets, Scope
 
 NONE = Amount()
 

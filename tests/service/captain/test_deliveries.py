@@ -10,7 +10,8 @@ import pytest
 from clankie.appender import DiskError
 from clankie.protocol import TurnResult
 from clankie.testing.clock import FakeClock
-from service.captain.deliveries import (
+from service.captain.deliveries.record import legacy_name
+from service.captain.deliveries.store import (
     RETENTION_SECONDS,
     Answer,
     Conflict,
@@ -20,7 +21,6 @@ from service.captain.deliveries import (
     RunIt,
     reckon,
 )
-from service.captain.delivery_record import legacy_name
 from tests.disk import writes_refused_past
 
 FP = "f" * 64

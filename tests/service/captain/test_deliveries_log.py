@@ -13,9 +13,9 @@ import pytest
 
 from clankie.protocol import TurnResult
 from clankie.testing.clock import FakeClock
-from service.captain.deliveries import RETENTION_SECONDS, DeliveryStore, Retained, RunIt, reckon
-from service.captain.deliveries_log import CLOSING_MAX, MAX_RETAINED, SEGMENT_BYTES
-from service.captain.delivery_record import Entry, legacy_name
+from service.captain.deliveries.delivery_log import CLOSING_MAX, MAX_RETAINED, SEGMENT_BYTES
+from service.captain.deliveries.record import Entry, legacy_name
+from service.captain.deliveries.store import RETENTION_SECONDS, DeliveryStore, Retained, RunIt, reckon
 from tests.disk import writes_refused_past
 
 FP = "f" * 64

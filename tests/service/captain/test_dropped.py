@@ -22,9 +22,9 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.session import SessionTree
 from service.app import ServiceApp
-from service.captain import dropped
-from service.captain.deliveries import DeliveryStore, fingerprint
-from service.captain.keys import CaptainPaths
+from service.captain.deliveries.store import DeliveryStore, fingerprint
+from service.captain.lanes import dropped
+from service.captain.lanes.keys import CaptainPaths
 from tests.service.captain.harness import FakeBridge, msg, run, service_env, user_texts
 
 POISON = "zx-poison-7f3a"

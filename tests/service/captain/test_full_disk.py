@@ -11,7 +11,8 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.session import SessionTree
-from service.captain.records import LaneLog, disk_failure
+from service.captain.lanes.lane_log import LaneLog
+from service.captain.records import disk_failure
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
 

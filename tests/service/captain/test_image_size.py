@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from service.captain.image_size import MAX_SIDE, dimensions, fits_model
+from service.captain.media.image_size import MAX_SIDE, dimensions, fits_model
 
 Builder = Callable[[int, int], bytes]
 

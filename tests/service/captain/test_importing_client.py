@@ -13,7 +13,7 @@ from clankie.artifacts import resolve_artifact, write_artifact
 from clankie.clock import SystemClock
 from clankie.errors import RemoteError
 from clankie.protocol import Artifact
-from service.captain.hosts import ImportingClient
+from service.captain.tools.hosts import ImportingClient
 
 PNG = b"\x89PNG\r\n\x1a\n a picture the browser host wrote"
 

@@ -23,8 +23,8 @@ from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trig
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import inbound
-from service.captain.inbound import FetchPolicy, ImageFetcher
+from service.captain.media import inbound
+from service.captain.media.inbound import FetchPolicy, ImageFetcher
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts
 

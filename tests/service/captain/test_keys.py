@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clankie.protocol import Room
-from service.captain import keys
+from service.captain.lanes import keys
 
 
 def test_room_keys_follow_the_contract() -> None:

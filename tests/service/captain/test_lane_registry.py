@@ -14,7 +14,7 @@ from clankie.protocol import LanesReply, LanesRequest, TurnResult, TurnSubmit
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.app import ServiceApp
-from service.captain.tools import DeliveryContext
+from service.captain.tools.model_tools import DeliveryContext
 from tests.fds import open_under
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service, user_texts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.captain.pace import Health, Pace, choose, mean_cost, survives, turn_cost
+from service.captain.spend.cache_lifetime import Health, Pace, choose, mean_cost, survives, turn_cost
 
 PREFIX, ADDED = 16_000, 500
 

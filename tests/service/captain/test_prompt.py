@@ -8,7 +8,7 @@ import re
 import pytest
 
 from clankie.protocol import Author, HistoryMessage, ImageAttachment, Trigger
-from service.captain import prompt
+from service.captain.lanes import prompt
 
 B = "0123456789abcdef"  # a turn's boundary (the runner draws it at random for each turn)
 OWNER = "999"

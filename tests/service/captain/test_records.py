@@ -9,7 +9,8 @@ from clankie.rotation import Rotation, read_all, segments
 from clankie.settings import load
 from clankie.testing.clock import FakeClock
 from service.captain import records
-from service.captain.records import Evidence, LaneLog
+from service.captain.deliveries.evidence import Evidence
+from service.captain.lanes.lane_log import LaneLog
 from tests.fds import open_under
 from tests.syncs import sync_threads_held
 

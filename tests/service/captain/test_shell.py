@@ -10,9 +10,9 @@ import pytest
 
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain.lane import IllegalLaneEvent, LaneState, RunEnded, TurnArrived
-from service.captain.live import NewTurn
-from service.captain.tools import DeliveryContext
+from service.captain.lanes.lane import IllegalLaneEvent, LaneState, RunEnded, TurnArrived
+from service.captain.lanes.live import NewTurn
+from service.captain.tools.model_tools import DeliveryContext
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
@@ -36,7 +36,7 @@ def _handle_callers() -> list[str]:
 
 def test_the_lane_machine_is_fed_in_one_place() -> None:
     """Only LaneShell.feed hands events to a lane machine: every other place goes through it."""
-    assert _handle_callers() == ["service/captain/shell.py:feed"]
+    assert _handle_callers() == ["service/captain/lanes/shell.py:feed"]
 
 
 def test_the_owner_is_read_from_the_lane_not_copied(env: dict[str, str]) -> None:

@@ -69,6 +69,6 @@ def test_the_default_person_budget_stops_a_person_who_spent_it(
             assert {row.labels: row.value for row in report.gauges["clankie_budget_unbounded"]}[("tree",)] == 0.0
 
     monkeypatch.setattr(METER, "enabled", True)  # the service's gauges, as under CLANKIE_METRICS_LISTEN
-    with caplog.at_level(logging.WARNING, logger="service.captain.spending"):
+    with caplog.at_level(logging.WARNING, logger="service.captain.spend.spending"):
         run(body())
     assert any("the tree has no day budget" in r.getMessage() for r in caplog.records)

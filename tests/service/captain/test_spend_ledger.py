@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from clankie.pricing import PUBLISHED
-from service.captain.budget import TREE, Amount, DayBudgets, Scope
-from service.captain.spend_ledger import Ledger, from_trees, rebuild, usd_of
+from service.captain.spend.budget import TREE, Amount, DayBudgets, Scope
+from service.captain.spend.ledger import Ledger, from_trees, rebuild, usd_of
 
 DAY = "2027-01-15"
 

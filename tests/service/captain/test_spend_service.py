@@ -19,8 +19,8 @@ from clankie.rotation import read_all
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
-from service.captain import prompt
-from service.captain.spending import NOTICE
+from service.captain.lanes import prompt
+from service.captain.spend.spending import NOTICE
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
@@ -268,5 +268,5 @@ def test_a_changed_system_prompt_trips_the_cache_health_warning(
             assert app.heartbeat().report["cache_lanes_broken"] == ["discord:clankie:discord:1:2"]
             assert len(fake.requests) == 5
 
-    caplog.set_level(logging.WARNING, logger="service.captain.spending")
+    caplog.set_level(logging.WARNING, logger="service.captain.spend.spending")
     run(body())

@@ -8,7 +8,7 @@ import pytest
 
 from hosts.tldraw.schema_er import CARDINALITIES, KEY_ROLES, ErLimits, parse_er
 from hosts.tldraw.schema_sequence import MESSAGE_KINDS, SequenceLimits, parse_sequence
-from service.captain import tools
+from service.captain.tools import model_tools as tools
 
 ER, SEQ = ErLimits(), SequenceLimits()
 

@@ -13,10 +13,10 @@ from clankie.testing.clock import FakeClock
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.tools import Tool, ToolContext, ToolResult
 from service.app import ServiceApp
-from service.captain import keys
-from service.captain.captain import TEARDOWN_GRACE, Captain, CaptainDeps
-from service.captain.keys import LanePlan
-from service.captain.tools import DeliveryContext, TurnCapture
+from service.captain.lanes import keys
+from service.captain.lanes.captain import TEARDOWN_GRACE, Captain, CaptainDeps
+from service.captain.lanes.keys import LanePlan
+from service.captain.tools.model_tools import DeliveryContext, TurnCapture
 from tests.polling import until
 from tests.service.captain.harness import msg, run, service_env
 

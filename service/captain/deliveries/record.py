@@ -6,7 +6,7 @@ A line holds the delivery's whole current record (``delivery_id``,
 checks one read back and gives the :class:`Entry` the index keeps, never a
 result's text. :func:`legacy_name` is the file name of the old
 one-file-per-delivery format, still read at start-up. The segments, the
-index and their bounds are :mod:`service.captain.deliveries_log`.
+index and their bounds are :mod:`service.captain.deliveries.delivery_log`.
 """
 
 from __future__ import annotations

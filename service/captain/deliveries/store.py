@@ -27,7 +27,7 @@ taking the service down again. A stop clears the runs from the records as it
 begins (:meth:`DeliveryStore.release_all`), so neither a graceful stop nor one
 the supervisor has to finish with SIGKILL charges anyone. :func:`reckon` is
 the pure rule; :class:`DeliveryStore` keeps the records, one appended line per
-change (:mod:`service.captain.deliveries_log`).
+change (:mod:`service.captain.deliveries.delivery_log`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.paths import make_private_dirs
 from clankie.protocol import TurnResult, TurnSubmit
-from service.captain.deliveries_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog
-from service.captain.delivery_record import fields
+from service.captain.deliveries.delivery_log import MAX_RETAINED, SEGMENT_BYTES, DeliveryLog
+from service.captain.deliveries.record import fields
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def reckon(record: Retained | None, fp: str, poison_runs: int, *, tree: str | No
 
 
 class DeliveryStore:
-    """Delivery records in an append-only, segmented log under ``<state>/captain/deliveries/`` (:mod:`.deliveries_log`).
+    """Delivery records in an append-only, segmented log under ``<state>/captain/deliveries/`` (:mod:`.delivery_log`).
 
     Every change appends the delivery's whole record as one line: it reaches
     the kernel before the call returns (a crash of the service cannot lose

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from clankie.protocol import LaneInfo, RunReport
-from service.captain import listing
-from service.captain.lane import LIVE
-from service.captain.registry import LaneRegistry
+from service.captain.lanes import listing
+from service.captain.lanes.registry import LaneRegistry
 
 
 def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:
@@ -24,7 +23,7 @@ def runs(registry: LaneRegistry, now: float) -> tuple[RunReport, ...]:
     ]
     for lane in registry.lanes.values():
         m = lane.machine
-        if m.state in LIVE and m.run_id is not None:
+        if m.live and m.run_id is not None:
             out.append(
                 RunReport(
                     lane=lane.key,
@@ -50,9 +49,9 @@ def live_infos(registry: LaneRegistry, now: float, limit: int) -> list[LaneInfo]
         LaneInfo(
             key=lane.key,
             warm=not lane.fresh,
-            state=lane.machine.state.value,
+            state=lane.machine.state_name,
             run_id=lane.machine.run_id,
-            last_event_age_s=max(0.0, now - lane.last_event_boot) if lane.machine.state in LIVE else None,
+            last_event_age_s=max(0.0, now - lane.last_event_boot) if lane.machine.live else None,
             turns=lane.machine.turns_started,
             last_active_age_s=max(0.0, now - lane.last_event_boot) if lane.last_event_boot else None,
         )

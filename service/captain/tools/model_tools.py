@@ -26,7 +26,7 @@ from clankie.protocol import Artifact, DiagramRequest, Room, ScreenshotRequest, 
 from clankie.redact import Redactor
 from clankie.waits import within
 from service.agent.tools import Tool, ToolContext, ToolResult
-from service.captain.hosts import HostClient, HostUnavailable
+from service.captain.tools.hosts import HostClient, HostUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The service's spend: day budgets checked before every model call, cache lifetimes by pace, cache health.
 
 :class:`Spending` is built once by the service. It holds today's
-:class:`~service.captain.budget.DayBudgets` (rebuilt at start from the
-ledger and the session trees: :mod:`service.captain.spend_ledger`), the
-tree's pace and each lane's pace and cache health (:mod:`service.captain.pace`),
+:class:`~service.captain.spend.budget.DayBudgets` (rebuilt at start from the
+ledger and the session trees: :mod:`service.captain.spend.ledger`), the
+tree's pace and each lane's pace and cache health (:mod:`service.captain.spend.cache_lifetime`),
 and hands each lane a :class:`LaneMeter`, the agent's
 :class:`~service.agent.config.Meter`. It also answers the operator
 (``clankiectl budget``) and says what the heartbeat and ``lanes`` show.
@@ -25,9 +25,9 @@ from clankie.protocol import Caller, Room, Tokens
 from clankie.settings import Settings
 from service.agent.model import CacheTtl
 from service.agent.outcome import OutcomeKind, Usage
-from service.captain.budget import TREE, Amount, DayBudgets, Scope, Standing
-from service.captain.pace import Health, Pace
-from service.captain.spend_ledger import Ledger, rebuild, utc_day
+from service.captain.spend.budget import TREE, Amount, DayBudgets, Scope, Standing
+from service.captain.spend.cache_lifetime import Health, Pace
+from service.captain.spend.ledger import Ledger, rebuild, utc_day
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

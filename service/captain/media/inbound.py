@@ -10,7 +10,7 @@ declared size, ``Content-Length`` and while streaming) within
 response's ``Content-Type`` *and* by the bytes themselves (a mislabelled
 file would make the model API reject the whole turn, and so would a file
 over :data:`MODEL_MAX_BYTES`, whose base64 exceeds the API's 5 MiB, or over
-8000 px on a side, read from the header by :mod:`service.captain.image_size`). A stored image is
+8000 px on a side, read from the header by :mod:`service.captain.media.image_size`). A stored image is
 ``<state>/captain/inbound/<sha256>.<ext>`` (0600) and is pruned
 ``CLANKIE_INBOUND_IMAGE_RETENTION_SECONDS`` (a day) after its last use. Failures are content-free codes; a failed fetch costs only
 the picture, and the prompt says so.
@@ -33,10 +33,10 @@ import aiohttp
 from clankie.clock import Clock
 from clankie.paths import make_private_dirs
 from clankie.protocol import HistoryMessage, ImageAttachment
-from service.captain.image_size import MAX_SIDE, dimensions, fits_model
-from service.captain.prompt import ImageReport
+from service.captain.media.image_size import MAX_SIDE, dimensions, fits_model
 
 log = logging.getLogger(__name__)
+
 
 ALLOWED_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
 MAX_IMAGES = 4
@@ -148,8 +148,9 @@ class InboundImages:
     paths: tuple[Path, ...] = ()
     failed: tuple[str, ...] = ()
 
-    def report(self) -> ImageReport:
-        return ImageReport(shown=len(self.paths), missing=tuple(REASONS[c] for c in self.failed))
+    def missing(self) -> tuple[str, ...]:
+        """Why each image that is not shown is not, in plain words (what the prompt tells the model)."""
+        return tuple(REASONS[c] for c in self.failed)
 
     def without_files(self, reason: str = UNREADABLE) -> InboundImages:
         """The same images, none shown (by default: the stored copies could not be read after all)."""

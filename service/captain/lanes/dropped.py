@@ -1,6 +1,6 @@
 """A poison message leaves its room for good: its lane gets a note instead of its words, and no lane reads it back.
 
-A delivery judged poison (:mod:`service.captain.deliveries`) was part of
+A delivery judged poison (:mod:`service.captain.deliveries.store`) was part of
 ``CLANKIE_POISON_RUNS`` runs the service crashed in. Its words are already off
 its lane's session: each of those runs never ended, and a lane opened from disk
 cuts such a run's messages off its branch
@@ -30,13 +30,13 @@ import json
 import logging
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from clankie.disksync import sync_dir_later
 from clankie.jsonl import replace_file
 from clankie.paths import make_private_dirs
 from clankie.protocol import Author, HistoryMessage, Room
-from service.captain.keys import CaptainPaths
-from service.captain.registry import LaneRegistry
+from service.captain.lanes.keys import CaptainPaths, LanePlan
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,17 @@ NOTE = (
     "[service note] A message in this room was dropped without an answer: every attempt to answer it "
     "stopped the service, so it was never shown to you. If someone asks about it, say so."
 )
+
+
+class Lanes(Protocol):
+    """What :func:`drop` needs of the lanes (the captain's :class:`~service.captain.lanes.registry.LaneRegistry`)."""
+
+    @property
+    def paths(self) -> CaptainPaths: ...
+
+    def plan(self, room: Room, author: Author) -> LanePlan: ...
+
+    def note(self, plan: LanePlan, text: str) -> bool: ...
 
 
 def without(messages: Sequence[HistoryMessage], dropped: Collection[str]) -> tuple[HistoryMessage, ...]:
@@ -80,7 +91,7 @@ def _read(path: Path) -> list[str]:
     return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
-def drop(registry: LaneRegistry, room: Room, author: Author, message_ids: Sequence[str], delivery_id: str) -> None:
+def drop(registry: Lanes, room: Room, author: Author, message_ids: Sequence[str], delivery_id: str) -> None:
     """Take a poison delivery's messages out of its room: remember their ids, and note the drop in its lane.
 
     Synchronous (no await), so no run of the room can start between the two.

@@ -1,10 +1,10 @@
 """Every lane the captain has, live in memory or only on disk, newest activity first, bounded.
 
-``clankiectl lanes`` shows the live lanes (:mod:`service.captain.reports`)
+``clankiectl lanes`` shows the live lanes (:mod:`service.captain.lanes.reports`)
 and, after them, the lanes that exist only as session trees on disk: evicted
 (idle, least recently used) or left by an earlier process. A disk lane's row
 says whether it would come back warm (an eviction stamp of this process, see
-:mod:`service.captain.registry`) and how long ago its session files were last
+:mod:`service.captain.lanes.registry`) and how long ago its session files were last
 written. The directories are scanned when asked (``os.scandir``, one ``stat``
 per session file); at most ``limit`` rows are returned in all
 (``CLANKIE_LANES_LIST_MAX``), the most recently active first. One-shot trees
@@ -23,8 +23,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from clankie.journald import lane_hash
-from service.captain.keys import CaptainPaths
-from service.captain.registry import WARM_STAMP
+from service.captain.lanes.keys import CaptainPaths
+from service.captain.lanes.registry import WARM_STAMP
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,11 @@
 ended. The lane lookup, the lane machine's decision and the run start happen
 with no ``await`` between them, so two messages can never both start a run in
 one room. The jobs live apart: which lanes are live and the LRU bound on them
-(:mod:`service.captain.registry`), each lane's shell, the one place its
-machine is fed (:mod:`service.captain.shell`), the owner's run
-(:mod:`service.captain.runner`), what is reported about them
-(:mod:`service.captain.reports`) and the words said to the model
-(:mod:`service.captain.prompt`). The run id is minted here, once, and is the
+(:mod:`service.captain.lanes.registry`), each lane's shell, the one place its
+machine is fed (:mod:`service.captain.lanes.shell`), the owner's run
+(:mod:`service.captain.lanes.runner`), what is reported about them
+(:mod:`service.captain.lanes.reports`) and the words said to the model
+(:mod:`service.captain.lanes.prompt`). The run id is minted here, once, and is the
 id the agent runs and logs under.
 """
 
@@ -19,13 +19,13 @@ import functools
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.journald import lane_hash
-from clankie.protocol import LaneInfo, RunReport, TurnResult, TurnSubmit
+from clankie.protocol import Author, LaneInfo, Room, RunReport, TurnResult, TurnSubmit
 from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.tasks import TaskSet
@@ -34,19 +34,20 @@ from service.agent.governor import Governor
 from service.agent.model import Provider
 from service.agent.routes import Routes
 from service.agent.tools import Tool
-from service.captain import keys, listing, prompt, reports
-from service.captain.hosts import HostClient
-from service.captain.inbound import FetchPolicy, ImageFetcher
-from service.captain.keys import LanePlan
-from service.captain.lane import LIVE, AbortRequested, TurnArrived
-from service.captain.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, NewTurn, ended_within
-from service.captain.records import LaneLog, disk_failure
-from service.captain.registry import TEARDOWN_GRACE, LaneRegistry
-from service.captain.shell import LaneKit, LaneShell
-from service.captain.spending import Spending
+from service.captain.lanes import dropped, keys, listing, prompt, reports
+from service.captain.lanes.keys import LanePlan
+from service.captain.lanes.lane import AbortAgent, AbortRequested, ShutDown, TurnArrived
+from service.captain.lanes.lane_log import LaneLog
+from service.captain.lanes.live import SESSION_FAILED, SHUTDOWN_CODE, UNCONFIGURED, NewTurn, ended_within
+from service.captain.lanes.registry import TEARDOWN_GRACE, LaneRegistry
+from service.captain.lanes.shell import LaneKit, LaneShell
+from service.captain.media import FetchPolicy, ImageFetcher
+from service.captain.records import disk_failure
+from service.captain.spend import Spending
 from service.captain.tools import (
     Admission,
     DeliveryContext,
+    HostClient,
     TurnCapture,
     diagram_tool,
     redacted,
@@ -187,13 +188,12 @@ class Captain:
     # ------------------------------------------------------------------ operator surface
 
     def abort(self, key: str, run_id: str | None, reason: str) -> bool:
+        """Abort ``key``'s live run (only if it is ``run_id``, when named); whether the lane's machine aborted one."""
         lane = self.lanes.get(key)
-        if lane is None or lane.machine.state not in LIVE:
+        if lane is None:
             return False
-        if run_id is not None and run_id != lane.machine.run_id:
-            return False
-        lane.feed(AbortRequested("stalled" if reason == "stalled" else "operator"))
-        return True
+        actions = lane.feed(AbortRequested("stalled" if reason == "stalled" else "operator", run_id))
+        return any(isinstance(action, AbortAgent) for action in actions)
 
     async def abort_confirmed(self, key: str, run_id: str | None, reason: str, wait: float) -> bool:
         """:meth:`abort`, answered True only once the run has really ended (waiting up to ``wait`` s).
@@ -243,6 +243,15 @@ class Captain:
     def lane_counts(self) -> dict[str, int]:
         return reports.counts(self.registry)
 
+    def room_of(self, key: str) -> Room | None:
+        """The room of the live lane ``key``; None when it is not live."""
+        lane = self.registry.lanes.get(key)
+        return lane.room if lane is not None else None
+
+    def drop_poison(self, room: Room, author: Author, message_ids: Sequence[str], delivery_id: str) -> None:
+        """Take a poison delivery's messages out of its room for good (:func:`service.captain.lanes.dropped.drop`)."""
+        dropped.drop(self.registry, room, author, message_ids, delivery_id)
+
     async def aclose(self) -> None:
         """Abort every live run and close every session tree.
 
@@ -251,11 +260,7 @@ class Captain:
         """
         self.shutting_down = True
         for lane in list(self.lanes.values()):
-            if lane.agent.is_running:
-                lane.agent.abort("shutdown")
-            elif lane.owner_task is not None and not lane.owner_task.done():
-                lane.owner_task.cancel()  # accepted but not running yet (waiting for history)
-            self.registry.drop(lane)
+            lane.feed(ShutDown())  # its machine aborts a live run and drops the lane
         await self.registry.wait_closed()
         await self.background.aclose()
         await self._images.aclose()

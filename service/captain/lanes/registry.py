@@ -39,13 +39,12 @@ from clankie.settings import Settings
 from service.agent.agent import AgentConfig
 from service.agent.session import SessionTree
 from service.agent.transcript import CONTEXT_NOTE
-from service.captain import keys
-from service.captain.keys import LanePlan
-from service.captain.lane import LaneState
-from service.captain.live import ended_within
+from service.captain.lanes import keys
+from service.captain.lanes.keys import LanePlan
+from service.captain.lanes.live import ended_within
 
 if TYPE_CHECKING:  # the shell's kit is handed this registry's drop
-    from service.captain.shell import LaneShell
+    from service.captain.lanes.shell import LaneShell
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +52,6 @@ TEARDOWN_GRACE = 10.0
 WARM_STAMP = ".warm"  # in an evicted warm lane's directory: the instance id of the process that evicted it
 
 Build = Callable[[LanePlan, str, Room, SessionTree], "LaneShell"]
-
-
-def is_idle(lane: LaneShell) -> bool:
-    """No run, no turn waiting on the lane, and its owner task (if any) has ended: safe to evict."""
-    if lane.machine.state is not LaneState.IDLE or lane.slots:
-        return False
-    return lane.owner_task is None or lane.owner_task.done()
 
 
 class LaneRegistry:
@@ -146,7 +138,7 @@ class LaneRegistry:
     def _make_room(self) -> None:
         """Evict least recently used idle lanes until one more fits; busy lanes are never evicted."""
         while len(self.lanes) >= self.max_live:
-            victim = next((lane for lane in self.lanes.values() if lane.plan.kind != "oneshot" and is_idle(lane)), None)
+            victim = next((lane for lane in self.lanes.values() if lane.plan.kind != "oneshot" and lane.evictable()), None)
             if victim is None:
                 log.info("all %d live lanes are busy; exceeding lanes_max_live=%d for now", len(self.lanes), self.max_live)
                 return

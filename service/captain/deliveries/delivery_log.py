@@ -1,7 +1,7 @@
 """The delivery store's disk: numbered JSONL segments, and an index of where each delivery's latest line is.
 
 Every change to a delivery appends one line holding its whole current record
-(:mod:`service.captain.delivery_record`) to the current segment ``<n>.jsonl`` through an
+(:mod:`service.captain.deliveries.record`) to the current segment ``<n>.jsonl`` through an
 :class:`~clankie.appender.Appender`: the line reaches the kernel before the
 call returns and the disk on the sync threads; nothing is renamed or synced
 on the caller's thread. The latest line for an id wins.
@@ -48,7 +48,7 @@ from clankie.appender import Appender, DiskError
 from clankie.disksync import sync_dir_later
 from clankie.protocol import TurnResult
 from clankie.tasks import TaskSet
-from service.captain.delivery_record import UNREADABLE, Entry, fields, legacy_name, parse
+from service.captain.deliveries.record import UNREADABLE, Entry, fields, legacy_name, parse
 
 log = logging.getLogger(__name__)
 

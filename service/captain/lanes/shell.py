@@ -1,24 +1,24 @@
 """The lane's shell: one per live lane, the only caller of its machine and the one place its actions are obeyed.
 
 :meth:`LaneShell.feed` is the lane's funnel (h11's ``_process_event``): a
-turn arriving (:mod:`service.captain.captain`), the run streaming or ending
-(the agent's events, the owner's run in :mod:`service.captain.runner`) and an
+turn arriving (:mod:`service.captain.lanes.captain`), the run streaming or ending
+(the agent's events, the owner's run in :mod:`service.captain.lanes.runner`) and an
 abort all go in through it, and the actions that come back are carried out
 in one exhaustive ``match``, so an action the shell does not carry out is a
 mypy error (:func:`typing.assert_never`). A new lane event costs one row of
-:data:`service.captain.lane.TRANSITIONS` and, if it brings a new action, one
+:data:`service.captain.lanes.lane.TRANSITIONS` and, if it brings a new action, one
 ``case`` here.
 
 Each id lives in one place: the machine holds the run id and the turn ids
 (owner, steerers, held); the shell holds each waiting turn's
-:class:`~service.captain.live.TurnSlot` under its turn id; the delivery the
+:class:`~service.captain.lanes.live.TurnSlot` under its turn id; the delivery the
 live run answers (:attr:`LaneShell.owner`) is read from the two, never copied
-(the tools read it through :class:`~service.captain.tools.TurnCapture`).
+(the tools read it through :class:`~service.captain.tools.model_tools.TurnCapture`).
 
 Before a delivery is handed to a run (as its owner, or steered into it),
 ``joins`` is told which run it joins, so a crash during that run is counted
 against it and against nobody who was merely waiting
-(:mod:`service.captain.deliveries`).
+(:mod:`service.captain.deliveries.store`).
 """
 
 from __future__ import annotations
@@ -48,13 +48,12 @@ from service.agent.outcome import OutcomeKind, RunOutcome
 from service.agent.routes import Routes
 from service.agent.session import SessionTree
 from service.agent.tools import Tool
-from service.captain import prompt, runner
-from service.captain.inbound import OVER_STEER_LIMIT
-from service.captain.keys import CaptainPaths, LanePlan
-from service.captain.lane import (
-    LIVE,
+from service.captain.lanes import prompt, runner
+from service.captain.lanes.keys import CaptainPaths, LanePlan
+from service.captain.lanes.lane import (
     AbortAgent,
     AbortRequested,
+    Action,
     DropLane,
     Event,
     Fail,
@@ -63,17 +62,19 @@ from service.captain.lane import (
     HoldSteer,
     IllegalLaneEvent,
     Lane,
-    LaneState,
     RunEnded,
     RunStreaming,
+    ShutDown,
     StartRun,
     Steer,
     TurnArrived,
     joining,
 )
-from service.captain.live import FAILURE_CODES, NewTurn, TurnSlot
-from service.captain.records import LaneLog, disk_failure
-from service.captain.spending import Spending
+from service.captain.lanes.lane_log import LaneLog
+from service.captain.lanes.live import FAILURE_CODES, NewTurn, TurnSlot
+from service.captain.media import OVER_STEER_LIMIT
+from service.captain.records import disk_failure
+from service.captain.spend import Spending
 from service.captain.tools import DeliveryContext, TurnCapture
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class LaneShell:
     def __init__(self, kit: LaneKit, plan: LanePlan, key: str, room: Room, session: SessionTree) -> None:
         assert kit.provider is not None  # the captain opens no lane without a provider
         self.kit, self.plan, self.key, self.room = kit, plan, key, room
-        self.machine = Lane(key)
+        self.machine = Lane(key, oneshot=plan.kind == "oneshot")
         self.slots: dict[str, TurnSlot] = {}  # every turn waiting on the lane, by the turn id the machine gave it
         self.capture = TurnCapture(room=room, owner_of=lambda: self.owner)
         self.meter = kit.spending.meter(key, room, lambda: self.capture.actor_id or None) if kit.spending else None
@@ -123,7 +124,7 @@ class LaneShell:
             routes=kit.routes,
         )
         self.lane_log = LaneLog(kit.paths.lane_log(room), room, kit.clock)
-        self.fresh = True  # cold until a run has read the room's backlog
+        self.backlog = runner.Backlog(key, room, kit.settings.discord_context_messages, kit.paths)
         self.owner_task: asyncio.Task[None] | None = None
         self.run_started_boot = 0.0
         self.last_event_boot = 0.0
@@ -131,7 +132,6 @@ class LaneShell:
         self.typing_sent = False
         self.text_so_far = ""
         self.last_outcome: RunOutcome | None = None
-        self.history_requests = 0
         self._unsubscribe = self.agent.subscribe(self.on_event)
 
     @property
@@ -140,10 +140,29 @@ class LaneShell:
         return self.machine.run_id
 
     @property
+    def fresh(self) -> bool:
+        """Cold: no run has read the room's backlog yet (the next run reads it)."""
+        return self.backlog.cold
+
+    @fresh.setter
+    def fresh(self, cold: bool) -> None:
+        self.backlog.cold = cold
+
+    @property
+    def history_requests(self) -> int:
+        """How many times this lane asked the bridge for its room's backlog."""
+        return self.backlog.requests
+
+    @property
     def owner(self) -> DeliveryContext | None:
         """The delivery the live run answers: its owner turn's, while that waits (None between runs)."""
         slot = self.slots.get(self.machine.owner) if self.machine.owner is not None else None
         return slot.turn.delivery if slot is not None else None
+
+    def evictable(self) -> bool:
+        """The machine is at rest, no turn waits on the lane and its owner task (if any) has ended: safe to evict."""
+        task = self.owner_task
+        return self.machine.at_rest and not self.slots and (task is None or task.done())
 
     def close(self) -> None:
         """Stop hearing the agent and close the lane's session file."""
@@ -153,21 +172,22 @@ class LaneShell:
     # ------------------------------------------------------------------ the funnel
 
     @overload
-    def feed(self, event: TurnArrived, turn: NewTurn) -> None: ...
+    def feed(self, event: TurnArrived, turn: NewTurn) -> list[Action]: ...
     @overload
-    def feed(self, event: RunStreaming | RunEnded | AbortRequested) -> None: ...
+    def feed(self, event: RunStreaming | RunEnded | AbortRequested | ShutDown) -> list[Action]: ...
 
-    def feed(self, event: Event, turn: NewTurn | None = None) -> None:
-        """Hand ``event`` to the lane machine and carry out the actions it answers, in order.
+    def feed(self, event: Event, turn: NewTurn | None = None) -> list[Action]:
+        """Hand ``event`` to the lane machine, carry out the actions it answers, in order, and return them.
 
-        ``turn`` rides beside a :class:`~service.captain.lane.TurnArrived`, and only there: the record of
+        ``turn`` rides beside a :class:`~service.captain.lanes.lane.TurnArrived`, and only there: the record of
         the arriving turn, seated under the turn id the machine gives it. Raises
-        :class:`~service.captain.lane.IllegalLaneEvent` (and changes nothing) for an event the state
+        :class:`~service.captain.lanes.lane.IllegalLaneEvent` (and changes nothing) for an event the state
         refuses, or a turn's arrival without its record.
         """
         if isinstance(event, TurnArrived) != (turn is not None):
             raise IllegalLaneEvent(f"lane {self.key}: a turn's record rides with its TurnArrived, and only there")
-        for action in self.machine.handle(event, self.kit.clock.boottime()):
+        actions = self.machine.handle(event, self.kit.clock.boottime())
+        for action in actions:
             match action:
                 case StartRun(turn_id=turn_id, run_id=run_id):
                     slot = self._seat(turn_id, turn)
@@ -194,6 +214,7 @@ class LaneShell:
                     self.kit.drop(self)
                 case _:
                     assert_never(action)
+        return actions
 
     def _seat(self, turn_id: str, turn: NewTurn | None) -> TurnSlot:
         assert turn is not None  # feed() checked it: the machine names a new turn only for a TurnArrived
@@ -209,7 +230,21 @@ class LaneShell:
     def _start(self, slot: TurnSlot, run_id: str) -> None:
         self._stamp(slot)
         self.run_started_boot = self.last_event_boot = self.kit.clock.boottime()
-        self.owner_task = asyncio.create_task(runner.own(self, slot, run_id), name=f"lane-run-{run_id}")
+        self.capture.media.clear()
+        self.typing_sent, self.text_so_far = False, ""
+        self.owner_task = asyncio.create_task(self._own(slot, run_id), name=f"lane-run-{run_id}")
+
+    async def _own(self, slot: TurnSlot, run_id: str) -> None:
+        """The owner task: the run (:func:`service.captain.lanes.runner.own`); one that broke outside the model ends here."""
+        kit = self.kit
+        owner = runner.Owner(
+            key=self.key, room=self.room, agent=self.agent, meter=self.meter, spending=kit.spending,
+            backlog=None if self.plan.contained or not self.fresh else self.backlog,
+            contained=self.plan.contained, shutting_down=kit.shutting_down,
+        )
+        code = await runner.own(owner, slot, run_id)
+        if code is not None:  # an answer's end came in through the agent's RunEnd (on_event)
+            self.feed(RunEnded(code, run_id))
 
     def _stamp(self, slot: TurnSlot) -> None:
         """Attribute what the run's tools do to ``slot``'s author and message (a steer takes them over)."""
@@ -277,12 +312,8 @@ class LaneShell:
     def on_event(self, event: AgentEvent) -> None:
         """One event of the lane's agent: the run's start and end go to the machine, the rest to the body."""
         self.last_event_boot = self.kit.clock.boottime()
-        state = self.machine.state
         if isinstance(event, RunStart):
-            if state is LaneState.STARTING:
-                self.feed(RunStreaming())
-            elif state is LaneState.DROPPED:
-                self.agent.abort("stalled")
+            self.feed(RunStreaming())
         elif isinstance(event, ProviderWait):
             self.paced = event.waiting
         elif isinstance(event, TurnStart | RetryStart):
@@ -293,8 +324,7 @@ class LaneShell:
             self._tell_tool(event)
         elif isinstance(event, RunEnd):
             self.last_outcome = event.outcome
-            if state in LIVE:
-                self.feed(RunEnded(runner.failure_code(event.outcome)))
+            self.feed(RunEnded(runner.failure_code(event.outcome), event.run_id))
 
     def watch_typing(self, delta: str) -> None:
         """Send ``typing`` once per run, the first time the reply can no longer become ``[[stay-silent]]``."""

@@ -28,7 +28,7 @@ from clankie.jsonl import encode_line, read_lines
 from clankie.paths import ensure_private_dir
 from clankie.pricing import ModelPrice, price_of
 from clankie.quiet import Quiet
-from service.captain.budget import TREE, Amount, DayBudgets
+from service.captain.spend.budget import TREE, Amount, DayBudgets
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ def lane_file_key(room: Room) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LanePlan:
-    """Which lane a turn runs in (:meth:`service.captain.registry.LaneRegistry.plan`): its kind, key and directory."""
+    """Which lane a turn runs in (:meth:`service.captain.lanes.registry.LaneRegistry.plan`): its kind, key and directory."""
 
     kind: str  # "room" | "system" | "oneshot"
     key: str

@@ -1,7 +1,7 @@
 """A lane's live records and the codes its turns fail with.
 
 :class:`NewTurn` is one admitted message on its way into a lane; the lane's
-shell (:mod:`service.captain.shell`) seats it in a :class:`TurnSlot` under the
+shell (:mod:`service.captain.lanes.shell`) seats it in a :class:`TurnSlot` under the
 turn id the lane machine gives it, and answers it through the slot's future.
 Kept apart from the shell so the shell reads as the sequence of what happens
 to a turn, and these as the data it happens to.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from clankie.clock import Clock
 from clankie.protocol import Code, HistoryMessage, Trigger, TurnResult
 from service.agent.outcome import OutcomeKind
-from service.captain.inbound import NO_TURN_IMAGES, TurnImages
+from service.captain.media import NO_TURN_IMAGES, TurnImages
 from service.captain.tools import DeliveryContext
 
 SESSION_FAILED = Code.CAPTAIN_SESSION_FAILED
