@@ -59,7 +59,7 @@ class Child:
         self.tree: Owner = tree
         self.clock: Clock = tree.clock
         self.life = Lifecycle(policy=spec.policy, rand=rand)
-        self.liveness = Liveness(spec.heartbeat_timeout or heartbeat_timeout)
+        self.liveness = Liveness(spec.heartbeat_timeout or heartbeat_timeout, first=spec.start_timeout)
         settings = tree.settings
         self.stall = (
             StallWatchdog(settings.stall_seconds, settings.stall_abort_grace_seconds) if spec.watch_stalls else None
@@ -189,7 +189,7 @@ class Child:
                 listeners=self.tree.listeners_for(self.spec),
                 on_link=on_link,
                 reap=self.tree.reap,
-                hello_timeout=self.liveness.timeout,
+                hello_timeout=self.liveness.first,  # its hello comes after its imports, as its first beat
                 secrets_fd=secrets_fd,
             )
         finally:
@@ -212,7 +212,7 @@ class Child:
         proc.hand_to(self._on_link, self._linked)
         if how != "cold":
             self.tree.spawn(self._activate(proc), name=f"activate-{self.name}")
-        self.liveness.arm(now)
+        self.liveness.arm(now, cold=how == "cold")
         if self.stall is not None:
             self.stall.reset()
         log.info("started %s pid=%d (%s)", self.name, proc.pid, how)

@@ -54,7 +54,7 @@ class Spare:
         self.dying: set[Proc] = set()
         self._none_dying = asyncio.Event()
         self._none_dying.set()
-        self.liveness = Liveness(child.liveness.timeout)
+        self.liveness = Liveness(child.liveness.timeout, first=child.liveness.first)
         self._timer: asyncio.Task[None] | None = None  # feeds WARM (after the want's delay) or DUE (a backoff's end)
         self._handed: Proc | None = None  # the process HAND_OVER took from the slot, for take() to return
 

@@ -24,17 +24,27 @@ from clankie.protocol import Heartbeat
 
 
 class Liveness:
-    """Heartbeat deadline for one child, on the monotonic clock."""
+    """Heartbeat deadline for one child, on the monotonic clock.
 
-    def __init__(self, timeout: float) -> None:
+    A process just spawned has ``first`` seconds (at least ``timeout``) for its first beat: its cold imports
+    come before it can beat, and on a loaded machine they take longer than a beat may be late (the service's
+    took 55 s once). After the first beat, or for a process that was already running (a warm spare taking
+    the child's place), ``timeout`` seconds between two beats.
+    """
+
+    def __init__(self, timeout: float, first: float | None = None) -> None:
         self.timeout = timeout
+        self.first = max(timeout, first if first is not None else timeout)
         self.last_beat: float | None = None
         self._armed_at: float | None = None
+        self._until_first = self.first
 
-    def arm(self, now: float) -> None:
-        """The child was spawned: it has ``timeout`` seconds to send its first beat."""
+    def arm(self, now: float, *, cold: bool = True) -> None:
+        """The process was spawned (``cold``) or took the child's place: it has ``first`` seconds to send its
+        first beat when cold, ``timeout`` when it ran already."""
         self._armed_at = now
         self.last_beat = None
+        self._until_first = self.first if cold else self.timeout
 
     def disarm(self) -> None:
         self._armed_at = None
@@ -45,13 +55,15 @@ class Liveness:
     def expired(self, now: float) -> bool:
         if self._armed_at is None:
             return False
-        since = self.last_beat if self.last_beat is not None else self._armed_at
-        return now - since > self.timeout
+        deadline = self.deadline()
+        return deadline is not None and now > deadline
 
     def deadline(self) -> float | None:
         if self._armed_at is None:
             return None
-        return (self.last_beat if self.last_beat is not None else self._armed_at) + self.timeout
+        if self.last_beat is None:
+            return self._armed_at + self._until_first
+        return self.last_beat + self.timeout
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,39 @@ from clankie import settings as settings_mod
 from clankie.peers import HANDED
 from clankie.testing.clock import FakeClock
 
+LONG_UNMARKED = (
+    "tests/test_gen_docs.py",
+    "tests/service/test_warm.py",
+    "tests/test_import_rules.py",
+    "tests/bridge/test_waiting_memory.py",
+    "tests/bridge/test_dedupe.py::test_a_remembered_id_costs_bytes_not_objects",
+    "tests/bridge/test_gateway_resume.py::test_a_crash_loop_backs_identifies_off_and_warns_when_starts_run_low",
+    "tests/hosts/tldraw/test_tldr_node.py::test_every_generated_document_validates",
+    "tests/test_observability_doc.py",
+    "tests/service/agent/test_session_files.py::test_lane_memory_stays_flat_over_many_turns",
+    "tests/bridge/test_shards_e2e.py",
+    "tests/supervisor/test_lifecycle.py::test_every_move_the_core_makes_is_a_row_of_the_table",
+    "tests/bridge/test_e2e_bounds.py",
+    "tests/hosts/tldraw/test_render.py::test_async_render_keeps_the_event_loop_live",
+)
+"""Tests (files, or one test each) not marked ``slow`` that take 10-60 s on a cold, busy machine (docs/benchmarks.md,
+the suite's slowest): they start right after the slow ones. Collected in their usual place, the top-level files
+(``tests/test_gen_docs.py``: 60, 41, 20 and 17 s) came last, and one worker ran them alone at the end of the run."""
+
+
+def schedule(item: pytest.Item) -> int:
+    """0: marked ``slow``; 1: one of :data:`LONG_UNMARKED`; 2: the rest."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    return 1 if any(item.nodeid == long or item.nodeid.startswith((f"{long}::", f"{long}[")) for long in LONG_UNMARKED) else 2
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` (real trees, real browsers) run first, in their usual order: ``scripts/test`` has
-    pytest-xdist hand each worker one test at a time (``--maxschedchunk=1``), so they spread over every worker
-    instead of ending the run on one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Tests marked ``slow`` (real trees, real browsers) run first, then the long ones without a mark
+    (:data:`LONG_UNMARKED`), each group in its usual order: ``scripts/test`` has pytest-xdist hand each worker one test
+    at a time (``--maxschedchunk=1``), so they spread over every worker and the run ends on short tests on all of them
+    instead of a long one on one."""
+    items.sort(key=schedule)
 
 
 @pytest.fixture

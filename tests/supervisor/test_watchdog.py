@@ -70,3 +70,16 @@ def test_liveness_expires_without_heartbeats_on_the_monotonic_clock() -> None:
     assert not live.expired(3.9) and live.expired(4.1)
     live.disarm()
     assert not live.expired(1e9)
+
+
+def test_a_cold_process_has_its_start_time_for_its_first_beat_and_a_warm_one_does_not() -> None:
+    """Cold imports come before a first beat: a process just spawned is given ``first`` seconds for it, then the
+    usual ``timeout`` between beats; a warm spare taking the child's place (it ran already) gets ``timeout`` only."""
+    live = Liveness(timeout=2.0, first=60.0)
+    live.arm(0.0)
+    assert not live.expired(59.9) and live.expired(60.1)  # a process that never beats is still wedged
+    live.beat(10.0)
+    assert not live.expired(11.9) and live.expired(12.1)
+    live.arm(100.0, cold=False)
+    assert not live.expired(101.9) and live.expired(102.1)
+    assert Liveness(timeout=30.0, first=10.0).first == 30.0  # never less than a beat may be late
