@@ -11,10 +11,9 @@ PostgreSQL refuses to run as root, so when the tests run as root (CI) the cluste
 theirs. The server is started with ``PR_SET_PDEATHSIG`` = SIGQUIT (PostgreSQL's immediate shutdown), so a test process
 that dies takes its cluster with it.
 
-Two pytest fixtures, for a ``conftest.py`` to import: :func:`postgres_cluster` (one cluster per test session, which
-is one per pytest-xdist worker) and :func:`postgres_dsn` (a fresh database per test on it). Without PostgreSQL
-installed they fail with a message saying how to install it: CI installs it (``scripts/bootstrap``), so a missing
-server is an error, never a skip.
+The pytest fixtures over it live in ``tests/postgres.py``: one cluster per test session (so one per pytest-xdist
+worker) and a fresh database per test. Without PostgreSQL installed they fail with :data:`INSTALL_HINT`: CI installs it
+(``scripts/bootstrap``), so a missing server is an error, never a skip.
 """
 
 from __future__ import annotations
@@ -29,11 +28,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 from psycopg import sql
 
 PASSWORD_GROUP = "clankie_password_login"
@@ -192,27 +189,3 @@ class Cluster:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[Cluster]:
-    """One running cluster for this test session (one per pytest-xdist worker), stopped at the end."""
-    try:
-        cluster = Cluster()
-    except PostgresMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def postgres_dsn(postgres_cluster: Cluster) -> Iterator[str]:
-    """A fresh, empty database for one test, as a DSN; dropped after it."""
-    name = postgres_cluster.create_database()
-    try:
-        yield postgres_cluster.dsn(name)
-    finally:
-        postgres_cluster.drop_database(name)

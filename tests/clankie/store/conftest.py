@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from clankie.testing.postgres import postgres_cluster, postgres_dsn
+from tests.postgres import postgres_cluster, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_dsn"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from clankie.testing.postgres import Cluster
+from clankie.testing.postgres import Cluster, PostgresMissing, bin_dir
 
 
 def test_a_fresh_database_takes_writes_on_the_clusters_own_socket(postgres_cluster: Cluster, postgres_dsn: str) -> None:
@@ -32,3 +32,11 @@ def test_a_password_user_is_refused_a_wrong_password(postgres_cluster: Cluster, 
     psycopg.connect(postgres_cluster.dsn(dbname, user="harness_pw", password="right")).close()
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         psycopg.connect(postgres_cluster.dsn(dbname, user="harness_pw", password="wrong")).close()
+
+
+def test_without_postgresql_the_harness_fails_saying_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Debian PostgreSQL and no initdb on PATH: an error naming the install command (the fixture fails, never skips)."""
+    monkeypatch.setattr("clankie.testing.postgres.glob.glob", lambda pattern: [])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(PostgresMissing, match=r"apt-get install -y postgresql"):
+        bin_dir()
