@@ -16,9 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
-LEASE_MARGIN = 1.0
-"""Seconds a holder gives up its lease before the database would let it expire (docs/multi-machine.md, "The lease
-arithmetic"): its local deadline is the start of its last successful renew + TTL − this."""
+from clankie.store.lease import LEASE_MARGIN
+
 SECRET_KEYS = frozenset({"password", "sslpassword"})
 """DSN parameters that are never shown."""
 
