@@ -7,10 +7,12 @@ compared on the **database's** clock (``now()``), never the tree's:
   on the row and one wins;
 - :meth:`PgLeases.renew` extends the lease only while the holder and the epoch match and it has not expired;
 - :meth:`PgLeases.release` frees it at once (a handback need not wait for the TTL);
-- :meth:`PgLeases.fenced` opens the transaction every write for a shard runs in: it reads the lease row ``FOR SHARE``
-  with the writer's :class:`Fence` and refuses (:class:`StaleEpoch`, counted in ``clankie_stale_epoch_writes_total``)
-  when the epoch is stale, the holder another or the lease expired. The share lock makes a takeover wait for the
-  write in flight, so no write with an old epoch lands after a new one was granted.
+- :meth:`PgLeases.fenced` opens the transaction every write for a shard runs in: it reads the lease row
+  ``FOR KEY SHARE`` with the writer's :class:`Fence` and refuses (:class:`StaleEpoch`, counted in
+  ``clankie_stale_epoch_writes_total``) when the epoch is stale, the holder another or the lease expired. An acquire
+  locks the row ``FOR UPDATE``, which waits for that lock: a takeover waits for the write in flight, so no write
+  with an old epoch lands after a new one was granted. A renew's ``UPDATE`` of the expiry does not wait for it, so
+  the holder's own writes never hold up its renews.
 
 :class:`LeaseKeeper` is the shell around the pure :class:`~clankie.store.lease.Lease` for one shard: it acquires,
 renews every period, and reports through ``on_action`` when the shard is to be served and when it must stop. A renew
@@ -70,16 +72,20 @@ class PgLeases:
         self.stale_writes = 0
 
     async def acquire(self, shard: str, holder: str, ttl: float) -> int | None:
-        """Take ``shard`` if it is free or expired: the new epoch, or None while another tree holds it."""
-        async with self.pool.connection() as conn:
+        """Take ``shard`` if it is free or expired: the new epoch, or None while another tree holds it.
+
+        The row is locked ``FOR UPDATE`` first: that waits for every fenced write in flight (each holds the row
+        ``FOR KEY SHARE``), so no write with the old epoch can commit after the new epoch is granted.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("INSERT INTO clankie_shard_lease (shard) VALUES (%s) ON CONFLICT (shard) DO NOTHING", (shard,))
+            await conn.execute("SELECT 1 FROM clankie_shard_lease WHERE shard = %s FOR UPDATE", (shard,))
             cur = await conn.execute(
                 """
-                INSERT INTO clankie_shard_lease AS l (shard, holder, epoch, expires_at, acquired_at, renewed_at)
-                VALUES (%(shard)s, %(holder)s, 1, now() + make_interval(secs => %(ttl)s), now(), now())
-                ON CONFLICT (shard) DO UPDATE
-                    SET holder = excluded.holder, epoch = l.epoch + 1, expires_at = excluded.expires_at,
-                        acquired_at = now(), renewed_at = now()
-                    WHERE l.holder IS NULL OR l.expires_at <= now()
+                UPDATE clankie_shard_lease
+                SET holder = %(holder)s, epoch = epoch + 1, expires_at = now() + make_interval(secs => %(ttl)s),
+                    acquired_at = now(), renewed_at = now()
+                WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now())
                 RETURNING epoch
                 """,
                 {"shard": shard, "holder": holder, "ttl": ttl},
@@ -123,7 +129,7 @@ class PgLeases:
                 """
                 SELECT 1 FROM clankie_shard_lease
                 WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
-                FOR SHARE
+                FOR KEY SHARE
                 """,
                 {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch},
             )

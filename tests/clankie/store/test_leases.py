@@ -158,6 +158,39 @@ def _pause_and_take_over(child: subprocess.Popen[str], dsn: str) -> None:
     assert "stop deadline" in lines or "stop taken" in lines, lines
 
 
+def test_a_holder_paused_inside_a_write_cannot_block_the_takeover(dsn: str) -> None:
+    """SIGSTOPped with a fenced write's transaction open (its lock on the lease row held): the server ends the idle
+    session after the TTL, the other tree takes the shard, and the paused write never commits."""
+    cmd = [sys.executable, "-m", "tests.clankie.store.lease_child", dsn, SHARD, "paused-tree", "0.5", "3.0"]
+    with subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "serve 1"
+            child.stdin.write("hold 301\n")
+            assert child.stdout.readline().strip() == "holding 301"
+            os.kill(child.pid, signal.SIGSTOP)
+
+            async def take_over() -> int:
+                async with leases_on(dsn) as leases:
+                    async def attempt() -> int | None:
+                        try:
+                            return await leases.acquire(SHARD, "other-tree", 6.0)
+                        except psycopg.errors.LockNotAvailable:
+                            return None
+                    return await until_probe(attempt, timeout=30, what="the takeover past the paused write", step=0.1)
+
+            assert asyncio.run(take_over()) == 2
+            os.kill(child.pid, signal.SIGCONT)
+            child.stdin.write("commit 301\n")
+            lines = [child.stdout.readline().strip() for _ in range(2)]
+            assert any(line.startswith("lost 301") for line in lines), lines
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+    assert rows(dsn, "SELECT message_id FROM clankie_dedupe") == []
+    assert rows(dsn, "SELECT holder, epoch FROM clankie_shard_lease") == [("other-tree", 2)]
+
+
 def test_a_holder_whose_renew_hangs_reports_lost_while_the_database_still_holds_its_lease(dsn: str) -> None:
     """The keeper's renew waits on a row lock another session holds (a real hang on the real server); at the local
     deadline on its clock it stops serving, and the database's expiry is still ahead: nobody else could be in yet."""
