@@ -17,7 +17,9 @@ compared on the **database's** clock (``now()``), never the tree's:
 :class:`LeaseKeeper` is the shell around the pure :class:`~clankie.store.lease.Lease` for one shard: it acquires,
 renews every period, and reports through ``on_action`` when the shard is to be served and when it must stop. A renew
 is raced against the local deadline on the injected clock, so a renew the database never answers (a partition, a
-lock it waits on) still ends in ``stop_serving`` before the lease can expire on the database.
+lock it waits on) still ends in ``stop_serving`` before the lease can expire on the database. Its time is the
+clock's ``boottime`` (``CLOCK_BOOTTIME``): a host that was suspended wakes past its deadline, as the database's clock
+says it is, and stops serving at its next step instead of believing the seconds it slept never passed.
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ class LeaseKeeper:
         return Fence(self.shard, self.holder, self.lease.epoch) if self.lease.serving else None
 
     def _feed(self, event: LeaseEvent, epoch: int = 0) -> list[Action]:
-        actions = self.lease.handle(event, self.clock.monotonic(), epoch)
+        actions = self.lease.handle(event, self.clock.boottime(), epoch)
         for action in actions:
             if action.kind in (Kind.SERVE, Kind.STOP_SERVING):
                 log.info("shard %s: %s at epoch %d%s", self.shard, action.kind.value, action.epoch,
@@ -175,7 +177,7 @@ class LeaseKeeper:
     async def _bounded(self, call: asyncio.Future[T], until: float) -> T | None:
         """``call``'s result, or None (the call cancelled, left to finish its cancellation) if the clock reaches
         ``until`` first."""
-        sleeper = asyncio.ensure_future(self.clock.sleep(until - self.clock.monotonic()))
+        sleeper = asyncio.ensure_future(self.clock.sleep(until - self.clock.boottime()))
         try:
             waited: set[asyncio.Future[T] | asyncio.Future[None]] = {call, sleeper}
             done, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
@@ -198,7 +200,7 @@ class LeaseKeeper:
             self._feed(LeaseEvent.WANT)
             try:
                 epoch = await self._bounded(asyncio.ensure_future(self.leases.acquire(self.shard, self.holder, self.ttl)),
-                                            self.clock.monotonic() + lease.ttl - lease.margin)
+                                            self.clock.boottime() + lease.ttl - lease.margin)
             except TRANSIENT as exc:
                 log.warning("shard %s: acquire failed (%s)", self.shard, type(exc).__name__)
                 epoch = None
@@ -208,7 +210,7 @@ class LeaseKeeper:
             if epoch is None:
                 await self.clock.sleep(lease.renew)
             return
-        due = lease.due(self.clock.monotonic())
+        due = lease.due(self.clock.boottime())
         if due is LeaseEvent.DEADLINE:
             self._feed(due)
             return
@@ -228,7 +230,7 @@ class LeaseKeeper:
             return
         wake = lease.wake_at()
         if wake is not None:
-            await self.clock.sleep(wake - self.clock.monotonic())
+            await self.clock.sleep(wake - self.clock.boottime())
 
     async def run(self) -> None:
         """Keep the lease until cancelled."""

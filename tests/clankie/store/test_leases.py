@@ -226,6 +226,24 @@ async def _waiting_on_lock(dsn: str) -> bool:
         return row is not None and row[0] == 1
 
 
+def test_a_host_that_slept_past_its_deadline_stops_serving_when_it_wakes(dsn: str) -> None:
+    """Suspend stops the monotonic clock but not the database's: the keeper counts boottime, so on waking it sees
+    its deadline gone and stops serving before anything else."""
+    clock = FakeClock()
+    seen: list[Action] = []
+
+    async def main() -> None:
+        async with leases_on(dsn) as leases:
+            keeper = LeaseKeeper(leases, SHARD, "sleepy-tree", clock, renew=2.0, ttl=6.0, on_action=seen.append)
+            await keeper.step()
+            clock.suspend(60.0)
+            await keeper.step()
+            assert seen == [Action(Kind.SERVE, 1), Action(Kind.STOP_SERVING, 1, "deadline")]
+            assert fence_of(keeper) is None
+
+    asyncio.run(main())
+
+
 def test_a_keeper_takes_a_free_shard_renews_it_and_releases_it(dsn: str) -> None:
     """Acquire, a renew each period on its clock, and a release that frees the row for the next tree at once."""
     clock = FakeClock()
