@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         target.add_argument("--spec-file", type=Path, help=argparse.SUPPRESS)
         target.add_argument("--stop-budget", type=float, default=STOP_BUDGET, help="seconds the ordered stop may take")
     db = sub.add_parser("db", help="the PostgreSQL profile's database (docs/multi-machine.md)")
-    db.add_argument("action", choices=["upgrade"], help="upgrade: apply the schema migrations the database lacks")
+    db.add_argument("action", choices=["upgrade", "status"],
+                    help="upgrade: apply the schema migrations the database lacks; status: the schema and each shard's lease")
+    db.add_argument("--json", action="store_true", help="status as JSON")
     return p
 
 
@@ -93,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stderr: StderrQueue | None = None
     own_log: selflog.FileHandler | None = None
     if args.command == "db":
-        return dbcli.main(args.action)
+        return dbcli.main(args.action, as_json=args.json)
     try:
         settings = load()
         redact = Redactor.of(settings)

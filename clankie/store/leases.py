@@ -59,6 +59,17 @@ class Fence:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    """One shard's lease as the database sees it now: ``expires_in`` is seconds on its clock (negative: expired;
+    ``-inf``: released or never held)."""
+
+    shard: str
+    holder: str | None
+    epoch: int
+    expires_in: float
+
+
 def shard_name(shard_id: int, count: int) -> str:
     """A lease's shard key, ``"<id>/<count>"`` (an unsharded bot is ``"0/1"``)."""
     if not 0 <= shard_id < count:
@@ -119,6 +130,10 @@ class PgLeases:
             )
             return cur.rowcount == 1
 
+    async def rows(self) -> list[LeaseRow]:
+        """Every shard's lease, by shard (a released or never-held lease has no holder)."""
+        return await read_rows(self.pool)
+
     @asynccontextmanager
     async def fenced(self, fence: Fence) -> AsyncIterator[Connection]:
         """A transaction for a write of ``fence.shard``, open only while ``fence`` is the shard's live lease.
@@ -141,6 +156,29 @@ class PgLeases:
                 log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
                 raise StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
             yield conn
+
+
+ROWS_SQL = b"""
+SELECT shard, holder, epoch,
+       CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE '-Infinity'::float8 END
+FROM clankie_shard_lease ORDER BY split_part(shard, '/', 2)::int, split_part(shard, '/', 1)::int
+"""
+
+
+def _row(raw: tuple[object, ...]) -> LeaseRow:
+    return LeaseRow(str(raw[0]), None if raw[1] is None else str(raw[1]), int(str(raw[2])), float(str(raw[3])))
+
+
+async def read_rows(pool: Pool) -> list[LeaseRow]:
+    """:meth:`PgLeases.rows` for a pool."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(ROWS_SQL)
+        return [_row(r) for r in await cur.fetchall()]
+
+
+def read_rows_sync(conn: psycopg.Connection[tuple[object, ...]]) -> list[LeaseRow]:
+    """Every shard's lease, on a plain connection (``clankie db status``)."""
+    return [_row(r) for r in conn.execute(ROWS_SQL).fetchall()]
 
 
 class LeaseKeeper:

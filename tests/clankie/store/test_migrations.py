@@ -3,6 +3,7 @@ together apply each version once; a database newer than the tree is refused; ``c
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -115,3 +116,25 @@ def test_a_tree_refuses_to_start_against_a_newer_schema(tmp_path: Path, postgres
     assert done.returncode == EX_CONFIG, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "newer than this tree knows" in lines[0], done.stderr
+
+
+def test_clankie_db_status_shows_the_schema_and_every_shards_lease(tmp_path: Path, postgres_dsn: str) -> None:
+    """Read only: the version against what the tree knows, and each lease by shard with its holder, epoch and expiry
+    on the database's clock; ``--json`` for scripts."""
+    database.prepare(postgres_dsn)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO clankie_shard_lease (shard, holder, epoch, expires_at) VALUES "
+                     "('1/2', 'tree-b', 4, now() + interval '1 hour'), ('0/2', NULL, 2, '-infinity'), "
+                     "('3/4', 'tree-a', 1, now() - interval '1 minute')")
+    done = _clankie(tmp_path, postgres_dsn, "db", "status")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == f"schema version {migrations.latest()} (this tree knows {migrations.latest()})"
+    assert lines[1] == "shard 0/2: - at epoch 2, free"
+    assert lines[2].startswith("shard 1/2: tree-b at epoch 4, expires in 3") and lines[2].endswith("s")
+    assert lines[3] == "shard 3/4: tree-a at epoch 1, expired"
+    as_json = _clankie(tmp_path, postgres_dsn, "db", "status", "--json")
+    parsed = json.loads(as_json.stdout)
+    assert parsed["schema"] == {"version": migrations.latest(), "known": migrations.latest()}
+    assert [(r["shard"], r["holder"], r["epoch"]) for r in parsed["leases"]] == [("0/2", None, 2), ("1/2", "tree-b", 4), ("3/4", "tree-a", 1)]
+    assert parsed["leases"][0]["expires_in_s"] is None and parsed["leases"][1]["expires_in_s"] > 3000 > 0 > parsed["leases"][2]["expires_in_s"]
