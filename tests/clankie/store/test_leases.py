@@ -124,7 +124,8 @@ def test_release_hands_the_shard_over_at_once_with_the_next_epoch(dsn: str) -> N
 def test_a_paused_holder_loses_the_shard_after_the_ttl_and_its_late_write_is_refused(dsn: str) -> None:
     """A real holder process is SIGSTOPped: after its lease expires on the database another tree takes the shard with
     epoch 2; woken, the paused holder's write with epoch 1 is refused and counted, and only the new holder's lands."""
-    cmd = [sys.executable, "-m", "tests.clankie.store.lease_child", dsn, SHARD, "paused-tree", "0.5", "3.0"]
+    # renew 0.5 s, TTL 6 s: a window of 5 s, so a loaded machine does not lose the lease before the pause
+    cmd = [sys.executable, "-m", "tests.clankie.store.lease_child", dsn, SHARD, "paused-tree", "0.5", "6.0"]
     with subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1) as child:
         try:
             _pause_and_take_over(child, dsn)
@@ -161,7 +162,8 @@ def _pause_and_take_over(child: subprocess.Popen[str], dsn: str) -> None:
 def test_a_holder_paused_inside_a_write_cannot_block_the_takeover(dsn: str) -> None:
     """SIGSTOPped with a fenced write's transaction open (its lock on the lease row held): the server ends the idle
     session after the TTL, the other tree takes the shard, and the paused write never commits."""
-    cmd = [sys.executable, "-m", "tests.clankie.store.lease_child", dsn, SHARD, "paused-tree", "0.5", "3.0"]
+    # renew 0.5 s, TTL 6 s: a window of 5 s, so a loaded machine does not lose the lease before the pause
+    cmd = [sys.executable, "-m", "tests.clankie.store.lease_child", dsn, SHARD, "paused-tree", "0.5", "6.0"]
     with subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1) as child:
         assert child.stdin is not None and child.stdout is not None
         try:
