@@ -88,6 +88,8 @@ FAMILIES: dict[str, Family] = {
     "clankie_gateway_resumes_total": Family("counter", "Gateway sessions the bridge RESUMEd (a restarted bridge's included)."),
     "clankie_gateway_identifies_total": Family("counter",
                                                "Gateway sessions the bridge started with IDENTIFY (each spends a session start)."),
+    "clankie_stale_epoch_writes_total": Family("counter", "Writes for a shard refused because their lease epoch was stale "
+                                               "(the PostgreSQL profile's fencing, docs/multi-machine.md)."),
     "clankie_gateway_session_starts_remaining": Family("gauge",
                                                        "Session starts Discord says are left today (GET /gateway/bot)."),
     "clankie_discord_shard_up": Family("gauge", "1 while this tree's gateway session on the shard is up, else 0 (only when sharded).",

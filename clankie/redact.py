@@ -145,6 +145,9 @@ class Redactor:
         secret_of = getattr(settings, "route_secret", None)  # a fallback model route's secret, where this process holds one
         if secret_of is not None:
             values += [secret_of(r.name) for r in getattr(settings, "model_routes", ())]
+        password_of = getattr(settings, "postgres_password", None)  # the PostgreSQL DSN's password (CLANKIE_STORE=postgres)
+        if password_of is not None:
+            values.append(password_of())
         return cls(v.get_secret_value() for v in values if v is not None)
 
     def __bool__(self) -> bool:

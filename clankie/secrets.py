@@ -20,7 +20,7 @@ from clankie.errors import ConfigError
 
 SECRETS_FD_ENV = "CLANKIE_SECRETS_FD"
 
-VARIABLE = {"discord_token": "DISCORD_TOKEN", "anthropic_api_key": "ANTHROPIC_API_KEY"}
+VARIABLE = {"discord_token": "DISCORD_TOKEN", "anthropic_api_key": "ANTHROPIC_API_KEY", "postgres_dsn": "CLANKIE_POSTGRES_DSN"}
 """Secret field -> the environment variable an operator may set for it."""
 
 SECRET_VARIABLES = frozenset(

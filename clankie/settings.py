@@ -29,8 +29,10 @@ from clankie.settings_isolation import IsolationSettings
 from clankie.settings_observability import ObservabilitySettings
 from clankie.settings_routes import RouteSettings, route_secrets
 from clankie.settings_spend import SpendSettings
+from clankie.settings_store import StoreSettings
 
-CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key"}
+CREDENTIALS = {"discord_token": "discord_token", "anthropic_api_key": "anthropic_api_key", "postgres_dsn": "postgres_dsn"}
+CREDENTIAL_VARIABLE = {"postgres_dsn": "CLANKIE_POSTGRES_DSN"}  # a credential whose variable is not its name upper-cased
 
 FAILURE_REACTION = "CLANKIE_DISCORD_FAILURE_REACTION"
 
@@ -52,7 +54,7 @@ def _alias(*names: str) -> Any:
 
 class Settings(
     BaseSettings, BoundsSettings, SpendSettings, ObservabilitySettings, IsolationSettings, BrowserUnitSettings,
-    RouteSettings,
+    RouteSettings, StoreSettings,
 ):
     """Every operator-facing setting (ARCHITECTURE §5). Build it with :func:`load`."""
 
@@ -260,7 +262,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         "attachment_root": discord_attachment_root(e),
     }
     for field, value in _credentials(e).items():
-        alias = field.upper()
+        alias = CREDENTIAL_VARIABLE.get(field, field.upper())
         if not (e.get(alias) or "").strip():
             init[field] = value
     if (e.get("CLANKIE_DEMO") or "").strip().lower() in ("1", "true", "yes", "on") and not urls.is_loopback(

@@ -128,6 +128,7 @@ MACHINES = (
     Machine("hosts/browser/lifecycle.py", "the browser", ("apply",), "Lifecycle"),
     Machine("service/agent/breaker.py", "a model route's breaker", ("apply",), "Breaker"),
     Machine("bridge/gateway_link.py", "a shard's gateway link", ("move",), "Link"),
+    Machine("clankie/store/lease.py", "a shard's lease", ("handle",), "Lease"),
 )
 """Every module that says it is a pure state machine, with its entries (``scripts/gen-docs`` checks the list is whole).
 The watchdog (``supervisor/watchdog.py``) is pure but not a machine: it has rules over time, no table of states."""

@@ -26,7 +26,7 @@ from clankie.paths import child_log_dir, ensure_private_dir, process_environment
 from clankie.redact import Redactor
 from clankie.settings import Settings, load
 from clankie.version import describe
-from supervisor import selflog
+from supervisor import dbcli, selflog
 from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
 from supervisor.spec import ChildSpec, bridge_keeps_spare, default_specs, load_spec_file
@@ -44,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     for target in (p, run):
         target.add_argument("--spec-file", type=Path, help=argparse.SUPPRESS)
         target.add_argument("--stop-budget", type=float, default=STOP_BUDGET, help="seconds the ordered stop may take")
+    db = sub.add_parser("db", help="the PostgreSQL profile's database (docs/multi-machine.md)")
+    db.add_argument("action", choices=["upgrade", "status"],
+                    help="upgrade: apply the schema migrations the database lacks; status: the schema and each shard's lease")
+    db.add_argument("--json", action="store_true", help="status as JSON")
     return p
 
 
@@ -90,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.umask(0o077)  # everything the tree creates (children, Chromium's profile included) is ours alone
     stderr: StderrQueue | None = None
     own_log: selflog.FileHandler | None = None
+    if args.command == "db":
+        return dbcli.main(args.action, as_json=args.json)
     try:
         settings = load()
         redact = Redactor.of(settings)
@@ -97,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stderr = stderr_queue(settings)  # our log records and the children's lines: never a blocking write
         route_logging(stderr)
         prepare_directories(settings)
+        dbcli.prepare_store(settings)  # the postgres profile: reachable, migrated, not newer than us (else exit 78)
         if not stderr_is_journal(process_environment()):  # the journal keeps our lines under systemd; else a file
             own_log = selflog.keep(settings.state_dir, settings.child_log_rotate_bytes, settings.child_log_backups, redact)
         log.info("%s", describe())

@@ -1,0 +1,118 @@
+"""The bridge's durable memory on PostgreSQL: the dedupe memory and each shard's gateway session, fenced.
+
+The PostgreSQL adapters of :class:`~clankie.store.ports.DedupeStore` and
+:class:`~clankie.store.ports.GatewaySessionStore`. Reads need no lease; every write runs in
+:meth:`~clankie.store.leases.PgLeases.fenced` with the fence of the shard it concerns, so a tree that lost the shard
+(paused past its lease, cut off) has its late writes refused (:class:`~clankie.store.leases.StaleEpoch`) and
+counted, and writes nothing. ``fence_for`` is the tree's view of its leases: the :class:`~clankie.store.leases.Fence`
+of a shard it serves, or None (then the write is refused here, before the database, with :class:`NotHeld`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clankie.store.leases import Fence, PgLeases, StaleEpoch, shard_name
+from clankie.store.ports import SeenAs, SessionRecord, Shard, fingerprint_key
+
+
+class NotHeld(StaleEpoch):
+    """Raised for a write for a shard this tree does not hold a lease on (it never reaches the database)."""
+
+
+FenceFor = Callable[[str], Fence | None]
+
+
+def _fence(fence_for: FenceFor, shard: str) -> Fence:
+    fence = fence_for(shard)
+    if fence is None:
+        raise NotHeld(f"shard {shard} is not held by this tree")
+    return fence
+
+
+class PgDedupe:
+    """The dedupe memory of one shard's messages (message ids are unique across shards: snowflakes)."""
+
+    def __init__(self, leases: PgLeases, shard: Shard, fence_for: FenceFor) -> None:
+        self.leases, self.shard, self.fence_for = leases, shard_name(*shard), fence_for
+
+    async def check(self, message_id: str, fingerprint: str, now: float) -> SeenAs:
+        async with self.leases.pool.connection() as conn:
+            cur = await conn.execute("SELECT fingerprint, expires FROM clankie_dedupe WHERE message_id = %s", (message_id,))
+            row = await cur.fetchone()
+        if row is None or float(str(row[1])) <= now:
+            return "new"
+        return "same" if int(str(row[0])) == fingerprint_key(fingerprint) else "conflict"
+
+    async def add(self, message_id: str, fingerprint: str, expires: float) -> None:
+        fence = _fence(self.fence_for, self.shard)
+        async with self.leases.fenced(fence) as conn:
+            await conn.execute(
+                """
+                INSERT INTO clankie_dedupe (message_id, shard, fingerprint, expires, written_epoch)
+                VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (message_id) DO UPDATE
+                    SET shard = excluded.shard, fingerprint = excluded.fingerprint, expires = excluded.expires,
+                        written_epoch = excluded.written_epoch
+                """,
+                (message_id, self.shard, fingerprint_key(fingerprint), expires, fence.epoch),
+            )
+
+    async def discard(self, message_id: str) -> None:
+        async with self.leases.fenced(_fence(self.fence_for, self.shard)) as conn:
+            await conn.execute("DELETE FROM clankie_dedupe WHERE message_id = %s AND shard = %s", (message_id, self.shard))
+
+    async def prune(self, now: float) -> None:
+        async with self.leases.fenced(_fence(self.fence_for, self.shard)) as conn:
+            await conn.execute("DELETE FROM clankie_dedupe WHERE shard = %s AND expires <= %s", (self.shard, now))
+
+    async def close(self) -> None:
+        """Nothing to do: every add committed."""
+
+
+class PgGatewaySessions:
+    """Each shard's gateway session, one row per shard."""
+
+    def __init__(self, leases: PgLeases, fence_for: FenceFor) -> None:
+        self.leases, self.fence_for = leases, fence_for
+
+    async def load(self, shard: Shard) -> SessionRecord | None:
+        async with self.leases.pool.connection() as conn:
+            cur = await conn.execute("SELECT session_id, resume_url, seq, since FROM clankie_gateway_session WHERE shard = %s",
+                                     (shard_name(*shard),))
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        return SessionRecord(str(row[0]), str(row[1]), None if row[2] is None else int(str(row[2])), float(str(row[3])))
+
+    async def save(self, shard: Shard, record: SessionRecord) -> None:
+        name = shard_name(*shard)
+        fence = _fence(self.fence_for, name)
+        async with self.leases.fenced(fence) as conn:
+            await conn.execute(
+                """
+                INSERT INTO clankie_gateway_session (shard, session_id, resume_url, seq, since, written_epoch)
+                VALUES (%s, %s, %s, %s, %s, %s)
+                ON CONFLICT (shard) DO UPDATE
+                    SET session_id = excluded.session_id, resume_url = excluded.resume_url, seq = excluded.seq,
+                        since = excluded.since, written_epoch = excluded.written_epoch
+                """,
+                (name, record.session_id, record.resume_url, record.seq, record.since, fence.epoch),
+            )
+
+    async def advance(self, shard: Shard, seq: int) -> None:
+        name = shard_name(*shard)
+        fence = _fence(self.fence_for, name)
+        async with self.leases.fenced(fence) as conn:
+            await conn.execute(
+                "UPDATE clankie_gateway_session SET seq = greatest(coalesce(seq, -1), %s), written_epoch = %s WHERE shard = %s",
+                (seq, fence.epoch, name),
+            )
+
+    async def forget(self, shard: Shard) -> None:
+        name = shard_name(*shard)
+        async with self.leases.fenced(_fence(self.fence_for, name)) as conn:
+            await conn.execute("DELETE FROM clankie_gateway_session WHERE shard = %s", (name,))
+
+    async def close(self) -> None:
+        """Nothing to do: every write committed."""

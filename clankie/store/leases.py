@@ -1,0 +1,291 @@
+"""Shard leases on PostgreSQL: the adapter (acquire, renew, release), the fenced write, and the keeper shell.
+
+One row per shard in ``clankie_shard_lease`` (``docs/multi-machine.md``, "Leases"). Every expiry is computed and
+compared on the **database's** clock (``now()``), never the tree's:
+
+- :meth:`PgLeases.acquire` takes a row that is free or expired, raising its epoch by one; two trees racing serialise
+  on the row and one wins;
+- :meth:`PgLeases.renew` extends the lease only while the holder and the epoch match and it has not expired;
+- :meth:`PgLeases.release` frees it at once (a handback need not wait for the TTL);
+- :meth:`PgLeases.fenced` opens the transaction every write for a shard runs in: it reads the lease row
+  ``FOR KEY SHARE`` with the writer's :class:`Fence` and refuses (:class:`StaleEpoch`, counted in
+  ``clankie_stale_epoch_writes_total``) when the epoch is stale, the holder another or the lease expired. An acquire
+  locks the row ``FOR UPDATE``, which waits for that lock: a takeover waits for the write in flight, so no write
+  with an old epoch lands after a new one was granted. A renew's ``UPDATE`` of the expiry does not wait for it, so
+  the holder's own writes never hold up its renews.
+
+:class:`LeaseKeeper` is the shell around the pure :class:`~clankie.store.lease.Lease` for one shard: it acquires,
+renews every period, and reports through ``on_action`` when the shard is to be served and when it must stop. A renew
+is raced against the local deadline on the injected clock, so a renew the database never answers (a partition, a
+lock it waits on) still ends in ``stop_serving`` before the lease can expire on the database. Its time is the
+clock's ``boottime`` (``CLOCK_BOOTTIME``): a host that was suspended wakes past its deadline, as the database's clock
+says it is, and stops serving at its next step instead of believing the seconds it slept never passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import psycopg
+
+from clankie.clock import Clock
+from clankie.metrics import METER
+from clankie.store.database import Pool
+from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
+
+log = logging.getLogger(__name__)
+
+Connection = psycopg.AsyncConnection[tuple[object, ...]]
+T = TypeVar("T")
+TRANSIENT = (psycopg.Error, OSError, TimeoutError)
+"""What a database call may fail with and be tried again: an error, a dropped connection, a timeout."""
+
+
+class StaleEpoch(Exception):
+    """Raised by a fenced write whose lease epoch is stale (another tree took the shard) or whose lease expired."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The token every write for a shard carries: the shard, this tree's holder id, the epoch it was granted."""
+
+    shard: str
+    holder: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    """One shard's lease as the database sees it now: ``expires_in`` is seconds on its clock (negative: expired;
+    ``-inf``: released or never held)."""
+
+    shard: str
+    holder: str | None
+    epoch: int
+    expires_in: float
+
+
+def shard_name(shard_id: int, count: int) -> str:
+    """A lease's shard key, ``"<id>/<count>"`` (an unsharded bot is ``"0/1"``)."""
+    if not 0 <= shard_id < count:
+        raise ValueError(f"shard {shard_id} is not one of {count}")
+    return f"{shard_id}/{count}"
+
+
+class PgLeases:
+    """The lease rows of one database, reached through ``pool``; counts the stale writes it refused."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.stale_writes = 0
+
+    async def acquire(self, shard: str, holder: str, ttl: float) -> int | None:
+        """Take ``shard`` if it is free or expired: the new epoch, or None while another tree holds it.
+
+        The row is locked ``FOR UPDATE`` first: that waits for every fenced write in flight (each holds the row
+        ``FOR KEY SHARE``), so no write with the old epoch can commit after the new epoch is granted.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute("INSERT INTO clankie_shard_lease (shard) VALUES (%s) ON CONFLICT (shard) DO NOTHING", (shard,))
+            await conn.execute("SELECT 1 FROM clankie_shard_lease WHERE shard = %s FOR UPDATE", (shard,))
+            cur = await conn.execute(
+                """
+                UPDATE clankie_shard_lease
+                SET holder = %(holder)s, epoch = epoch + 1, expires_at = now() + make_interval(secs => %(ttl)s),
+                    acquired_at = now(), renewed_at = now()
+                WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now())
+                RETURNING epoch
+                """,
+                {"shard": shard, "holder": holder, "ttl": ttl},
+            )
+            row = await cur.fetchone()
+        return None if row is None else int(str(row[0]))
+
+    async def renew(self, fence: Fence, ttl: float) -> bool:
+        """Extend the lease by ``ttl`` from the database's now; False when it is no longer ours at this epoch."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """
+                UPDATE clankie_shard_lease SET expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now()
+                WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
+                """,
+                {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch, "ttl": ttl},
+            )
+            return cur.rowcount == 1
+
+    async def release(self, fence: Fence) -> bool:
+        """Free the lease now (the epoch stays, so the next holder's is higher); False when it was not ours."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                """
+                UPDATE clankie_shard_lease SET holder = NULL, expires_at = '-infinity'
+                WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s
+                """,
+                {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch},
+            )
+            return cur.rowcount == 1
+
+    async def rows(self) -> list[LeaseRow]:
+        """Every shard's lease, by shard (a released or never-held lease has no holder)."""
+        return await read_rows(self.pool)
+
+    @asynccontextmanager
+    async def fenced(self, fence: Fence) -> AsyncIterator[Connection]:
+        """A transaction for a write of ``fence.shard``, open only while ``fence`` is the shard's live lease.
+
+        Raises :class:`StaleEpoch` (counted) before anything is written when it is not; anything the caller wrote
+        commits with the check or not at all.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(
+                """
+                SELECT 1 FROM clankie_shard_lease
+                WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
+                FOR KEY SHARE
+                """,
+                {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch},
+            )
+            if await cur.fetchone() is None:
+                self.stale_writes += 1
+                METER.count("clankie_stale_epoch_writes_total")
+                log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
+                raise StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
+            yield conn
+
+
+ROWS_SQL = b"""
+SELECT shard, holder, epoch,
+       CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE '-Infinity'::float8 END
+FROM clankie_shard_lease ORDER BY split_part(shard, '/', 2)::int, split_part(shard, '/', 1)::int
+"""
+
+
+def _row(raw: tuple[object, ...]) -> LeaseRow:
+    return LeaseRow(str(raw[0]), None if raw[1] is None else str(raw[1]), int(str(raw[2])), float(str(raw[3])))
+
+
+async def read_rows(pool: Pool) -> list[LeaseRow]:
+    """:meth:`PgLeases.rows` for a pool."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(ROWS_SQL)
+        return [_row(r) for r in await cur.fetchall()]
+
+
+def read_rows_sync(conn: psycopg.Connection[tuple[object, ...]]) -> list[LeaseRow]:
+    """Every shard's lease, on a plain connection (``clankie db status``)."""
+    return [_row(r) for r in conn.execute(ROWS_SQL).fetchall()]
+
+
+class LeaseKeeper:
+    """Keeps one shard's lease for this tree: acquire, renew each period, stop serving at the local deadline.
+
+    ``on_action`` is told each :attr:`Kind.SERVE` (with the epoch to write with) and :attr:`Kind.STOP_SERVING`
+    (with why: ``deadline``, ``taken`` or ``released``); it must not block.
+    """
+
+    def __init__(self, leases: PgLeases, shard: str, holder: str, clock: Clock, *, renew: float, ttl: float,
+                 on_action: Callable[[Action], None] | None = None) -> None:
+        self.leases, self.shard, self.holder, self.clock = leases, shard, holder, clock
+        self.lease = Lease(renew=renew, ttl=ttl)
+        self.ttl = ttl
+        self.on_action = on_action
+        self.wanted = True
+        self._abandoned: set[asyncio.Future[object]] = set()
+
+    @property
+    def fence(self) -> Fence | None:
+        """The token to write with while the shard is ours, else None."""
+        return Fence(self.shard, self.holder, self.lease.epoch) if self.lease.serving else None
+
+    def _feed(self, event: LeaseEvent, epoch: int = 0) -> list[Action]:
+        actions = self.lease.handle(event, self.clock.boottime(), epoch)
+        for action in actions:
+            if action.kind in (Kind.SERVE, Kind.STOP_SERVING):
+                log.info("shard %s: %s at epoch %d%s", self.shard, action.kind.value, action.epoch,
+                         f" ({action.reason})" if action.reason else "")
+                if self.on_action is not None:
+                    self.on_action(action)
+        return actions
+
+    async def _bounded(self, call: asyncio.Future[T], until: float) -> T | None:
+        """``call``'s result, or None (the call cancelled, left to finish its cancellation) if the clock reaches
+        ``until`` first."""
+        sleeper = asyncio.ensure_future(self.clock.sleep(until - self.clock.boottime()))
+        try:
+            waited: set[asyncio.Future[T] | asyncio.Future[None]] = {call, sleeper}
+            done, _ = await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+        if call in done:
+            return call.result()
+        call.cancel()
+        self._abandoned.add(call)  # type: ignore[arg-type]
+        call.add_done_callback(self._abandoned.discard)
+        return None
+
+    async def step(self) -> None:
+        """One move: try to take the shard, or renew it, or notice the deadline; then wait until the next is due."""
+        lease = self.lease
+        if lease.state in (LeaseState.UNHELD, LeaseState.LOST, LeaseState.RELEASED):
+            if not self.wanted:
+                await self.clock.sleep(lease.renew)
+                return
+            self._feed(LeaseEvent.WANT)
+            try:
+                epoch = await self._bounded(asyncio.ensure_future(self.leases.acquire(self.shard, self.holder, self.ttl)),
+                                            self.clock.boottime() + lease.ttl - lease.margin)
+            except TRANSIENT as exc:
+                log.warning("shard %s: acquire failed (%s)", self.shard, type(exc).__name__)
+                epoch = None
+                self._feed(LeaseEvent.FAILED)
+            else:
+                self._feed(LeaseEvent.GRANTED if epoch else LeaseEvent.TAKEN, epoch or 0)
+            if epoch is None:
+                await self.clock.sleep(lease.renew)
+            return
+        due = lease.due(self.clock.boottime())
+        if due is LeaseEvent.DEADLINE:
+            self._feed(due)
+            return
+        if due is LeaseEvent.RENEW_DUE:
+            self._feed(due)
+            fence = Fence(self.shard, self.holder, lease.epoch)
+            try:
+                renewed = await self._bounded(asyncio.ensure_future(self.leases.renew(fence, self.ttl)), lease.deadline)
+            except TRANSIENT as exc:
+                log.warning("shard %s: renew failed (%s)", self.shard, type(exc).__name__)
+                self._feed(LeaseEvent.FAILED)
+                return
+            if renewed is None:
+                self._feed(LeaseEvent.DEADLINE)
+            else:
+                self._feed(LeaseEvent.RENEWED if renewed else LeaseEvent.REFUSED)
+            return
+        wake = lease.wake_at()
+        if wake is not None:
+            await self.clock.sleep(wake - self.clock.boottime())
+
+    async def run(self) -> None:
+        """Keep the lease until cancelled."""
+        while True:
+            await self.step()
+
+    async def release(self) -> None:
+        """Give the shard up now (stop serving first, then free the row) if it is ours; :meth:`run` must be stopped."""
+        self.wanted = False
+        if not self.lease.serving:
+            return
+        epoch = self.lease.epoch
+        self._feed(LeaseEvent.RELEASE)
+        try:
+            await self.leases.release(Fence(self.shard, self.holder, epoch))
+        except TRANSIENT as exc:
+            log.warning("shard %s: release failed (%s); it expires by itself", self.shard, type(exc).__name__)
+            self._feed(LeaseEvent.FAILED)
+            return
+        self._feed(LeaseEvent.FREED)

@@ -1,0 +1,81 @@
+"""The two adapters of each store port, opened the way a tree opens them, for the contract suites.
+
+:class:`FilesBackend` opens today's file adapters on a state dir; :class:`PostgresBackend` opens the PostgreSQL
+adapters on a migrated database, holding the leases of the shards the suites use (each open is a restart: a new
+pool, the same tree still holding its leases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from bridge.store_files import FileDedupe, FileGatewaySessions
+from clankie.store import database
+from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
+from clankie.store.leases import Fence, PgLeases
+from clankie.store.ports import DedupeStore, GatewaySessionStore
+
+RETENTION = 3600.0
+SHARDS = ("0/1", "0/2", "1/2")
+HOLDER = "tree-a"
+
+
+class FilesBackend:
+    name = "files"
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    @asynccontextmanager
+    async def dedupe(self) -> AsyncIterator[DedupeStore]:
+        store = FileDedupe(self.state_dir, retention=RETENTION, horizon=900.0, bound=1_000_000)
+        yield store
+        await store.close()
+
+    @asynccontextmanager
+    async def sessions(self) -> AsyncIterator[GatewaySessionStore]:
+        store = FileGatewaySessions(self.state_dir)
+        yield store
+        await store.close()
+
+
+class PostgresBackend:
+    name = "postgres"
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.fences: dict[str, Fence] = {}
+        database.prepare(dsn)
+
+    @asynccontextmanager
+    async def leases(self) -> AsyncIterator[PgLeases]:
+        pool = await database.open_pool(self.dsn, ttl=600.0)
+        try:
+            leases = PgLeases(pool)
+            for shard in SHARDS:
+                if shard not in self.fences:
+                    epoch = await leases.acquire(shard, HOLDER, 600.0)
+                    assert epoch is not None
+                    self.fences[shard] = Fence(shard, HOLDER, epoch)
+            yield leases
+        finally:
+            await pool.close()
+
+    @asynccontextmanager
+    async def dedupe(self) -> AsyncIterator[DedupeStore]:
+        async with self.leases() as leases:
+            store = PgDedupe(leases, (0, 1), self.fences.get)
+            yield store
+            await store.close()
+
+    @asynccontextmanager
+    async def sessions(self) -> AsyncIterator[GatewaySessionStore]:
+        async with self.leases() as leases:
+            store = PgGatewaySessions(leases, self.fences.get)
+            yield store
+            await store.close()
+
+
+Backend = FilesBackend | PostgresBackend

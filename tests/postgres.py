@@ -1,0 +1,36 @@
+"""The PostgreSQL fixtures: one real cluster per test session (one per pytest-xdist worker), a fresh database per test.
+
+A ``conftest.py`` imports them where its tests need a database (``tests/clankie/store/conftest.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from clankie.testing.postgres import Cluster, PostgresMissing
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """One running cluster for this test session (one per pytest-xdist worker), stopped at the end."""
+    try:
+        cluster = Cluster()
+    except PostgresMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_cluster: Cluster) -> Iterator[str]:
+    """A fresh, empty database for one test, as a DSN; dropped after it."""
+    name = postgres_cluster.create_database()
+    try:
+        yield postgres_cluster.dsn(name)
+    finally:
+        postgres_cluster.drop_database(name)
