@@ -144,7 +144,10 @@ async def own(owner: Owner, slot: TurnSlot, run_id: str) -> str | None:
         code = Code.CAPTAIN_BUDGET_EXHAUSTED
         log.warning("lane %s: turn %s not run: today's budget is spent", key, slot.turn_id)
         assert owner.spending is not None
-        await _budget_notice(key, owner.room, owner.spending, slot)
+        try:
+            await _budget_notice(key, owner.room, owner.spending, slot)
+        except asyncio.CancelledError:  # cut by shutdown or an abort: the turn's outcome is decided, only the line is lost
+            log.info("lane %s: the budget notice of turn %s was cut short", key, slot.turn_id)
     except asyncio.CancelledError:
         code = SHUTDOWN_CODE if owner.shutting_down() else SESSION_FAILED
     except OSError as exc:  # the disk refused the session: one line with its code, the run's turns fail with it

@@ -108,6 +108,8 @@ class FakeBridge:
         self.updates: list[TextUpdate] = []
         self.tools: list[ToolActivity] = []
         self.history_gate: asyncio.Event | None = None
+        self.update_gate: asyncio.Event | None = None  # a text_update waits for it (set when one is asked)
+        self.update_asked = asyncio.Event()
         self.refuse_updates: str | None = None
         self.history_failures = 0  # refuse this many history calls first
         self.conn: ipc.Connection | None = None
@@ -139,6 +141,9 @@ class FakeBridge:
             return None
         if method == "text_update":
             assert isinstance(params, TextUpdate)
+            self.update_asked.set()
+            if self.update_gate is not None:
+                await self.update_gate.wait()
             if self.refuse_updates:
                 raise RemoteError(self.refuse_updates, "refused")
             self.updates.append(params)

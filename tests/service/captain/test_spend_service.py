@@ -60,6 +60,28 @@ def test_a_spent_tree_budget_makes_no_request_and_says_so_once_an_hour(env: dict
     run(body())
 
 
+def test_a_turn_whose_budget_notice_is_cut_by_shutdown_still_ends_budget_exhausted(env: dict[str, str]) -> None:
+    """The outcome of a turn refused by a spent budget is decided before its notice is posted: a shutdown (or an
+    operator abort) that cancels the run while the notice is in flight ends the turn ``captain_budget_exhausted``,
+    once, instead of leaving it unanswered."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service(env, fake, budget_day_tokens=1) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            assert (await bridge.submit(msg("m1", "hello"))).outcome == "settled"
+            bridge.update_gate = asyncio.Event()  # the notice hangs on the bridge
+            refused = bridge.start(msg("m2", "again"))
+            await bridge.update_asked.wait()
+            await asyncio.wait_for(app.captain.aclose(), 30)  # feeds ShutDown: the lane cancels its owner task
+            result = await asyncio.wait_for(refused, 30)
+            assert (result.outcome, result.code) == ("failed", "captain_budget_exhausted")
+            assert app.turns.evidence.of("m2") == ["accepted", "failed"]
+            bridge.update_gate.set()
+
+    run(body())
+
+
 def _always_a_tool(body: dict[str, Any]) -> fa.Scenario:
     n = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
     words = [{"type": "text", "text": f"page {n} done"}] if n > 1 else []
