@@ -11,6 +11,12 @@ back, never left torn; the first refusal of an outage is one log line, the
 rest are counted until a receipt is written again (:class:`clankie.quiet.Quiet`). The file is rotated by size into numbered segments
 ``bridge.jsonl.000001``, … with a total cap (``CLANKIE_AUDIT_ROTATE_BYTES``,
 ``CLANKIE_AUDIT_KEEP_BYTES``; :mod:`clankie.rotation`), only between whole lines.
+
+A message's closing receipt (:data:`CLOSING`) is written before its journal
+``close`` line (:mod:`bridge.journal`), so a bridge killed between the two
+leaves a receipt for an entry its journal says is open; the next bridge reads
+those receipts back (:meth:`Receipts.closings`) and closes the entry from them
+instead of closing the message a second time (:mod:`bridge.recovery`).
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from clankie.appender import Appender, DiskError
+from clankie.jsonl import read_lines
 from clankie.paths import ensure_private_dir, receipts_dir
 from clankie.protocol import TurnOutcome
 from clankie.quiet import Quiet
-from clankie.rotation import Rotation
+from clankie.rotation import Rotation, segments
 from clankie.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -40,6 +49,9 @@ Step = Literal["dropped", "buffered", "waiting", "deduplicated", "accepted", "re
 Outcome = TurnOutcome | Step
 """A receipt's ``outcome``: how a turn ended (its :class:`TurnOutcome`), or one step of a message's way."""
 OUTCOMES: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), *get_args(Step)})
+CLOSING: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), "dropped", "expired"})
+"""The outcomes that close a message: a turn's, or ``dropped`` (out of a full backlog) and ``expired``; exactly one
+per admitted message."""
 
 
 def audit_rotation(settings: Settings) -> Rotation:
@@ -51,6 +63,16 @@ def code(reason: str) -> str:
     """Normalise any reason to a stable code ``[a-z0-9_]{1,128}``."""
     cleaned = _CODE.sub("_", reason.lower()).strip("_")[:128]
     return cleaned or "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """A closing receipt already written, as :meth:`Receipts.closings` reads it back."""
+
+    outcome: str  # one of CLOSING
+    reason: str | None
+    turn_id: str | None
+    message_ids: tuple[str, ...]
 
 
 class Receipts:
@@ -104,8 +126,33 @@ class Receipts:
         self._appender.sync_soon()
         return line
 
+    def closings(self, delivery_ids: Collection[str], since: float) -> dict[str, Closing]:
+        """The closing receipts (:data:`CLOSING`) already written for ``delivery_ids``: the file and, newest first,
+        as many of its rotated segments as it takes to reach back to ``since`` (the wall time of the oldest message
+        asked about: no receipt of it is older). A torn or garbled line is skipped, as every reader does."""
+        wanted = set(delivery_ids)
+        found: dict[str, Closing] = {}
+        if not wanted:
+            return found
+        for path in (self.path, *reversed(segments(self.path))):
+            lines = read_lines(path)
+            for line in lines:
+                did, outcome = line.get("delivery_id"), line.get("outcome")
+                if did in wanted and outcome in CLOSING and did not in found:
+                    mids = line.get("message_ids") or ()
+                    found[did] = Closing(str(outcome), _opt_str(line.get("reason")), _opt_str(line.get("turn_id")),
+                                         tuple(str(m) for m in mids))
+            oldest = lines[0].get("at") if lines else None
+            if isinstance(oldest, int | float) and oldest < since:
+                break
+        return found
+
     def close(self) -> None:
         self._appender.close()
+
+
+def _opt_str(value: object) -> str | None:
+    return str(value) if value is not None else None
 
 
 def _safe_id(value: str) -> str:

@@ -4,8 +4,11 @@ Two steps, both bounded:
 
 1. :func:`resume_journal`, once at start, before the gateway connects: the
    de-duplication memory saved at the last compaction is read back and every
-   journaled delivery is remembered on top of it; each one without an
-   outcome is run again by its id (the service is idempotent), oldest first,
+   journaled delivery is remembered on top of it; one without an outcome in
+   the journal whose closing receipt was written all the same (the bridge
+   died between the receipt and the journal line) is closed in the journal
+   from that receipt, with no second receipt (:func:`close_from_receipt`);
+   each other one without an outcome is run again by its id (the service is idempotent), oldest first,
    unless it is older than the recovery horizon, in which case it is closed
    as ``expired`` with a receipt instead of being answered late. Buffered
    messages go back into their room's catch-up backlog.
@@ -25,10 +28,11 @@ import logging
 from dataclasses import dataclass
 
 from bridge.inbound import Inbound
-from bridge.journal_state import Entry
+from bridge.journal_state import EXPIRED, Entry
 from bridge.port import PostError
+from bridge.receipts import Closing, Outcome
 from bridge.turns import Bridge
-from clankie.protocol import Room
+from clankie.protocol import Room, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,7 @@ class Report:
     capped: int = 0
     failed_rooms: int = 0
     answered_before: int = 0
+    closed_from_receipts: int = 0  # open in the journal, closed by a receipt written before the bridge died
 
 
 def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
@@ -77,8 +82,15 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
             log.warning("journal: the saved de-duplication memory is unreadable (%s); starting from the journal alone", exc)
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
         bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
-    for entry in state.open_entries():
-        if now - entry.at > limits.horizon:
+    unclosed = state.open_entries()
+    written = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
+                                       since=min((e.at for e in unclosed), default=now))
+    for entry in unclosed:
+        receipt = written.get(entry.delivery_id)
+        if receipt is not None:
+            close_from_receipt(bridge, entry, receipt, written, now)
+            report.closed_from_receipts += 1
+        elif now - entry.at > limits.horizon:
             expire(bridge, entry, now)
             report.expired += 1
         elif entry.submit is None and entry.waiting:
@@ -92,10 +104,29 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
             report.resumed += 1
     bridge.drain_waiting()  # the resumed ones hold their slots already; what waited takes what is left, in order
     bridge.release_paced()  # what waited for its author's pace: fresh buckets let a minute's worth go, the rest wait
-    if report.resumed or report.expired or report.restored or report.waiting:
-        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again",
-                 report.resumed, report.expired, report.restored, report.waiting)
+    if report.resumed or report.expired or report.restored or report.waiting or report.closed_from_receipts:
+        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again, "
+                 "%d closed from their receipts", report.resumed, report.expired, report.restored, report.waiting,
+                 report.closed_from_receipts)
     return report
+
+
+def close_from_receipt(bridge: Bridge, entry: Entry, receipt: Closing, written: dict[str, Closing], now: float) -> None:
+    """Close a journal entry whose closing receipt the last bridge wrote before it died (the receipt goes first, the
+    journal line second): the receipt's outcome, code and posted ids go into the journal, and each folded message
+    whose own receipt the kill cut off gets it now. Nothing runs again and no message gets a second outcome."""
+    room = entry.room
+    unanswered = receipt.outcome in (EXPIRED, "dropped")  # out of a full backlog, or past the horizon
+    folded: Outcome = "expired" if unanswered else TurnOutcome(receipt.outcome).folded
+    for fold in entry.folds:
+        if fold not in written:
+            bridge.receipts.record(folded, reason=receipt.reason, turn_id=receipt.turn_id, delivery_id=fold,
+                                   channel_id=room.channel_id, guild_id=room.guild_id)
+    if unanswered:
+        bridge.journal.expire(entry.delivery_id, now)
+    else:
+        bridge.journal.close(entry.delivery_id, TurnOutcome(receipt.outcome), now, code=receipt.reason,
+                             message_ids=receipt.message_ids)
 
 
 def expire(bridge: Bridge, entry: Entry, now: float) -> None:
