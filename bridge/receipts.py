@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, NotRequired, TypedDict, get_args
 
 from clankie.appender import Appender, DiskError
 from clankie.jsonl import read_lines
@@ -65,6 +65,28 @@ def code(reason: str) -> str:
     return cleaned or "unknown"
 
 
+class ReceiptIds(TypedDict):
+    """The ids every receipt carries (keyword arguments of :meth:`Receipts.record`)."""
+
+    delivery_id: str
+    channel_id: str
+    guild_id: str | None
+
+
+class ReceiptLine(TypedDict):
+    """One stored receipt: ids and codes only, never message text."""
+
+    v: Literal[1]
+    at: float
+    outcome: str
+    delivery_id: str
+    guild_id: str | None
+    channel_id: str
+    reason: NotRequired[str]
+    turn_id: NotRequired[str]
+    message_ids: NotRequired[list[str]]
+
+
 @dataclass(frozen=True, slots=True)
 class Closing:
     """A closing receipt already written, as :meth:`Receipts.closings` reads it back."""
@@ -78,7 +100,7 @@ class Closing:
 class Receipts:
     """Append-only receipt file; the only writer of ``<state>/receipts/bridge.jsonl``."""
 
-    def __init__(self, state_dir: Path, *, wall: Any = time.time, rotation: Rotation = ROTATION) -> None:
+    def __init__(self, state_dir: Path, *, wall: Callable[[], float] = time.time, rotation: Rotation = ROTATION) -> None:
         directory = ensure_private_dir(receipts_dir(state_dir))
         self.path = directory / FILENAME
         self._wall = wall
@@ -99,11 +121,11 @@ class Receipts:
         reason: str | None = None,
         turn_id: str | None = None,
         message_ids: tuple[str, ...] = (),
-    ) -> dict[str, Any]:
+    ) -> ReceiptLine:
         """Write one line; every value is an id or a code, checked here."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown receipt outcome {outcome!r}")
-        line: dict[str, Any] = {
+        line: ReceiptLine = {
             "v": 1,
             "at": round(self._wall(), 3),
             "outcome": outcome,

@@ -131,7 +131,7 @@ def close_from_receipt(bridge: Bridge, entry: Entry, receipt: Closing, written: 
 
 def expire(bridge: Bridge, entry: Entry, now: float) -> None:
     """Close a journaled delivery older than the horizon, unanswered, with an ``expired`` receipt."""
-    bridge.counters.expired += 1
+    bridge.turns.count("expired")
     for did in (entry.delivery_id, *entry.folds):
         bridge.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id, guild_id=entry.room.guild_id)
     bridge.journal.expire(entry.delivery_id, now)
@@ -146,7 +146,7 @@ def restore_buffered(bridge: Bridge, entry: Entry) -> None:
 
 def too_old(bridge: Bridge, inbound: Inbound, now: float, retention: float) -> None:
     """A message found in history that is older than the horizon: noted once, not answered."""
-    bridge.counters.expired += 1
+    bridge.turns.count("expired")
     bridge.ingress.remember(inbound.message_id, inbound.fingerprint, now + retention)
     bridge.receipts.record("expired", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
                            guild_id=inbound.guild_id)

@@ -24,7 +24,7 @@ def arm(outcome: str) -> None:
     """Make the first ``outcome`` receipt this process writes its last act."""
     record = receipts.Receipts.record
 
-    def record_then_die(self: receipts.Receipts, what: receipts.Outcome, **ids: Any) -> dict[str, Any]:
+    def record_then_die(self: receipts.Receipts, what: receipts.Outcome, **ids: Any) -> receipts.ReceiptLine:
         line = record(self, what, **ids)
         if what == outcome:
             os.kill(os.getpid(), signal.SIGKILL)
