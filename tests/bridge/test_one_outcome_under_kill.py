@@ -12,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from bridge.inbound import Inbound
+from bridge.journal import Journal
+from bridge.receipts import Receipts
 from clankie import paths
 from clankie.jsonl import read_lines
+from clankie.protocol import Author, Room, Trigger, TurnOutcome, TurnSubmit
 from clankie.settings import load
 from clankie.testing.fake_discord import FakeDiscord
-from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService
+from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService, running
 from tests.bridge.killpoint import KILL_AFTER
 from tests.polling import until
 from tests.replies import CLOSING
@@ -74,5 +80,39 @@ def test_a_bridge_killed_between_the_settled_receipt_and_the_journal_close_settl
                 await proc.wait()
             await service.close()
             await fake.close()
+
+    asyncio.run(main())
+
+
+def test_a_catch_up_killed_between_its_own_receipt_and_its_folds_closes_the_folds_once(state_dir: Path,
+                                                                                        env: dict[str, str]) -> None:
+    """The journal and receipts as a kill leaves them after a catch-up turn's ``settled`` receipt and before its
+    folded message's ``absorbed`` one: the next bridge writes the missing ``absorbed`` (one each, not a second
+    ``settled``), closes both in its journal, and submits nothing."""
+    room = Room(guild_id=GUILD, channel_id=CHAN)
+    now = time.time()
+    journal = Journal(state_dir, retention=3600.0)
+    for did in ("1001", "1002"):
+        trigger = Trigger(message_id=did, author=Author(id=PERSON, name="p"), text=f"said {did}", at=now,
+                          unprompted=True)
+        inbound = Inbound(message_id=did, channel_id=CHAN, guild_id=GUILD, author_id=PERSON, text=f"said {did}")
+        journal.buffer(did, now, f"fp{did}", room, inbound.to_wire(), trigger.to_wire())
+    submit = TurnSubmit(delivery_id="1002", room=room, trigger=Trigger(
+        message_id="1002", author=Author(id=PERSON, name="p"), text="said 1002", at=now, unprompted=True))
+    journal.admit(submit, "fp1002", now, catching_up=True, folds=("1001",))
+    journal.aclose()
+    receipts = Receipts(state_dir)
+    receipts.record(TurnOutcome.SETTLED, delivery_id="1002", channel_id=CHAN, guild_id=GUILD, turn_id="t",
+                    message_ids=("2001",))
+    receipts.close()
+
+    async def main() -> None:
+        async with running(env) as h:
+            assert (h.outcomes("1002"), h.outcomes("1001")) == (["settled"], ["absorbed"])
+            entries = h.app.journal.state.entries
+            assert (entries["1002"].outcome, entries["1001"].outcome, entries["1002"].replied) == ("settled",
+                                                                                                    "absorbed", 2001)
+            assert h.service.submits == []
+        assert Journal(state_dir, retention=3600.0).state.open_entries() == []
 
     asyncio.run(main())
