@@ -92,6 +92,7 @@ class Closing:
     """A closing receipt already written, as :meth:`Receipts.closings` reads it back."""
 
     outcome: str  # one of CLOSING
+    at: float
     reason: str | None
     turn_id: str | None
     message_ids: tuple[str, ...]
@@ -149,21 +150,22 @@ class Receipts:
         return line
 
     def closings(self, delivery_ids: Collection[str], since: float) -> dict[str, Closing]:
-        """The closing receipts (:data:`CLOSING`) already written for ``delivery_ids``: the file and, newest first,
-        as many of its rotated segments as it takes to reach back to ``since`` (the wall time of the oldest message
-        asked about: no receipt of it is older). A torn or garbled line is skipped, as every reader does."""
+        """The newest closing receipt (:data:`CLOSING`) already written for each of ``delivery_ids``: the file and,
+        newest first, as many of its rotated segments as it takes to reach back to ``since`` (the wall time of the
+        oldest message asked about: no receipt of it is older). A torn or garbled line is skipped, as every reader
+        does."""
         wanted = set(delivery_ids)
         found: dict[str, Closing] = {}
         if not wanted:
             return found
         for path in (self.path, *reversed(segments(self.path))):
             lines = read_lines(path)
-            for line in lines:
-                did, outcome = line.get("delivery_id"), line.get("outcome")
-                if did in wanted and outcome in CLOSING and did not in found:
+            for line in reversed(lines):
+                did, outcome, at = line.get("delivery_id"), line.get("outcome"), line.get("at")
+                if did in wanted and outcome in CLOSING and did not in found and isinstance(at, int | float):
                     mids = line.get("message_ids") or ()
-                    found[did] = Closing(str(outcome), _opt_str(line.get("reason")), _opt_str(line.get("turn_id")),
-                                         tuple(str(m) for m in mids))
+                    found[did] = Closing(str(outcome), float(at), _opt_str(line.get("reason")),
+                                         _opt_str(line.get("turn_id")), tuple(str(m) for m in mids))
             oldest = lines[0].get("at") if lines else None
             if isinstance(oldest, int | float) and oldest < since:
                 break

@@ -7,7 +7,7 @@ Two steps, both bounded:
    journaled delivery is remembered on top of it; one without an outcome in
    the journal whose closing receipt was written all the same (the bridge
    died between the receipt and the journal line) is closed in the journal
-   from that receipt, with no second receipt (:func:`close_from_receipt`);
+   from that receipt, with no second receipt (:meth:`bridge.ledger.Ledger.from_receipt`);
    each other one without an outcome is run again by its id (the service is idempotent), oldest first,
    unless it is older than the recovery horizon, in which case it is closed
    as ``expired`` with a receipt instead of being answered late. Buffered
@@ -28,15 +28,15 @@ import logging
 from dataclasses import dataclass
 
 from bridge.inbound import Inbound
-from bridge.journal_state import EXPIRED, Entry
+from bridge.journal_state import Entry
 from bridge.port import PostError
-from bridge.receipts import Closing, Outcome
 from bridge.turns import Bridge
-from clankie.protocol import Room, TurnOutcome
+from clankie.protocol import Room
 
 log = logging.getLogger(__name__)
 
 PAGE = 100  # Discord's largest page of channel history
+RECEIPT_ROUNDING = 0.001  # a receipt's time is rounded to the millisecond
 DISCORD_EPOCH_MS = 1_420_070_400_000
 
 
@@ -83,12 +83,14 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
         bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
     unclosed = state.open_entries()
-    written = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
-                                       since=min((e.at for e in unclosed), default=now))
+    found = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
+                                     since=min((e.at for e in unclosed), default=now))
+    # only a receipt written since the entry was admitted closes it (an older one closed an earlier life of that id)
+    written = {d: r for d, r in found.items() if (e := state.entries.get(d)) is None or r.at >= e.at - RECEIPT_ROUNDING}
     for entry in unclosed:
         receipt = written.get(entry.delivery_id)
         if receipt is not None:
-            close_from_receipt(bridge, entry, receipt, written, now)
+            bridge.ledger.from_receipt(entry, receipt, written, now)
             report.closed_from_receipts += 1
         elif now - entry.at > limits.horizon:
             expire(bridge, entry, now)
@@ -111,30 +113,10 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
     return report
 
 
-def close_from_receipt(bridge: Bridge, entry: Entry, receipt: Closing, written: dict[str, Closing], now: float) -> None:
-    """Close a journal entry whose closing receipt the last bridge wrote before it died (the receipt goes first, the
-    journal line second): the receipt's outcome, code and posted ids go into the journal, and each folded message
-    whose own receipt the kill cut off gets it now. Nothing runs again and no message gets a second outcome."""
-    room = entry.room
-    unanswered = receipt.outcome in (EXPIRED, "dropped")  # out of a full backlog, or past the horizon
-    folded: Outcome = "expired" if unanswered else TurnOutcome(receipt.outcome).folded
-    for fold in entry.folds:
-        if fold not in written:
-            bridge.receipts.record(folded, reason=receipt.reason, turn_id=receipt.turn_id, delivery_id=fold,
-                                   channel_id=room.channel_id, guild_id=room.guild_id)
-    if unanswered:
-        bridge.journal.expire(entry.delivery_id, now)
-    else:
-        bridge.journal.close(entry.delivery_id, TurnOutcome(receipt.outcome), now, code=receipt.reason,
-                             message_ids=receipt.message_ids)
-
-
 def expire(bridge: Bridge, entry: Entry, now: float) -> None:
     """Close a journaled delivery older than the horizon, unanswered, with an ``expired`` receipt."""
     bridge.turns.count("expired")
-    for did in (entry.delivery_id, *entry.folds):
-        bridge.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id, guild_id=entry.room.guild_id)
-    bridge.journal.expire(entry.delivery_id, now)
+    bridge.ledger.expired(entry.room, entry.delivery_id, now, folds=entry.folds)
 
 
 def restore_buffered(bridge: Bridge, entry: Entry) -> None:

@@ -9,14 +9,14 @@ the reply when the outcome is :attr:`~clankie.protocol.TurnOutcome.visible`
 (:mod:`bridge.delivery`) or the failure reaction when an addressed turn
 failed (:mod:`bridge.reaction`), and closes the delivery with exactly one
 outcome: its receipt, its folded messages' receipts and the journal lines
-(the receipt first: a bridge killed between the two is closed from the
-receipt at the next start, :func:`bridge.recovery.close_from_receipt`).
+(:mod:`bridge.ledger`: the receipt first, so a bridge killed between the two
+is closed from the receipt at the next start).
 While it holds a delivery, the delivery is held by the one owner of the
 turns (:class:`bridge.held.TurnState`), where the service's calls find it
 (:mod:`bridge.service_calls`).
 
-What it works with comes in four records: :class:`Ledger` (where an outcome
-is written), :class:`Posting` (how a reply or a reaction reaches Discord),
+What it works with comes in four records: :class:`bridge.ledger.Ledger` (where
+an outcome is written, in the one order), :class:`Posting` (how a reply or a reaction reaches Discord),
 :class:`Peers` (admission, the service link, the tool card, the clock) and
 :class:`Signs` (the bridge's own signs on a room).
 
@@ -35,12 +35,12 @@ from pathlib import Path
 from bridge.admission import Ingress
 from bridge.card import Cards
 from bridge.delivery import Delivered, RetryPolicy, deliver_reply, posted_before
-from bridge.disk import DiskHold, is_disk_code
+from bridge.disk import is_disk_code
 from bridge.held import Held, Phase, TurnState
-from bridge.journal import Journal
+from bridge.ledger import Ledger
 from bridge.port import DiscordPort
 from bridge.reaction import react, wants_reaction
-from bridge.receipts import ReceiptIds, Receipts
+from bridge.receipts import ReceiptIds
 from bridge.service_link import ServiceLink
 from clankie.appender import DiskError
 from clankie.clock import Clock
@@ -48,16 +48,6 @@ from clankie.protocol import Code, Room, TurnOutcome, TurnResult
 from clankie.redact import Redactor
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """Where a message's one outcome is written: its receipt (the evidence, first), its journal line (the state),
-    and the full-disk hold that hears of a write the disk refused."""
-
-    receipts: Receipts
-    journal: Journal
-    disk: DiskHold
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,24 +169,19 @@ class TurnHolder:
     def _close(self, held: Held, result: TurnResult, message_ids: tuple[str, ...] = ()) -> None:
         """The delivery's one outcome: its receipt, its folded messages' receipts (:attr:`TurnOutcome.folded`), and
         the journal lines."""
-        outcome, code, turn_id = result.outcome, result.code, result.turn_id
-        receipts, journal = self.ledger.receipts, self.ledger.journal
+        did, code = held.submit.delivery_id, result.code
         if is_disk_code(code):
             self.ledger.disk.refused(code)
-        receipts.record(outcome, reason=code, turn_id=turn_id, message_ids=message_ids, **_ids(held))
-        for fold in held.folds:
-            receipts.record(outcome.folded, reason=code, turn_id=turn_id, **_ids(held, fold))
-        journal.close(held.submit.delivery_id, outcome, self.peers.clock.wall(), code=code, message_ids=message_ids)
-        entries = journal.state.entries
+        self.ledger.closed(held.room, did, result.outcome, self.peers.clock.wall(), folds=held.folds, code=code,
+                           turn_id=result.turn_id, message_ids=message_ids)
+        entries = self.ledger.journal.state.entries
         paced = tuple(d for d in (held.submit.delivery_id, *held.folds) if (e := entries.get(d)) is not None and e.paced)
         self.signs.answered(held.room.channel_id, paced)
 
     def _answered_meanwhile(self, message_ids: Iterable[str], room: Room) -> None:
         """Close buffered messages an answer in their room took out of its backlog: ``absorbed``, no catch-up turn."""
         for message_id in message_ids:
-            self.ledger.receipts.record(TurnOutcome.ABSORBED, delivery_id=message_id, channel_id=room.channel_id,
-                                        guild_id=room.guild_id)
-            self.ledger.journal.close(message_id, TurnOutcome.ABSORBED, self.peers.clock.wall())
+            self.ledger.closed(room, message_id, TurnOutcome.ABSORBED, self.peers.clock.wall())
 
 
 def _ids(held: Held, did: str | None = None) -> ReceiptIds:

@@ -51,13 +51,14 @@ from bridge.held import Held, TurnState
 from bridge.inbound import Inbound
 from bridge.journal import Journal
 from bridge.journal_state import Entry
+from bridge.ledger import Ledger
 from bridge.port import DiscordPort, PostError
 from bridge.reaction import react, unreact
 from bridge.receipts import ReceiptIds, Receipts
 from bridge.refusal_notice import NOTICE, NoticeGate, Sign
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
-from bridge.turn import Ledger, Peers, Posting, Signs, TurnHolder
+from bridge.turn import Peers, Posting, Signs, TurnHolder
 from bridge.waiting import Joined, WaitQueue, joined
 from clankie.appender import DiskError
 from clankie.clock import Clock
@@ -113,9 +114,10 @@ class Bridge:
         self.link = ServiceLink(service_path, self.handle, clock)
         self.waiting = WaitQueue()  # ids only: a waiting message's one record is its journal entry
         self.disk = disk or DiskHold(journal.path.parent, clock)  # a full disk holds what waits (bridge.disk)
+        self.ledger = Ledger(receipts, journal, self.disk)  # each message's one outcome, receipt first
         self.holder = TurnHolder(
             self.turns,
-            Ledger(receipts, journal, self.disk),
+            self.ledger,
             Posting(port, retry, redact, attachment_root, upload_limit, failure_reaction),
             Peers(ingress, self.link, self.cards, clock),
             Signs(react_refused=self._react_refused, answered=self._unpace),
@@ -188,9 +190,7 @@ class Bridge:
         """Close buffered messages a full backlog let go of: ``dropped`` (``backlog_full``), ``expired`` in the journal."""
         for message_id in message_ids:
             self.turns.count("dropped")
-            self.receipts.record("dropped", reason=BACKLOG_FULL, delivery_id=message_id, channel_id=room.channel_id,
-                                 guild_id=room.guild_id)
-            self.journal.expire(message_id, self.clock.wall())
+            self.ledger.expired(room, message_id, self.clock.wall(), dropped=BACKLOG_FULL)
 
     @property
     def pending_triggers(self) -> int:

@@ -116,3 +116,25 @@ def test_a_catch_up_killed_between_its_own_receipt_and_its_folds_closes_the_fold
         assert Journal(state_dir, retention=3600.0).state.open_entries() == []
 
     asyncio.run(main())
+
+
+def test_a_closing_receipt_older_than_the_entry_does_not_close_it(state_dir: Path, env: dict[str, str]) -> None:
+    """A message refused once (``dropped``) and admitted later under the same id, open when the bridge died, is run
+    at the next start: only a receipt written since its admission closes its entry."""
+    room = Room(guild_id=GUILD, channel_id=CHAN)
+    now = time.time()
+    receipts = Receipts(state_dir, wall=lambda: now - 60.0)
+    receipts.record("dropped", reason="journal_full", delivery_id="1001", channel_id=CHAN, guild_id=GUILD)
+    receipts.close()
+    journal = Journal(state_dir, retention=3600.0)
+    journal.admit(TurnSubmit(delivery_id="1001", room=room, trigger=Trigger(
+        message_id="1001", author=Author(id=PERSON, name="p"), text="again", at=now)), "fp1001", now, catching_up=False)
+    journal.aclose()
+
+    async def main() -> None:
+        async with running(env) as h:
+            await h.until(lambda: "settled" in h.outcomes("1001"))
+            assert h.outcomes("1001") == ["dropped", "recovered", "settled"]
+            assert [s.delivery_id for s in h.service.submits] == ["1001"]
+
+    asyncio.run(main())
