@@ -22,15 +22,16 @@ instead of closing the message a second time (:mod:`bridge.recovery`).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict, get_args
 
 from clankie.appender import Appender, DiskError
-from clankie.jsonl import read_lines
+from clankie.jsonl import parse_lines
 from clankie.paths import ensure_private_dir, receipts_dir
 from clankie.protocol import TurnOutcome
 from clankie.quiet import Quiet
@@ -52,6 +53,8 @@ OUTCOMES: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), *get_args
 CLOSING: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), "dropped", "expired"})
 """The outcomes that close a message: a turn's, or ``dropped`` (out of a full backlog) and ``expired``; exactly one
 per admitted message."""
+CLOCK_SLACK = 1.0
+"""Seconds :meth:`Receipts.closings` reads past ``since``: the wall clock may step back a little between lines."""
 
 
 def audit_rotation(settings: Settings) -> Rotation:
@@ -150,29 +153,51 @@ class Receipts:
         return line
 
     def closings(self, delivery_ids: Collection[str], since: float) -> dict[str, Closing]:
-        """The newest closing receipt (:data:`CLOSING`) already written for each of ``delivery_ids``: the file and,
-        newest first, as many of its rotated segments as it takes to reach back to ``since`` (the wall time of the
-        oldest message asked about: no receipt of it is older). A torn or garbled line is skipped, as every reader
+        """The newest closing receipt (:data:`CLOSING`) already written for each of ``delivery_ids``, read from the
+        end of the file (and then of its rotated segments, newest first) back to the first line older than
+        ``since``, the wall time of the oldest message asked about (no receipt of it is older): a start after a
+        crash reads the last moments' receipts, not the file. A torn or garbled line is skipped, as every reader
         does."""
         wanted = set(delivery_ids)
         found: dict[str, Closing] = {}
-        if not wanted:
-            return found
         for path in (self.path, *reversed(segments(self.path))):
-            lines = read_lines(path)
-            for line in reversed(lines):
-                did, outcome, at = line.get("delivery_id"), line.get("outcome"), line.get("at")
-                if did in wanted and outcome in CLOSING and did not in found and isinstance(at, int | float):
-                    mids = line.get("message_ids") or ()
-                    found[did] = Closing(str(outcome), float(at), _opt_str(line.get("reason")),
-                                         _opt_str(line.get("turn_id")), tuple(str(m) for m in mids))
-            oldest = lines[0].get("at") if lines else None
-            if isinstance(oldest, int | float) and oldest < since:
+            if len(found) == len(wanted):
                 break
+            for line in _newest_first(path):
+                did, outcome, at = line.get("delivery_id"), line.get("outcome"), line.get("at")
+                if not isinstance(at, int | float):
+                    continue
+                if at < since - CLOCK_SLACK:
+                    return found
+                if isinstance(did, str) and did in wanted and outcome in CLOSING and did not in found:
+                    mids = line.get("message_ids")
+                    found[did] = Closing(str(outcome), float(at), _opt_str(line.get("reason")),
+                                         _opt_str(line.get("turn_id")),
+                                         tuple(str(m) for m in mids) if isinstance(mids, list) else ())
         return found
 
     def close(self) -> None:
         self._appender.close()
+
+
+def _newest_first(path: Path, block: int = 1 << 16) -> Iterator[dict[str, object]]:
+    """The readable lines of ``path``, newest first, read from its end ``block`` bytes at a time (a torn or garbled
+    line is skipped; no file, no lines)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        rest = b""  # the start of a line whose beginning is in the block before
+        while end > 0:
+            start = max(0, end - block)
+            fh.seek(start)
+            rows = (fh.read(end - start) + rest).split(b"\n")
+            end = start
+            rest = rows.pop(0) if start > 0 else b""
+            for row in reversed(rows):
+                yield from parse_lines(row)
 
 
 def _opt_str(value: object) -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.receipts import Receipts, audit_rotation, code
+from bridge.receipts import Receipts, _newest_first, audit_rotation, code
 from clankie.jsonl import read_lines as read
 from clankie.protocol import TurnOutcome
 from clankie.rotation import Rotation, read_all, segments
@@ -101,3 +101,17 @@ def test_closing_receipts_are_read_back_through_rotated_segments_as_far_as_asked
     assert found["19"].reason == "captain_turn_stalled"
     assert r.closings({"1"}, since=118.0) == {}  # asked about nothing older than 118: the oldest segments are not read
     assert r.closings(set(), since=0.0) == {}
+
+
+def test_receipts_read_newest_first_are_every_readable_line_whatever_the_block_size(state_dir: Path) -> None:
+    """Reading a receipts file from its end, a block at a time, gives its readable lines newest first, at any block
+    size: a line cut by a block boundary is read whole, and a torn last line is skipped as every reader skips it."""
+    r = Receipts(state_dir, wall=lambda: 5.0)
+    for n in range(12):
+        r.record("accepted", delivery_id=str(10**n), channel_id="7")
+    with open(r.path, "ab") as fh:
+        fh.write(b'{"v":1,"at":6.0,"outc')  # a crash mid-write
+    whole = list(reversed(read(r.path)))
+    assert len(whole) == 12
+    for block in (1, 7, 64, 1 << 16):
+        assert list(_newest_first(r.path, block)) == whole
