@@ -165,11 +165,11 @@ class BridgeApp:
     def heartbeat(self) -> Heartbeat:
         """The heartbeat record for the supervisor: status in ``detail``, counters in ``report``."""
         self._heartbeat_seq += 1
-        c = self.bridge.counters
+        c = self.bridge.turns.counts()
         report: dict[str, Any] = {
             "discord": self.discord_status,
             "service": self.bridge.link.status,
-            "held": len(self.bridge.held),
+            "held": len(self.bridge.turns),
             "turns": self.bridge.turns_in_flight,
             "retained": self.ingress.retained,
             "dedupe_evicted": self.ingress.dedupe.evicted,

@@ -20,6 +20,12 @@ per event, appended through :class:`clankie.appender.Appender`:
              started, or a session dropped); ``caught_up`` with ``through`` closes every gap
              that began by then, once history has been read back. A gap a bridge died
              before closing is read back by the next one.
+``closed``   a closed delivery as compaction rewrites it (no text: id, time, fingerprint,
+             room, outcome, reply mark)
+
+Each kind is a typed record (:mod:`bridge.journal_lines`), built by the
+writer and parsed once when the file is read at start: a malformed line is
+logged with its number and reason, skipped, and costs none of the others.
 
 Unlike receipts, the journal holds message text: it is what a turn is run
 again from. It is state, like the session trees, never a log. A closed
@@ -40,14 +46,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from bridge.journal_state import EXPIRED, JournalState, admit_line
+from bridge.journal_lines import (
+    EXPIRED,
+    CaughtUpLine,
+    GapLine,
+    JournalLine,
+    Wire,
+    admit_line,
+    caught_up_line,
+    close_line,
+    gap_line,
+    parse_journal,
+    wait_line,
+)
+from bridge.journal_state import MAX_REASONS, JournalState
 from clankie.appender import Appender, DiskError
 from clankie.disksync import sync_dir, sync_pool
-from clankie.jsonl import read_lines, replace_file
+from clankie.jsonl import replace_file
 from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnOutcome, TurnSubmit
 from clankie.quiet import Quiet
@@ -80,10 +98,14 @@ class Journal:
         self.max_bytes = max_bytes
         self.remembered = remembered
         self.state = JournalState()
-        for line in read_lines(self.path):
+        parsed = parse_journal(_read(self.path))
+        for line in parsed.lines:
             self.state.apply(line)
-        if self.state.skipped:
-            log.warning("journal: %d unreadable lines skipped", self.state.skipped)
+        skipped = len(parsed.malformed) + self.state.skipped
+        if skipped:  # the reasons name line kinds and fields, never a value (the journal holds message text)
+            reasons = [f"line {bad.lineno}: {bad.reason}" for bad in parsed.malformed] + self.state.reasons
+            log.warning("journal: %d unreadable lines skipped (%s), the other %d read", skipped,
+                        "; ".join(reasons[:MAX_REASONS]), len(parsed.lines) - self.state.skipped)
         self._appender = Appender(self.path)
         self._lines = len(self.state.entries)
         self._compacted_lines = self._lines  # lines right after the last compaction (or at open)
@@ -104,7 +126,7 @@ class Journal:
         """At ``CLANKIE_DISCORD_JOURNAL_MAX_BYTES``: a message that would wait for a turn slot is refused."""
         return self._appender.size >= self.max_bytes
 
-    def _append(self, *lines: dict[str, Any]) -> int:
+    def _append(self, *lines: JournalLine) -> int:
         for line in lines:
             self.state.apply(line)
         self._lines += len(lines)
@@ -121,15 +143,12 @@ class Journal:
         self._append(admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
         self._appender.sync_soon()
 
-    def buffer(self, did: str, at: float, fp: str, room: Room, inbound: dict[str, Any], trigger: dict[str, Any], *,
+    def buffer(self, did: str, at: float, fp: str, room: Room, inbound: Wire, trigger: Wire, *,
                waiting: bool = False, paced: str | None = None) -> None:
         """A message held for a catch-up turn, or (``waiting``) for a turn slot or (``paced``: its author's pace key)
         for its author's pace: the journal keeps its payload."""
-        line = {"v": 1, "op": "wait" if waiting or paced else "buffer", "id": did, "at": at, "fp": fp,
-                "room": room.to_wire(), "inbound": inbound, "trigger": trigger}
-        if paced is not None:
-            line["paced"] = paced
-        self._append(line)
+        self._append(wait_line("wait" if waiting or paced else "buffer", did, at, fp, room.to_wire(), inbound, trigger,
+                               paced))
         self._appender.sync_soon()
 
     def close(self, did: str, outcome: TurnOutcome, at: float, *, code: str | None = None,
@@ -147,9 +166,9 @@ class Journal:
     def _close(self, did: str, outcome: str, folded: str, at: float, code: str | None,
                message_ids: tuple[str, ...]) -> None:
         entry = self.state.entries.get(did)
-        lines = [_close_line(did, outcome, at, code, message_ids)]
+        lines: list[JournalLine] = [close_line(did, outcome, at, code, message_ids)]
         for fold in entry.folds if entry is not None else ():
-            lines.append(_close_line(fold, folded, at, None, ()))
+            lines.append(close_line(fold, folded, at))
         try:  # the outcome stands in memory; only a restart, reading the journal back, would run it again
             self._append(*lines)
         except DiskError as exc:
@@ -173,13 +192,13 @@ class Journal:
 
     def gap(self, since: float) -> None:
         """Note that messages sent from ``since`` on may not have reached us (never raises: see :meth:`_note`)."""
-        self._note({"v": 1, "op": "gap", "since": since})
+        self._note(gap_line(since))
 
     def caught_up(self, through: float) -> None:
         """History has been read back for every gap that began by ``through`` (never raises)."""
-        self._note({"v": 1, "op": "caught_up", "through": through})
+        self._note(caught_up_line(through))
 
-    def _note(self, line: dict[str, Any]) -> None:
+    def _note(self, line: GapLine | CaughtUpLine) -> None:
         """A gap line the disk refuses costs one log line: this process reads its gap back all the same, and the
         next start reads every room after the newest message it had admitted, so the gap is read then too."""
         try:
@@ -226,14 +245,12 @@ class Journal:
         self._appender.close()
 
 
-def _close_line(did: str, outcome: str, at: float, code: str | None, message_ids: Iterable[str]) -> dict[str, Any]:
-    line: dict[str, Any] = {"v": 1, "op": "close", "id": did, "at": at, "outcome": outcome}
-    if code:
-        line["code"] = code
-    mids = list(message_ids)
-    if mids:
-        line["mids"] = mids
-    return line
+def _read(path: Path) -> bytes:
+    """The journal file's bytes (none before the first line is written)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _save(path: Path, data: bytes) -> None:

@@ -1,21 +1,35 @@
 """The journal's pure state: entries folded from its lines, and the lines that rebuild them (:mod:`bridge.journal`).
 
-:class:`JournalState` folds each line into an :class:`Entry` and answers what
-recovery needs; :func:`entry_lines` is the inverse, used by compaction. No
-I/O, no clock: time is passed in.
+:class:`JournalState` folds each typed line (:mod:`bridge.journal_lines`) into
+an :class:`Entry` and answers what recovery needs; :func:`entry_lines` is the
+inverse, used by compaction. A raw object is parsed once, at
+:meth:`JournalState.read`; a line that is malformed, or that names a delivery
+the state does not hold, is counted and skipped with its reason, and the
+other lines still fold. No I/O, no clock: time is passed in.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from bridge.packing import pack, unpack
-from clankie.protocol import Room, TurnOutcome, TurnSubmit
+from bridge.journal_lines import (
+    EXPIRED,
+    JournalLine,
+    MalformedLine,
+    Wire,
+    admit_line,
+    closed_line,
+    gap_line,
+    parse_line,
+    wait_line,
+)
+from bridge.packing import Payload, pack, unpack
+from clankie.protocol import Room, TurnSubmit
 
-EXPIRED = "expired"  # closed unanswered: past the recovery horizon, or out of a full backlog (never a turn's outcome)
-OUTCOMES: frozenset[str] = frozenset({*(o.value for o in TurnOutcome), EXPIRED})
-"""What a ``close`` line may say; any other line is skipped as unreadable."""
+__all__ = ["EXPIRED", "Entry", "JournalState", "admit_line", "entry_lines"]
+
+MAX_REASONS = 8
+"""Reasons for skipped lines kept for the log (the count is kept whole)."""
 
 
 @dataclass(slots=True)
@@ -26,7 +40,7 @@ class Entry:
     at: float  # wall time it was admitted
     fingerprint: str
     room: Room
-    submit: dict[str, Any] | None = None  # the TurnSubmit on the wire; None while only buffered
+    submit: Wire | None = None  # the TurnSubmit on the wire; None while only buffered
     # while waiting for a catch-up or a slot: its payload packed (bridge.packing), read when its turn is built
     buffered: bytes | None = None
     waiting: bool = False  # buffered for a turn slot (``wait``), not for a catch-up (``buffer``)
@@ -46,7 +60,7 @@ class Entry:
         assert self.submit is not None
         return TurnSubmit.model_validate(self.submit)
 
-    def payload(self) -> dict[str, Any] | None:
+    def payload(self) -> Payload | None:
         """The buffered message (``inbound``, ``trigger``) as the journal line had it; None if it is not waiting."""
         return unpack(self.delivery_id, self.room, self.buffered) if self.buffered is not None else None
 
@@ -63,60 +77,76 @@ class JournalState:
         self._rooms: dict[Room, Room] = {}  # one object per room, shared by its entries
         self.gaps: list[float] = []  # starts of the gaps not yet read back, oldest first
         self.skipped = 0
+        self.reasons: list[str] = []  # why the first MAX_REASONS skipped lines were skipped (for the log)
 
-    def apply(self, line: dict[str, Any]) -> None:
-        """Fold one line in; a line that does not make sense is counted and ignored."""
+    def read(self, raw: object) -> None:
+        """Parse one stored object (:func:`bridge.journal_lines.parse_line`) and fold it in; one that is malformed
+        is counted and skipped (:attr:`skipped`, :attr:`reasons`)."""
+        try:
+            line = parse_line(raw)
+        except MalformedLine as exc:
+            self.skip(str(exc))
+            return
+        self.apply(line)
+
+    def skip(self, reason: str) -> None:
+        """Count one line that was not folded in, and keep why (the first few reasons)."""
+        self.skipped += 1
+        if len(self.reasons) < MAX_REASONS:
+            self.reasons.append(reason)
+
+    def apply(self, line: JournalLine) -> None:
+        """Fold one typed line in; one that names a delivery the state does not hold (a close of an unknown id) or a
+        room its model refuses is counted and skipped."""
         try:
             self._apply(line)
-        except (KeyError, TypeError, ValueError, AssertionError):
-            self.skipped += 1
+        except _Inconsistent as exc:
+            self.skip(f"{line['op']} line: {exc}")
+        except ValueError:  # a nested record its model refuses (a pydantic ValidationError)
+            self.skip(f"{line['op']} line: room is not a room")
 
-    def _apply(self, line: dict[str, Any]) -> None:
-        op = line["op"]
-        if op == "gap":
-            self.gaps = sorted({*self.gaps, float(line["since"])})
-            return
-        if op == "caught_up":
-            through = float(line["through"])
+    def _apply(self, line: JournalLine) -> None:
+        if line["op"] == "gap":
+            self.gaps = sorted({*self.gaps, line["since"]})
+        elif line["op"] == "caught_up":
+            through = line["through"]
             self.gaps = [g for g in self.gaps if g > through]
-            return
-        did = str(line["id"])
-        if op == "admit":
-            submit = line["submit"]
-            room = self._room(submit["room"])
+        elif line["op"] == "admit":
+            did, submit = line["id"], line["submit"]
+            room_wire = submit["room"]
+            assert isinstance(room_wire, dict)  # parse_line checked it
+            room = self._room(room_wire)
             entry = self.entries.get(did)
             if entry is None or not entry.open:  # a closed one admitted again (its turn could not run) is new
-                entry = Entry(did, float(line["at"]), str(line["fp"]), room)
+                entry = Entry(did, line["at"], line["fp"], room)
             entry.submit, entry.buffered = submit, None
             entry.paced = entry.paced or line.get("paced")
-            entry.catching_up = bool(line.get("catch_up", False))
-            entry.folds = tuple(str(f) for f in line.get("folds", ()))
+            entry.catching_up = line.get("catch_up", False)
+            entry.folds = tuple(line.get("folds", ()))
             self.entries[did] = entry
             for fold in entry.folds:
                 if fold in self.entries:
                     self.entries[fold].folded_into = did
-        elif op in ("buffer", "wait"):
+        elif line["op"] == "buffer" or line["op"] == "wait":
+            did = line["id"]
             room = self._room(line["room"])
-            self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room,
+            self.entries[did] = Entry(did, line["at"], line["fp"], room,
                                       buffered=pack(did, room, {"inbound": line["inbound"], "trigger": line["trigger"]}),
-                                      waiting=op == "wait", paced=line.get("paced"))
-        elif op == "close":
-            outcome = str(line["outcome"])
-            if outcome not in OUTCOMES:
-                raise ValueError(outcome)
-            entry = self.entries[did]
-            entry.outcome = outcome
-            entry.closed_at = float(line.get("at", 0.0))
-            entry.replied = max((int(m) for m in line.get("mids", ()) if str(m).isdigit()), default=0)
+                                      waiting=line["op"] == "wait", paced=line.get("paced"))
+        elif line["op"] == "close":
+            entry = self.entries.get(line["id"])
+            if entry is None:
+                raise _Inconsistent("closes a delivery the journal does not hold")
+            entry.outcome = line["outcome"]
+            entry.closed_at = line["at"]
+            entry.replied = max((int(m) for m in line.get("mids", ()) if m.isdigit()), default=0)
             entry.submit = entry.buffered = None  # its text is never read again: let it go now, not at compaction
-        elif op == "closed":  # a compacted closed entry: enough for de-duplication and the room's last id
-            room = self._room(line["room"])
-            self.entries[did] = Entry(did, float(line["at"]), str(line["fp"]), room, outcome=str(line["outcome"]),
-                                      replied=int(line.get("replied", 0)), closed_at=float(line.get("closed_at", 0.0)))
-        else:
-            raise ValueError(op)
+        else:  # closed: a compacted closed entry, enough for de-duplication and the room's last id
+            did = line["id"]
+            self.entries[did] = Entry(did, line["at"], line["fp"], self._room(line["room"]), outcome=line["outcome"],
+                                      replied=line.get("replied", 0), closed_at=line.get("closed_at", 0.0))
 
-    def _room(self, wire: dict[str, Any]) -> Room:
+    def _room(self, wire: Wire) -> Room:
         room = Room.model_validate(wire)
         return self._rooms.setdefault(room, room)
 
@@ -149,10 +179,10 @@ class JournalState:
         """Every entry worth keeping: open ones, and closed ones admitted at or after ``since``."""
         return [e for e in self.entries.values() if e.open or e.at >= since]
 
-    def compacted(self, since: float) -> list[dict[str, Any]]:
+    def compacted(self, since: float) -> list[JournalLine]:
         """The lines that rebuild :meth:`retained` exactly (folds after the entries they fold)."""
         keep = self.retained(since)
-        lines: list[dict[str, Any]] = [{"v": 1, "op": "gap", "since": g} for g in self.gaps]
+        lines: list[JournalLine] = [gap_line(g) for g in self.gaps]
         for e in sorted(keep, key=lambda e: e.submit is not None):
             lines.extend(entry_lines(e))
         return lines
@@ -163,32 +193,17 @@ class JournalState:
         self._rooms = {e.room: e.room for e in self.entries.values()}
 
 
-def entry_lines(e: Entry) -> list[dict[str, Any]]:
+def entry_lines(e: Entry) -> list[JournalLine]:
     """The shortest lines that rebuild one entry."""
-    if not e.open:
-        line: dict[str, Any] = {"v": 1, "op": "closed", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
-                                "room": e.room.to_wire(), "outcome": e.outcome}
-        if e.replied:
-            line["replied"], line["closed_at"] = e.replied, e.closed_at
-        return [line]
+    if e.outcome is not None:
+        return [closed_line(e.delivery_id, e.at, e.fingerprint, e.room.to_wire(), e.outcome, e.replied, e.closed_at)]
     if e.submit is None:
         payload = e.payload()
         assert payload is not None
-        line = {"v": 1, "op": "wait" if e.waiting else "buffer", "id": e.delivery_id, "at": e.at, "fp": e.fingerprint,
-                "room": e.room.to_wire(), **payload}
-        if e.paced is not None:
-            line["paced"] = e.paced
-        return [line]
+        return [wait_line("wait" if e.waiting else "buffer", e.delivery_id, e.at, e.fingerprint, e.room.to_wire(),
+                          payload["inbound"], payload["trigger"], e.paced)]
     return [admit_line(e.delivery_id, e.at, e.fingerprint, e.submit, e.catching_up, e.folds, e.paced)]
 
 
-def admit_line(did: str, at: float, fp: str, submit: dict[str, Any], catching_up: bool,
-               folds: tuple[str, ...], paced: str | None = None) -> dict[str, Any]:
-    line: dict[str, Any] = {"v": 1, "op": "admit", "id": did, "at": at, "fp": fp, "submit": submit}
-    if catching_up:
-        line["catch_up"] = True
-    if folds:
-        line["folds"] = list(folds)
-    if paced is not None:
-        line["paced"] = paced
-    return line
+class _Inconsistent(Exception):
+    """A well-formed line the state cannot fold (it names a delivery the state does not hold)."""

@@ -20,32 +20,42 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import TypedDict
 
 from bridge.inbound import Inbound
+from bridge.journal_lines import Wire
 from clankie.protocol import Author, Room, Trigger
+
+
+class Payload(TypedDict):
+    """A waiting message as its journal line stores it: its ``Inbound`` and its ``Trigger``, each in wire form."""
+
+    inbound: Wire
+    trigger: Wire
+
 
 _INBOUND_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Inbound) if f.default is not dataclasses.MISSING}
 _TRIGGER_DEFAULTS = {name: f.default for name, f in Trigger.model_fields.items() if not f.is_required() and f.default_factory is None}
 _AUTHOR_DEFAULTS = {name: f.default for name, f in Author.model_fields.items() if not f.is_required() and f.default_factory is None}
 
 
-def _same(value: Any, default: Any) -> bool:
+def _same(value: object, default: object) -> bool:
     """Equal, with a list and a tuple of the same items alike (the wire writes a tuple as a list)."""
     if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
         return list(value) == list(default)
     return type(value) is type(default) and bool(value == default)
 
 
-def _without(data: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+def _without(data: Mapping[str, object], given: Mapping[str, object]) -> Wire:
     """``data`` without the keys whose value ``given`` already holds."""
     return {k: v for k, v in data.items() if not (k in given and _same(v, given[k]))}
 
 
-def pack(delivery_id: str, room: Room, payload: dict[str, Any]) -> bytes:
+def pack(delivery_id: str, room: Room, payload: Payload) -> bytes:
     """The waiting message ``payload`` (``inbound``, ``trigger``) of the entry ``delivery_id`` in ``room``, compact."""
-    trigger: dict[str, Any] = dict(payload["trigger"])
-    inbound: dict[str, Any] = payload["inbound"]
+    trigger = dict(payload["trigger"])
+    inbound = payload["inbound"]
     author = trigger.get("author")
     if isinstance(author, dict):
         trigger["author"] = _without(author, _AUTHOR_DEFAULTS)
@@ -54,10 +64,10 @@ def pack(delivery_id: str, room: Room, payload: dict[str, Any]) -> bytes:
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def unpack(delivery_id: str, room: Room, packed: bytes) -> dict[str, Any]:
+def unpack(delivery_id: str, room: Room, packed: bytes) -> Payload:
     """The payload :func:`pack` was given, as the wire spells it (``inbound``, ``trigger``)."""
     data = json.loads(packed)
-    trigger: dict[str, Any] = {"message_id": delivery_id, **data["t"]}
+    trigger: Wire = {"message_id": delivery_id, **data["t"]}
     author = trigger.get("author")
     if isinstance(author, dict):
         trigger["author"] = {**_wire(_AUTHOR_DEFAULTS), **author}
@@ -65,12 +75,12 @@ def unpack(delivery_id: str, room: Room, packed: bytes) -> dict[str, Any]:
     return {"inbound": inbound, "trigger": {**_wire(_TRIGGER_DEFAULTS), **trigger}}
 
 
-def _known(delivery_id: str, room: Room, trigger: dict[str, Any]) -> dict[str, Any]:
+def _known(delivery_id: str, room: Room, trigger: Mapping[str, object]) -> Wire:
     """The inbound values its entry and trigger already hold (a value kept because it differs wins over these)."""
     author = trigger.get("author")
     return {"message_id": delivery_id, "channel_id": room.channel_id, "guild_id": room.guild_id,
             "author_id": author.get("id") if isinstance(author, dict) else None, "text": trigger.get("text")}
 
 
-def _wire(defaults: dict[str, Any]) -> dict[str, Any]:
+def _wire(defaults: Mapping[str, object]) -> Wire:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}

@@ -4,8 +4,11 @@ Two steps, both bounded:
 
 1. :func:`resume_journal`, once at start, before the gateway connects: the
    de-duplication memory saved at the last compaction is read back and every
-   journaled delivery is remembered on top of it; each one without an
-   outcome is run again by its id (the service is idempotent), oldest first,
+   journaled delivery is remembered on top of it; one without an outcome in
+   the journal whose closing receipt was written all the same (the bridge
+   died between the receipt and the journal line) is closed in the journal
+   from that receipt, with no second receipt (:meth:`bridge.ledger.Ledger.from_receipt`);
+   each other one without an outcome is run again by its id (the service is idempotent), oldest first,
    unless it is older than the recovery horizon, in which case it is closed
    as ``expired`` with a receipt instead of being answered late. Buffered
    messages go back into their room's catch-up backlog.
@@ -33,6 +36,7 @@ from clankie.protocol import Room
 log = logging.getLogger(__name__)
 
 PAGE = 100  # Discord's largest page of channel history
+RECEIPT_ROUNDING = 0.001  # a receipt's time is rounded to the millisecond
 DISCORD_EPOCH_MS = 1_420_070_400_000
 
 
@@ -63,6 +67,7 @@ class Report:
     capped: int = 0
     failed_rooms: int = 0
     answered_before: int = 0
+    closed_from_receipts: int = 0  # open in the journal, closed by a receipt written before the bridge died
 
 
 def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
@@ -77,8 +82,17 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
             log.warning("journal: the saved de-duplication memory is unreadable (%s); starting from the journal alone", exc)
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
         bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
-    for entry in state.open_entries():
-        if now - entry.at > limits.horizon:
+    unclosed = state.open_entries()
+    found = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
+                                     since=min((e.at for e in unclosed), default=now))
+    # only a receipt written since the entry was admitted closes it (an older one closed an earlier life of that id)
+    written = {d: r for d, r in found.items() if (e := state.entries.get(d)) is None or r.at >= e.at - RECEIPT_ROUNDING}
+    for entry in unclosed:
+        receipt = written.get(entry.delivery_id)
+        if receipt is not None:
+            bridge.ledger.from_receipt(entry, receipt, written, now)
+            report.closed_from_receipts += 1
+        elif now - entry.at > limits.horizon:
             expire(bridge, entry, now)
             report.expired += 1
         elif entry.submit is None and entry.waiting:
@@ -92,18 +106,17 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
             report.resumed += 1
     bridge.drain_waiting()  # the resumed ones hold their slots already; what waited takes what is left, in order
     bridge.release_paced()  # what waited for its author's pace: fresh buckets let a minute's worth go, the rest wait
-    if report.resumed or report.expired or report.restored or report.waiting:
-        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again",
-                 report.resumed, report.expired, report.restored, report.waiting)
+    if report.resumed or report.expired or report.restored or report.waiting or report.closed_from_receipts:
+        log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again, "
+                 "%d closed from their receipts", report.resumed, report.expired, report.restored, report.waiting,
+                 report.closed_from_receipts)
     return report
 
 
 def expire(bridge: Bridge, entry: Entry, now: float) -> None:
     """Close a journaled delivery older than the horizon, unanswered, with an ``expired`` receipt."""
-    bridge.counters.expired += 1
-    for did in (entry.delivery_id, *entry.folds):
-        bridge.receipts.record("expired", delivery_id=did, channel_id=entry.room.channel_id, guild_id=entry.room.guild_id)
-    bridge.journal.expire(entry.delivery_id, now)
+    bridge.turns.count("expired")
+    bridge.ledger.expired(entry.room, entry.delivery_id, now, folds=entry.folds)
 
 
 def restore_buffered(bridge: Bridge, entry: Entry) -> None:
@@ -115,7 +128,7 @@ def restore_buffered(bridge: Bridge, entry: Entry) -> None:
 
 def too_old(bridge: Bridge, inbound: Inbound, now: float, retention: float) -> None:
     """A message found in history that is older than the horizon: noted once, not answered."""
-    bridge.counters.expired += 1
+    bridge.turns.count("expired")
     bridge.ingress.remember(inbound.message_id, inbound.fingerprint, now + retention)
     bridge.receipts.record("expired", delivery_id=inbound.message_id, channel_id=inbound.channel_id,
                            guild_id=inbound.guild_id)

@@ -1,7 +1,7 @@
 """What the service asks of the bridge on the bridge's own connection: ``typing``, ``tool``, ``history``, ``text_update``.
 
-Each call names a delivery; only one the bridge is holding (``held``, shared
-with :class:`bridge.turns.Bridge`) is served, and only in the phase where it
+Each call names a delivery; only one the bridge is holding (as the turns'
+owner, :class:`bridge.held.TurnState`, says) is served, and only in the phase where it
 makes sense (typing and tool cards while the turn runs, history for its
 channel, a text update into an admitted guild room).
 """
@@ -14,7 +14,7 @@ import logging
 from bridge.admission import Ingress
 from bridge.card import Cards
 from bridge.delivery import RetryPolicy, post_once
-from bridge.held import Held, Phase
+from bridge.held import Phase, TurnState
 from bridge.port import DiscordPort, PostError
 from bridge.typing_loop import typing_loop
 from clankie.clock import Clock
@@ -30,15 +30,15 @@ from clankie.protocol import (
 )
 from clankie.router import Router
 
-log = logging.getLogger("bridge.turns")  # the bridge core's logger, as before the split
+log = logging.getLogger(__name__)
 
 
 class ServiceCalls:
     """The handlers of the bridge's role in the method table, over the deliveries the bridge holds."""
 
-    def __init__(self, *, held: dict[str, Held], ingress: Ingress, port: DiscordPort, clock: Clock,
-                 retry: RetryPolicy, cards: Cards) -> None:
-        self.held = held
+    def __init__(self, turns: TurnState, *, ingress: Ingress, port: DiscordPort, clock: Clock, retry: RetryPolicy,
+                 cards: Cards) -> None:
+        self.turns = turns
         self.ingress = ingress
         self.port = port
         self.clock = clock
@@ -51,7 +51,7 @@ class ServiceCalls:
 
     def light(self, delivery_id: str) -> bool:
         """Show typing for a held delivery until it settles; False (nothing posted) if not held."""
-        held = self.held.get(delivery_id)
+        held = self.turns.get(delivery_id)
         if held is None or held.phase is Phase.DONE or held.catching_up:
             log.info("typing refused for delivery %s: not held", delivery_id)
             return False
@@ -67,13 +67,13 @@ class ServiceCalls:
 
     def tool(self, activity: ToolActivity) -> None:
         """A tool call of a held delivery: only a requested turn still running gets a card."""
-        held = self.held.get(activity.delivery_id)
+        held = self.turns.get(activity.delivery_id)
         if held is None or held.phase is not Phase.SUBMITTED or held.catching_up or held.submit.trigger.unprompted:
             return
         self.cards.activity(activity, held.room, held.trigger_id)
 
     async def history(self, req: HistoryRequest) -> HistoryReply:
-        held = self.held.get(req.delivery_id)
+        held = self.turns.get(req.delivery_id)
         if held is None or held.room.channel_id != req.room.channel_id:
             raise RemoteError(Code.DELIVERY_NOT_HELD, "history is served only for a delivery the bridge is holding")
         limit = min(req.limit, 50)
@@ -87,7 +87,7 @@ class ServiceCalls:
         return HistoryReply(messages=tuple(messages))
 
     async def text_update(self, req: TextUpdate) -> TextUpdateReply:
-        held = self.held.get(req.delivery_id)
+        held = self.turns.get(req.delivery_id)
         if held is None or held.phase is not Phase.SUBMITTED:
             raise RemoteError(Code.DELIVERY_NOT_HELD, "no live turn for that delivery")
         room = held.room

@@ -19,8 +19,9 @@ What happens to a turn once it has started (journaled, submitted, its reply
 posted, its one outcome recorded) is :class:`bridge.turn.TurnHolder`'s job.
 The service's calls on the same connection (``history``, ``typing``,
 ``tool``, the tool-activity card of :mod:`bridge.card`, and ``text_update``)
-are served by :class:`bridge.service_calls.ServiceCalls` over the same held
-deliveries; a held delivery and its phases are :mod:`bridge.held`.
+are served by :class:`bridge.service_calls.ServiceCalls`. The held
+deliveries and the counters have one owner, :class:`bridge.held.TurnState`
+(:attr:`Bridge.turns`), which all three ask and tell through its methods.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TypedDict
 
 from bridge.admission import (
     BACKLOG_FULL,
@@ -47,17 +47,18 @@ from bridge.admission import (
 from bridge.card import Cards
 from bridge.delivery import RetryPolicy
 from bridge.disk import DiskHold
-from bridge.held import Counters, Held, Phase
+from bridge.held import Held, TurnState
 from bridge.inbound import Inbound
 from bridge.journal import Journal
 from bridge.journal_state import Entry
+from bridge.ledger import Ledger
 from bridge.port import DiscordPort, PostError
 from bridge.reaction import react, unreact
-from bridge.receipts import Receipts
+from bridge.receipts import ReceiptIds, Receipts
 from bridge.refusal_notice import NOTICE, NoticeGate, Sign
 from bridge.service_calls import ServiceCalls
 from bridge.service_link import ServiceLink
-from bridge.turn import TurnHolder
+from bridge.turn import Peers, Posting, Signs, TurnHolder
 from bridge.waiting import Joined, WaitQueue, joined
 from clankie.appender import DiskError
 from clankie.clock import Clock
@@ -76,14 +77,6 @@ HOURGLASS = "\u23f3"  # a message waiting for its author's pace (or refused past
 PACED = "paced"  # a waiting receipt's reason: over its author's pace, it waits for it (bridge.paced)
 MAX_REFUSAL_REACTIONS = 32
 """Failure reactions on refused messages in flight at once; under a flood the rest go without."""
-
-
-class _ReceiptIds(TypedDict):
-    """The ids every admission receipt carries."""
-
-    delivery_id: str
-    channel_id: str
-    guild_id: str | None
 
 
 class Bridge:
@@ -114,19 +107,21 @@ class Bridge:
         self.clock = clock
         self.failure_reaction = failure_reaction
         self.cards = Cards(port, clock, enabled=tool_card)
-        self.held: dict[str, Held] = {}
+        self.turns = TurnState()  # the one owner of the held deliveries and the counters
         retry = retry or RetryPolicy()
-        self.calls = ServiceCalls(held=self.held, ingress=ingress, port=port, clock=clock, retry=retry, cards=self.cards)
+        self.calls = ServiceCalls(self.turns, ingress=ingress, port=port, clock=clock, retry=retry, cards=self.cards)
         self.handle = self.calls.router()
         self.link = ServiceLink(service_path, self.handle, clock)
-        self.counters = Counters()
         self.waiting = WaitQueue()  # ids only: a waiting message's one record is its journal entry
         self.disk = disk or DiskHold(journal.path.parent, clock)  # a full disk holds what waits (bridge.disk)
-        self.holder = TurnHolder(held=self.held, counters=self.counters, ingress=ingress, link=self.link, port=port,
-                                 receipts=receipts, journal=journal, clock=clock, cards=self.cards, disk=self.disk,
-                                 retry=retry, redact=redact, attachment_root=attachment_root,
-                                 upload_limit=upload_limit, failure_reaction=failure_reaction,
-                                 react_refused=self._react_refused, answered=self._unpace)
+        self.ledger = Ledger(receipts, journal, self.disk)  # each message's one outcome, receipt first
+        self.holder = TurnHolder(
+            self.turns,
+            self.ledger,
+            Posting(port, retry, redact, attachment_root, upload_limit, failure_reaction),
+            Peers(ingress, self.link, self.cards, clock),
+            Signs(react_refused=self._react_refused, answered=self._unpace),
+        )
         self._closing = False  # no waiting turn starts once the bridge is closing (they wait in the journal)
         # Turns held: admission keeps them at ``max_turns`` plus one catch-up turn per engaged room, so the set's
         # bound is that sum and reaching it would be a leak (spawn raises; the message stays in the journal).
@@ -145,11 +140,11 @@ class Bridge:
         decision = self.ingress.admit(inbound, self.clock.wall(), live_run=self.live_run(inbound.channel_id),
                                       turns=self.turns_in_flight, room_waiting=self.waiting.waits(inbound.channel_id),
                                       journal_full=self.journal.full)
-        ids = _ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
+        ids = ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
         METER.count("clankie_ingress_messages_total", VERDICT.get(type(decision), "other"),
                     decision.code if isinstance(decision, Drop) else "")
         if isinstance(decision, Drop):
-            self.counters.dropped += 1
+            self.turns.count("dropped")
             self.receipts.record("dropped", reason=decision.code, **ids)
             if decision.code in BACKPRESSURE:
                 self._refused_visibly(inbound, decision.code)
@@ -157,7 +152,7 @@ class Bridge:
                 self._react_refused(inbound.channel_id, inbound.message_id, HOURGLASS)
             return None
         if isinstance(decision, Duplicate):
-            self.counters.duplicates += 1
+            self.turns.count("duplicates")
             self.receipts.record("deduplicated", **ids)
             return None
         if isinstance(decision, Waiting):
@@ -168,7 +163,7 @@ class Bridge:
                                 decision.person)
             return None
         if isinstance(decision, Buffered):
-            self.counters.buffered += 1
+            self.turns.count("buffered")
             try:
                 self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room,
                                     inbound.to_wire(), trigger.to_wire())
@@ -184,20 +179,18 @@ class Bridge:
 
     def live_run(self, channel_id: str) -> bool:
         """Whether the bridge holds a submitted, not-yet-done delivery in this channel (a message now is steered)."""
-        return any(h.room.channel_id == channel_id and h.phase is Phase.SUBMITTED for h in self.held.values())
+        return self.turns.live_in(channel_id)
 
     def resume(self, entry: Entry) -> None:
         """Run a journaled delivery that never got its outcome (the bridge died holding it) again."""
-        self.counters.recovered += 1
+        self.turns.count("recovered")
         self._spawn(Held(entry.turn(), entry.fingerprint, entry.catching_up, entry.folds, recovered=entry))
 
     def fell_out(self, message_ids: Iterable[str], room: Room) -> None:
         """Close buffered messages a full backlog let go of: ``dropped`` (``backlog_full``), ``expired`` in the journal."""
         for message_id in message_ids:
-            self.counters.dropped += 1
-            self.receipts.record("dropped", reason=BACKLOG_FULL, delivery_id=message_id, channel_id=room.channel_id,
-                                 guild_id=room.guild_id)
-            self.journal.expire(message_id, self.clock.wall())
+            self.turns.count("dropped")
+            self.ledger.expired(room, message_id, self.clock.wall(), dropped=BACKLOG_FULL)
 
     @property
     def pending_triggers(self) -> int:
@@ -264,7 +257,7 @@ class Bridge:
 
     def _journal_waiting(self, inbound: Inbound, room: Room, trigger: Trigger, *, paced: str | None) -> None:
         """Journal a message that waits (for a slot, or with ``paced`` for its author's pace) and say so in a receipt."""
-        self.counters.waited += 1
+        self.turns.count("waited")
         try:
             self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room, inbound.to_wire(),
                                 trigger.to_wire(), waiting=paced is None, paced=paced)
@@ -385,5 +378,4 @@ class Bridge:
         await self._reactions.join()
         await self._notices.join()
         await self._unpaced.join()
-        for held in self.held.values():
-            held.stop_typing()
+        self.turns.stop_typing()

@@ -36,9 +36,8 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from clankie.disksync import (
     sync_and_close_later,
@@ -166,7 +165,7 @@ class Appender:
         self._size += len(data)
         self.last_error = None
 
-    def append(self, *records: dict[str, Any]) -> int:
+    def append(self, *records: Mapping[str, object]) -> int:
         """Write ``records`` as whole lines in one write; returns the sequence number to wait on.
 
         With a rotation, the file is rotated right after the line that reached its size.
@@ -261,7 +260,7 @@ class Appender:
 
     # ------------------------------------------------------------ compaction
 
-    async def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
+    async def rewrite(self, records: Iterable[Mapping[str, object]]) -> None:
         """Replace the file with ``records``: a new file written and synced off the loop, then renamed in.
 
         Appends may go on meanwhile; the lines they add to the old file are

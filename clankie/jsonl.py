@@ -12,11 +12,12 @@ import contextlib
 import errno
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 
-def encode_line(record: dict[str, Any]) -> bytes:
+def encode_line(record: Mapping[str, object]) -> bytes:
     """One record as one compact UTF-8 JSON line."""
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 

@@ -278,7 +278,8 @@ def test_typing_stops_at_the_first_failed_post_and_the_turn_still_settles(env: d
 
     async def script(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
         await conn.notify("typing", TypingSignal(delivery_id=sub.delivery_id))
-        held = h.app.bridge.held[sub.delivery_id]
+        held = h.app.bridge.turns.get(sub.delivery_id)
+        assert held is not None
         await h.until(lambda: held.typing is not None and held.typing.done())  # the loop ended by itself
         clock.advance(30.0)
         return TurnResult.settled("done anyway", turn_id="t")
@@ -333,7 +334,8 @@ def test_typing_gives_up_at_the_backstop_for_a_turn_that_never_returns(env: dict
                 clock.advance(TYPING_REFRESH_S)
                 await h.until(lambda: h.fake.typing_in(CHAN) == n and clock.sleepers == 1)  # noqa: B023 (awaited within the iteration)
             clock.advance(TYPING_BACKSTOP_S)
-            held = h.app.bridge.held[m["id"]]
+            held = h.app.bridge.turns.get(m["id"])
+            assert held is not None
             await h.until(lambda: held.typing is not None and held.typing.done())
             assert clock.sleepers == 0  # no refresh timer left waiting
             shown = h.fake.typing_in(CHAN)

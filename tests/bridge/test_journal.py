@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,10 @@ def close(did: str, outcome: str = "settled") -> dict[str, Any]:
     return {"v": 1, "op": "close", "id": did, "at": 0.0, "outcome": outcome}
 
 
-def state_of(*lines: dict[str, Any]) -> JournalState:
+def state_of(*lines: Mapping[str, object]) -> JournalState:
     s = JournalState()
     for line in lines:
-        s.apply(line)
+        s.read(line)
     return s
 
 
@@ -59,7 +60,7 @@ def test_a_catch_up_turn_carries_its_folded_messages_to_one_outcome() -> None:
     """Buffered messages folded into a catch-up are not resumed on their own; the catch-up's close ends them."""
     s = state_of(buffer("1", 1.0), buffer("2", 2.0), buffer("3", 3.0))
     assert [e.delivery_id for e in s.open_entries()] == ["1", "2", "3"]
-    s.apply(admit("3", 3.0, catch_up=True, folds=["1", "2"]))
+    s.read(admit("3", 3.0, catch_up=True, folds=["1", "2"]))
     assert [e.delivery_id for e in s.open_entries()] == ["3"]
     assert s.open_entries()[0].catching_up and s.open_entries()[0].folds == ("1", "2")
 
@@ -80,8 +81,8 @@ def test_rooms_since_names_each_active_room_with_its_newest_message_before_the_g
     # what the new session admitted (after the gap began at 4.0) is not a mark: the gap is read from "10"
     assert s.rooms_since(0.0, before=4.0) == {"101": (ROOM, "10"), "102": (OTHER, None)}
     # our own reply is a mark only if it was posted before the gap began
-    s.apply({"v": 1, "op": "close", "id": "10", "at": 3.0, "outcome": "settled", "mids": ["60"]})
-    s.apply({"v": 1, "op": "close", "id": "5", "at": 7.0, "outcome": "settled", "mids": ["70"]})
+    s.read({"v": 1, "op": "close", "id": "10", "at": 3.0, "outcome": "settled", "mids": ["60"]})
+    s.read({"v": 1, "op": "close", "id": "5", "at": 7.0, "outcome": "settled", "mids": ["70"]})
     assert s.rooms_since(0.0, before=4.0)["101"] == (ROOM, "60")
     assert s.rooms_since(0.0, before=8.0)["101"] == (ROOM, "70")
 
@@ -185,7 +186,7 @@ def test_a_closed_delivery_lets_go_of_its_text_at_once_and_rooms_are_held_once()
     one, two, three = (s.entries[d] for d in ("1", "2", "3"))
     assert (one.submit, one.buffered, three.buffered) == (None, None, None) and two.submit is not None
     assert one.room is two.room is three.room
-    s.apply(admit("1", 4.0))  # its turn could not be run, and Discord sent it again
+    s.read(admit("1", 4.0))  # its turn could not be run, and Discord sent it again
     assert s.entries["1"].open and s.entries["1"].at == 4.0 and s.entries["1"].turn() == submit("1")
 
 

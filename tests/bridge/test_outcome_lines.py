@@ -62,10 +62,10 @@ def test_the_journal_closes_a_catch_up_a_failure_and_an_expiry_with_the_old_line
 def test_old_close_lines_read_back_to_the_same_outcomes() -> None:
     state = JournalState()
     for did in ("40", "41", "42", "43", "44"):
-        state.apply({"v": 1, "op": "buffer", "id": did, "at": 1.0, "fp": "fp", "room": ROOM.to_wire(),
+        state.read({"v": 1, "op": "buffer", "id": did, "at": 1.0, "fp": "fp", "room": ROOM.to_wire(),
                      "inbound": {}, "trigger": {}})
     for line in OLD_CLOSES.splitlines():
-        state.apply(json.loads(line))
+        state.read(json.loads(line))
     assert state.skipped == 0
     assert {did: e.outcome for did, e in state.entries.items()} == {
         "40": "absorbed", "41": "absorbed", "42": "settled", "43": "failed", "44": "expired"}

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.inbound import Inbound
-from bridge.packing import pack, unpack
+from bridge.packing import Payload, pack, unpack
 from clankie.protocol import Author, Room, Trigger
 
 ids = st.text(alphabet="0123456789", min_size=1, max_size=20)
@@ -47,7 +47,7 @@ def test_a_packed_message_reads_back_as_the_same_inbound_and_trigger(
 ) -> None:
     """Whether the line came from this process (tuples) or was read back from the journal file (JSON lists)."""
     mid, room, inbound, trigger = message
-    payload = {"inbound": inbound.to_wire(), "trigger": trigger.to_wire()}
+    payload: Payload = {"inbound": inbound.to_wire(), "trigger": trigger.to_wire()}
     if from_disk:
         payload = json.loads(json.dumps(payload))
     back = unpack(mid, room, pack(mid, room, payload))
@@ -62,6 +62,6 @@ def test_an_ordinary_waiting_message_is_held_in_under_a_third_of_its_journal_lin
     inbound = Inbound(message_id=mid, channel_id=room.channel_id, guild_id=room.guild_id, author_id=author.id,
                       text=text, mentions_bot=True)
     trigger = Trigger(message_id=mid, author=author, text=text, at=1_800_000_000.123)
-    payload = {"inbound": inbound.to_wire(), "trigger": trigger.to_wire()}
+    payload: Payload = {"inbound": inbound.to_wire(), "trigger": trigger.to_wire()}
     whole = len(json.dumps(payload, separators=(",", ":")))
     assert len(pack(mid, room, payload)) * 3 < whole

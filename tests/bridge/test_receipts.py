@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.receipts import Receipts, audit_rotation, code
+from bridge.receipts import Receipts, _newest_first, audit_rotation, code
 from clankie.jsonl import read_lines as read
 from clankie.protocol import TurnOutcome
 from clankie.rotation import Rotation, read_all, segments
@@ -78,3 +78,40 @@ def test_receipts_rotate_by_size_under_a_total_cap_and_lose_no_line_between(stat
     assert len(segments(r.path)) >= 2 and ids == list(range(ids[0], 1000))  # the newest, contiguous
     s = load({"HOME": "/h", "CLANKIE_AUDIT_ROTATE_BYTES": "8192", "CLANKIE_AUDIT_KEEP_BYTES": "65536"})
     assert audit_rotation(s) == Rotation(rotate_bytes=8192, keep_bytes=65536)
+
+
+def test_closing_receipts_are_read_back_through_rotated_segments_as_far_as_asked(state_dir: Path) -> None:
+    """``closings`` finds a message's closing receipt (not its steps) in the file or an older segment, with its code
+    and posted ids; it reads back only to the segment that reaches ``since``, so a receipt older than that is not
+    looked for."""
+    now = [100.0]
+    r = Receipts(state_dir, wall=lambda: now[0], rotation=Rotation(rotate_bytes=400, keep_bytes=100_000))
+    r.record("accepted", delivery_id="1", channel_id="7")
+    r.record(TurnOutcome.SETTLED, delivery_id="1", channel_id="7", turn_id="t1", message_ids=("90", "91"))
+    r.record("dropped", delivery_id="2", channel_id="7", reason="backlog_full")
+    for n in range(3, 20):
+        now[0] = 100.0 + n
+        r.record("accepted", delivery_id=str(n), channel_id="7")
+    r.record(TurnOutcome.FAILED, delivery_id="19", channel_id="7", reason="captain_turn_stalled")
+    assert len(segments(r.path)) >= 3
+    found = r.closings({"1", "2", "3", "19"}, since=100.0)
+    assert found.keys() == {"1", "2", "19"}  # "3" was only accepted: still open
+    assert (found["1"].outcome, found["1"].turn_id, found["1"].message_ids) == ("settled", "t1", ("90", "91"))
+    assert (found["2"].outcome, found["2"].reason) == ("dropped", "backlog_full")
+    assert found["19"].reason == "captain_turn_stalled"
+    assert r.closings({"1"}, since=118.0) == {}  # asked about nothing older than 118: the oldest segments are not read
+    assert r.closings(set(), since=0.0) == {}
+
+
+def test_receipts_read_newest_first_are_every_readable_line_whatever_the_block_size(state_dir: Path) -> None:
+    """Reading a receipts file from its end, a block at a time, gives its readable lines newest first, at any block
+    size: a line cut by a block boundary is read whole, and a torn last line is skipped as every reader skips it."""
+    r = Receipts(state_dir, wall=lambda: 5.0)
+    for n in range(12):
+        r.record("accepted", delivery_id=str(10**n), channel_id="7")
+    with open(r.path, "ab") as fh:
+        fh.write(b'{"v":1,"at":6.0,"outc')  # a crash mid-write
+    whole = list(reversed(read(r.path)))
+    assert len(whole) == 12
+    for block in (1, 7, 64, 1 << 16):
+        assert list(_newest_first(r.path, block)) == whole

@@ -105,7 +105,7 @@ def test_an_open_delivery_past_the_horizon_is_expired_not_answered_late(env: dic
             await h2.until(lambda: "expired" in h2.outcomes(m["id"]))
             assert h2.outcomes(m["id"]) == ["accepted", "expired"]
             assert h2.service.submits == [] and discord.posts_in(CHAN) == []
-            assert h2.app.bridge.counters.expired == 1
+            assert h2.app.bridge.turns.counts().expired == 1
         assert Journal(h2.state_dir, retention=3600.0).state.open_entries() == []
 
     asyncio.run(main())

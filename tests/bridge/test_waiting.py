@@ -46,7 +46,7 @@ def test_a_room_with_more_waiting_than_one_turn_carries_takes_its_oldest_and_goe
     assert q.take() == ("A", [str(n) for n in range(MAX_JOIN, MAX_JOIN + 10)])
     s = JournalState()
     for n in range(MAX_JOIN):
-        s.apply(wait(str(n), float(n)))
+        s.read(wait(str(n), float(n)))
     turn = joined([s.entries[str(n)] for n in range(MAX_JOIN)])
     assert turn is not None and len(turn.submit.backlog) == MAX_JOIN - 1  # it fits a TurnSubmit
 
@@ -55,7 +55,7 @@ def test_a_rooms_waiting_messages_join_into_one_turn_for_the_newest() -> None:
     """The newest triggers the turn, the older ones are its context (oldest first); addressed if any was."""
     s = JournalState()
     for line in (wait("1", 1.0, text="one"), wait("2", 2.0, text="clankie, two", unprompted=False), wait("3", 3.0, text="three")):
-        s.apply(line)
+        s.read(line)
     turn = joined([s.entries[i] for i in ("1", "2", "3")])
     assert turn is not None
     sub = turn.submit
@@ -71,7 +71,7 @@ def test_a_catch_up_backlog_joins_the_same_way_and_is_unprompted() -> None:
     rest are its context, and it is unprompted even if one of them was addressed (catch-up turns never ask)."""
     s = JournalState()
     for line in (wait("3", 3.0, op="buffer"), wait("4", 4.0, op="buffer", unprompted=False), wait("5", 5.0, op="buffer")):
-        s.apply(line)
+        s.read(line)
     turn = joined([s.entries[i] for i in ("3", "4", "5")], catching_up=True)
     assert turn is not None
     assert turn.catching_up and turn.submit.trigger.unprompted
@@ -82,7 +82,7 @@ def test_closed_or_already_submitted_entries_are_left_out_and_nothing_left_is_no
     """A waiting message that was closed (expired) or already ran is not joined again."""
     s = JournalState()
     for line in (wait("1", 1.0), wait("2", 2.0), close("1", "expired"), admit("2", 2.0)):
-        s.apply(line)
+        s.read(line)
     assert joined([s.entries["1"], s.entries["2"]]) is None
 
 
@@ -90,11 +90,11 @@ def test_waiting_lines_survive_compaction_and_a_turn_ends_their_wait() -> None:
     """``wait`` entries rebuild as waiting (not as catch-up buffers); the turn that joins them folds them in."""
     s = JournalState()
     for line in (wait("1", 1.0), wait("2", 2.0)):
-        s.apply(line)
+        s.read(line)
     again = JournalState()
-    for line in s.compacted(since=0.0):
-        again.apply(line)
+    for compacted in s.compacted(since=0.0):
+        again.read(compacted)
     assert [(e.delivery_id, e.waiting, e.submit is None) for e in again.open_entries()] == [("1", True, True), ("2", True, True)]
-    again.apply(admit("2", 2.0, folds=["1"]))
+    again.read(admit("2", 2.0, folds=["1"]))
     assert [e.delivery_id for e in again.open_entries()] == ["2"]
     assert again.entries["1"].folded_into == "2"
