@@ -286,6 +286,8 @@ class Child:
         self._cancel_timer()
         at = self.life.next_start_at
         delay = 0.0 if at is None else max(0.0, at - now)
+        if at is not None:
+            log.info("%s starts again in %.3fs", self.name, delay)
         self._timer = asyncio.get_running_loop().create_task(self._start_after(delay), name=f"backoff-{self.name}")
 
     async def _start_after(self, delay: float) -> None:

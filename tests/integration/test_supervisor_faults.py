@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -43,7 +44,10 @@ def test_a3_kill_9_is_restarted_at_once_and_recorded(tmp_path: Path, runtime_dir
         new = wait_for(lambda: [e for e in events(ev, "START") if e[2] != pid], 10, "restart")
         after = sup.wait_state("svc", "running")
         assert after.last_exit.signal == "SIGKILL" and after.restarts == 1 and after.pid != pid
-        assert (new[0][1] - t0) / 1e6 < 2000  # the full-jitter first delay is at most 0.5 s
+        # what the supervisor scheduled (its own clock), not how fast this machine starts a process
+        delays = [float(d) for d in re.findall(r"svc starts again in ([0-9.]+)s", sup.stderr())]
+        assert len(delays) == 1 and 0 <= delays[0] <= 0.5  # the full-jitter first delay is at most 0.5 s
+        assert new[0][1] > t0
 
 
 def test_a4_a_sigstopped_child_is_killed_for_missing_heartbeats(tmp_path: Path, runtime_dir: Path) -> None:
