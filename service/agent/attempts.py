@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 
 from clankie.clock import Clock
 from clankie.metrics import METER
-from service import telemetry
+from service.agent import observe
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
 from service.agent.governor import Governor, Ticket
@@ -155,7 +155,8 @@ class Attempts:
                 asked = request()
                 started = self._clock.monotonic()
                 self._routes.started(pick)
-                with telemetry.chat(provider.model, asked.max_tokens, provider.server, route.provider_name) as span:
+                with observe.chat(observe.ModelCall(model=provider.model, max_tokens=asked.max_tokens, server=provider.server,
+                                                     provider=route.provider_name)) as span:
                     try:
                         response = await provider.complete(asked, self._first_chunk(on_signal, span, started, ticket))
                     except ProviderError as err:
@@ -181,7 +182,7 @@ class Attempts:
             if not settled:  # cancelled (an abort) or refused before an answer: a probe makes room for the next
                 self._routes.abandoned(pick)
 
-    def _first_chunk(self, on_signal: Callable[[Signal], None], span: telemetry.ChatSpan,
+    def _first_chunk(self, on_signal: Callable[[Signal], None], span: observe.ChatSpan,
                      started: float, ticket: Ticket) -> Callable[[Signal], None]:
         """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took;
         ``opened`` (the account took the call) goes to the governor only."""
