@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from clankie.clock import Clock
-from clankie.metrics import METER
+from clankie.metrics import METER, MODEL_REQUEST_DURATION, MODEL_REQUESTS, MODEL_TOKENS
 from service.agent import observe
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
@@ -219,10 +219,10 @@ class Attempts:
 
 def _measured(route: str, result: str, seconds: float, usage: Usage | None = None) -> None:
     """One model call for the metrics endpoint: its route, result (ok, rate_limited or the failure's kind), time and tokens."""
-    METER.count("clankie_model_requests_total", route, result)
-    METER.observe("clankie_model_request_duration_seconds", seconds)
+    METER.count(MODEL_REQUESTS.of(route, result))
+    METER.observe(MODEL_REQUEST_DURATION, seconds)
     if usage is not None:
         for kind, n in (("input", usage.input), ("output", usage.output), ("cache_read", usage.cache_read),
                         ("cache_creation", usage.cache_write)):
             if n:
-                METER.count("clankie_model_tokens_total", kind, by=float(n))
+                METER.count(MODEL_TOKENS.of(kind), by=float(n))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from clankie.errors import ConfigError
-from clankie.metrics import FAMILIES, MAX_SERIES, Meter
+from clankie.metrics import FAMILIES, LANES_LIVE, MAX_SERIES, TURN_DURATION, TURNS, Meter
 from clankie.protocol import MetricSeries, MetricsReport
 from supervisor.lifecycle import Exit, Lifecycle, State
 from supervisor.metrics import Lives, MeteredChild, MetricsServer, exposition, registry_for
@@ -24,11 +24,11 @@ PROMTOOL = shutil.which("promtool")
 
 def report(turns: float, *, live: float | None = None, durations: Sequence[float] = ()) -> MetricsReport:
     meter = Meter(enabled=True)
-    meter.count("clankie_turns_total", "settled", "", by=turns)
+    meter.count(TURNS.of("settled", ""), by=turns)
     for seconds in durations:
-        meter.observe("clankie_turn_duration_seconds", seconds)
+        meter.observe(TURN_DURATION, seconds)
     if live is not None:
-        meter.set("clankie_lanes_live", live)
+        meter.set(LANES_LIVE.of(), live)
     got = meter.report()
     assert got is not None
     return got
