@@ -62,9 +62,9 @@ from service.captain.hosts import HostClient, ImportingClient
 from service.captain.keys import CaptainPaths
 from service.captain.listing import count_disk_lanes
 from service.captain.records import Evidence
-from service.captain.records import configure as configure_records
 from service.captain.service import TurnService
 from service.captain.spending import Spending, budget_key
+from service.observability import PARTS
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,6 @@ class ServiceApp:
         self.browser = browser_client(settings, self.clock)
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
         paths = CaptainPaths.under(settings.state_dir)
-        configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
         self.learned = Learned(paths.root, self.clock)  # each route's learned window, across restarts
         self.governor = self._governor(PRIMARY)
@@ -371,12 +370,12 @@ def warm() -> None:
 def build(settings: Settings, environ: Mapping[str, str]) -> ServiceApp:
     """This life's service, once activated: raise the fd limit, then build (see :data:`SPEC`)."""
     fdlimit.raise_to_hard()
-    telemetry.configure(settings, tree_id(environ))  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return ServiceApp(settings, environ=environ)
 
 
-SPEC = ChildSpec("service", build, keeps_secrets=True, parks_first=True, warm=warm)
-"""The model key is handed over and kept; a warm spare parks (its imports warm) before it reads any."""
+SPEC = ChildSpec("service", build, keeps_secrets=True, parks_first=True, warm=warm, observability=PARTS)
+"""The model key is handed over and kept; a warm spare parks (its imports warm) before it reads any. Its tracer
+(only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set) and its records' rotations are set with the meter, once."""
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:

@@ -40,10 +40,11 @@ log = logging.getLogger(__name__)
 LANE_TEXT_MAX = 16_384
 LANE_ENTRIES_MAX = 40
 
-_rotations = {
+_DEFAULT_ROTATIONS = {
     "lane": Rotation(rotate_bytes=1024 * 1024, keep_bytes=512 * 1024 * 1024, shared=True),
     "audit": Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024),
 }
+_rotations = dict(_DEFAULT_ROTATIONS)
 read_lines = read_all  # a rotated file read whole: its kept segments, oldest first, then the live file
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _BROKEN = frozenset({errno.EIO, errno.EROFS})
@@ -62,6 +63,11 @@ def configure(settings: Settings) -> None:
     """Take the rotation of lane logs and evidence from the service's settings (once, at start)."""
     _rotations["lane"] = Rotation(settings.lane_log_rotate_bytes, settings.lane_log_keep_bytes, shared=True)
     _rotations["audit"] = Rotation(settings.audit_rotate_bytes, settings.audit_keep_bytes)
+
+
+def reset() -> None:
+    """The rotations back to their defaults (:func:`clankie.observability.reset`, for tests)."""
+    _rotations.update(_DEFAULT_ROTATIONS)
 
 
 def append_line(path: Path, record: dict[str, Any], rotation: Rotation | None = None) -> None:
