@@ -54,13 +54,15 @@ class Family:
     typed kinds below, never directly."""
 
     kind: ClassVar[Kind]
-    __slots__ = ("buckets", "help", "labels", "name")
+    __slots__ = ("buckets", "doc", "help", "labels", "name")
 
-    def __init__(self, name: str, help: str, labels: tuple[str, ...] = (), buckets: tuple[float, ...] = ()) -> None:
+    def __init__(self, name: str, help: str, labels: tuple[str, ...] = (), buckets: tuple[float, ...] = (), *,
+                 doc: str = "") -> None:
         self.name = name
-        self.help = help
+        self.help = help  # the exposition's HELP line
         self.labels = labels  # the label names, in order
         self.buckets = buckets  # a histogram's upper bounds, +Inf implied
+        self.doc = doc or help  # its row in docs/observability.md's table of series (scripts/gen-docs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -92,8 +94,8 @@ class Counter(Family, Generic[P]):
     kind = "counter"
     __slots__ = ("_labels",)
 
-    def __init__(self, name: str, help: str, labels: Callable[P, tuple[str, ...]]) -> None:
-        super().__init__(name, help, _names(labels))
+    def __init__(self, name: str, help: str, labels: Callable[P, tuple[str, ...]], *, doc: str = "") -> None:
+        super().__init__(name, help, _names(labels), doc=doc)
         self._labels = labels
 
     def of(self, *args: P.args, **kwargs: P.kwargs) -> CounterSeries:
@@ -107,8 +109,8 @@ class Gauge(Family, Generic[P]):
     kind = "gauge"
     __slots__ = ("_labels",)
 
-    def __init__(self, name: str, help: str, labels: Callable[P, tuple[str, ...]]) -> None:
-        super().__init__(name, help, _names(labels))
+    def __init__(self, name: str, help: str, labels: Callable[P, tuple[str, ...]], *, doc: str = "") -> None:
+        super().__init__(name, help, _names(labels), doc=doc)
         self._labels = labels
 
     def of(self, *args: P.args, **kwargs: P.kwargs) -> GaugeSeries:
@@ -122,8 +124,8 @@ class Histogram(Family):
     kind = "histogram"
     __slots__ = ()
 
-    def __init__(self, name: str, help: str, buckets: tuple[float, ...]) -> None:
-        super().__init__(name, help, (), buckets)
+    def __init__(self, name: str, help: str, buckets: tuple[float, ...], *, doc: str = "") -> None:
+        super().__init__(name, help, (), buckets, doc=doc)
 
 
 # ---------------------------------------------------------------- label signatures
@@ -181,55 +183,106 @@ class ByShard(NamedTuple):
 
 # ---------------------------------------------------------------- the service's families
 
-TURNS = Counter("clankie_turns_total", "Turns ended, by outcome (settled, silent, absorbed, failed, dropped) and failure code.",
-                OutcomeCode)
-TURN_DURATION = Histogram("clankie_turn_duration_seconds", "Seconds from a turn's submission to its result.", TURN_BUCKETS)
-TURN_FIRST_WORDS = Histogram("clankie_turn_first_words_seconds",
-                             "Seconds from a turn's submission to the moment its reply is sure to speak.", FIRST_WORDS_BUCKETS)
-MODEL_REQUESTS = Counter("clankie_model_requests_total", "Model calls, by route and result (ok or the failure's code).",
-                         RouteResult)
-MODEL_ROUTE_UP = Gauge("clankie_model_route_up", "1 while a model route takes calls (its breaker closed), else 0.", ByRoute)
+TURNS = Counter(
+    "clankie_turns_total", "Turns ended, by outcome (settled, silent, absorbed, failed, dropped) and failure code.",
+    OutcomeCode, doc="turns ended: `settled`, `silent`, `absorbed`, `failed` (with its code), `dropped` (a poison message "
+    "leaves its room, code `captain_session_failed`); a turn cut by shutdown is not counted (the restarted service runs it)")
+TURN_DURATION = Histogram("clankie_turn_duration_seconds", "Seconds from a turn's submission to its result.", TURN_BUCKETS,
+                          doc="histogram: submission to result")
+TURN_FIRST_WORDS = Histogram(
+    "clankie_turn_first_words_seconds", "Seconds from a turn's submission to the moment its reply is sure to speak.",
+    FIRST_WORDS_BUCKETS, doc="histogram: submission to the moment the reply can no longer be `[[stay-silent]]` (when the "
+    "room lights typing); silent and tool-only turns have none")
+MODEL_REQUESTS = Counter(
+    "clankie_model_requests_total", "Model calls, by route and result (ok or the failure's code).", RouteResult,
+    doc="every model call attempt, by the route it went on (`primary` or a fallback's name, `docs/providers.md`): `ok`, "
+    "`rate_limited` (a 429), or the failure's kind (`transient`, `fatal`, `usage_limit`, `truncated`, `context_overflow`)")
+MODEL_ROUTE_UP = Gauge("clankie_model_route_up", "1 while a model route takes calls (its breaker closed), else 0.", ByRoute,
+                       doc="1 while a model route takes calls (its breaker closed), else 0")
 MODEL_FAILOVERS = Counter("clankie_model_failovers_total", "Times a model route went down and calls moved to the next.",
-                          ByRoute)
+                          ByRoute, doc="times a route went down and calls moved to the next route that is up")
 MODEL_TOKENS = Counter("clankie_model_tokens_total", "Model tokens, by type (input, output, cache_read, cache_creation).",
-                       TokenType)
+                       TokenType, doc="`input` (uncached), `output`, `cache_read`, `cache_creation`")
 MODEL_REQUEST_DURATION = Histogram("clankie_model_request_duration_seconds", "Seconds one model call took, stream included.",
-                                   MODEL_BUCKETS)
-RUN_CAPS = Counter("clankie_run_caps_total", "Runs stopped at a run cap, by cap (model_calls, tokens, tool_calls) and "
-                   "whether words so far were the reply (words: yes or no).", CapWords)
-LANES_LIVE = Gauge("clankie_lanes_live", "Lanes held in the service's memory.", Unlabelled)
-LANES_ON_DISK = Gauge("clankie_lanes_on_disk", "Lanes evicted from memory and kept only on disk.", Unlabelled)
+                                   MODEL_BUCKETS, doc="histogram: one call, stream included")
+RUN_CAPS = Counter(
+    "clankie_run_caps_total", "Runs stopped at a run cap, by cap (model_calls, tokens, tool_calls) and whether words so "
+    "far were the reply (words: yes or no).", CapWords,
+    doc="runs stopped at a run cap (docs/spend.md, \"Run caps\"): `cap` is `model_calls`, `tokens` or `tool_calls`; "
+    "`words` `yes` when the words so far were the reply (settled with code `captain_run_budget_exceeded`), `no` when the "
+    "turn failed")
+LANES_LIVE = Gauge("clankie_lanes_live", "Lanes held in the service's memory.", Unlabelled, doc="lanes in memory")
+LANES_ON_DISK = Gauge("clankie_lanes_on_disk", "Lanes evicted from memory and kept only on disk.", Unlabelled,
+                      doc="lane directories not in memory (counted by name, at most every 30 s)")
+_TREE_ONLY = ("`scope=\"tree\"`, only for a budget that is set (docs/spend.md); per-room and per-person budgets are not "
+              "series (a room or a person would be a label): `clankiectl budget` shows them")
 BUDGET_REMAINING_TOKENS = Gauge("clankie_budget_remaining_tokens",
-                                "Tokens left of today's token budget, only when one is set (scope tree).", ByScope)
+                                "Tokens left of today's token budget, only when one is set (scope tree).", ByScope,
+                                doc="tokens left of today's token budget, " + _TREE_ONLY)
 BUDGET_REMAINING_USD = Gauge("clankie_budget_remaining_usd",
-                             "Dollars left of today's dollar budget, only when one is set (scope tree).", ByScope)
+                             "Dollars left of today's dollar budget, only when one is set (scope tree).", ByScope,
+                             doc="dollars left of today's dollar budget, " + _TREE_ONLY)
 BUDGET_LIMIT_TOKENS = Gauge("clankie_budget_limit_tokens", "Today's token budget, only when one is set (scope tree).",
-                            ByScope)
-BUDGET_LIMIT_USD = Gauge("clankie_budget_limit_usd", "Today's dollar budget, only when one is set (scope tree).", ByScope)
-BUDGET_UNBOUNDED = Gauge("clankie_budget_unbounded",
-                         "1 while a scope (tree, room, user) has no day budget in either unit, else 0.", ByScope)
+                            ByScope, doc="today's token budget itself, " + _TREE_ONLY)
+BUDGET_LIMIT_USD = Gauge("clankie_budget_limit_usd", "Today's dollar budget, only when one is set (scope tree).", ByScope,
+                         doc="today's dollar budget itself, " + _TREE_ONLY)
+BUDGET_UNBOUNDED = Gauge(
+    "clankie_budget_unbounded", "1 while a scope (tree, room, user) has no day budget in either unit, else 0.", ByScope,
+    doc="1 while a scope (`tree`, `room`, `user`) has no day budget in either unit, else 0: a tree left without a tree "
+    "budget says so here, in its start log and in `clankiectl status` (docs/spend.md, \"The defaults\")")
+
+SERVICE_FAMILIES: tuple[Family, ...] = (
+    TURNS, TURN_DURATION, TURN_FIRST_WORDS, MODEL_REQUESTS, MODEL_ROUTE_UP, MODEL_FAILOVERS, MODEL_TOKENS,
+    MODEL_REQUEST_DURATION, RUN_CAPS, LANES_LIVE, LANES_ON_DISK, BUDGET_REMAINING_TOKENS, BUDGET_REMAINING_USD,
+    BUDGET_LIMIT_TOKENS, BUDGET_LIMIT_USD, BUDGET_UNBOUNDED,
+)
+"""What the service counts, in the order the endpoint exposes them."""
 
 # ---------------------------------------------------------------- the bridge's families
 
-INGRESS_MESSAGES = Counter("clankie_ingress_messages_total",
-                           "Discord messages the bridge judged, by verdict and drop reason.", VerdictReason)
-DISCORD_REQUESTS = Counter("clankie_discord_requests_total",
-                           "Discord REST requests, by route template and status class.", RouteStatus)
-JOURNAL_WAITING = Gauge("clankie_journal_waiting", "Messages waiting in the bridge's journal for a turn slot.", Unlabelled)
-REFUSAL_SIGNS = Counter("clankie_refusal_signs_total", "Messages refused for backpressure, by code and how the refusal "
-                        "reached its author (reaction, notice, covered by a recent notice, none).", CodeSign)
-DISCORD_CONNECTED = Gauge("clankie_discord_connected",
-                          "1 while the bridge's Discord gateway session is up, else 0 (absent with no token).", Unlabelled)
-GATEWAY_RESUMES = Counter("clankie_gateway_resumes_total",
-                          "Gateway sessions the bridge RESUMEd (a restarted bridge's included).", Unlabelled)
-GATEWAY_IDENTIFIES = Counter("clankie_gateway_identifies_total",
-                             "Gateway sessions the bridge started with IDENTIFY (each spends a session start).", Unlabelled)
-GATEWAY_SESSION_STARTS_REMAINING = Gauge("clankie_gateway_session_starts_remaining",
-                                         "Session starts Discord says are left today (GET /gateway/bot).", Unlabelled)
-DISCORD_SHARD_UP = Gauge("clankie_discord_shard_up",
-                         "1 while this tree's gateway session on the shard is up, else 0 (only when sharded).", ByShard)
-DISCORD_SHARD_COUNT = Gauge("clankie_discord_shard_count",
-                            "The bot's total shard count, CLANKIE_DISCORD_SHARD_COUNT (only when sharded).", Unlabelled)
+INGRESS_MESSAGES = Counter(
+    "clankie_ingress_messages_total", "Discord messages the bridge judged, by verdict and drop reason.", VerdictReason,
+    doc="every message admission judged: `run`, `buffered`, `waiting`, `paced` (waiting for its author's pace), "
+    "`duplicate`, `dropped` (with its reason code, e.g. `guild_not_allowlisted`, `rate_limited`, `self_or_bot_message`)")
+DISCORD_REQUESTS = Counter(
+    "clankie_discord_requests_total", "Discord REST requests, by route template and status class.", RouteStatus,
+    doc="Discord REST calls by route template and final status after discord.py's own retries: `2xx`, `429`, `4xx`, "
+    "`5xx`, `error` (no answer)")
+JOURNAL_WAITING = Gauge("clankie_journal_waiting", "Messages waiting in the bridge's journal for a turn slot.", Unlabelled,
+                        doc="messages waiting in the journal for a turn slot")
+REFUSAL_SIGNS = Counter(
+    "clankie_refusal_signs_total", "Messages refused for backpressure, by code and how the refusal reached its author "
+    "(reaction, notice, covered by a recent notice, none).", CodeSign,
+    doc="messages refused for backpressure (`journal_full`), by how the refusal reached its author: `reaction` (the "
+    "failure reaction on it), `notice` (reactions in flight at their bound, or the reaction off: a notice replying to it "
+    "in its room), `covered` (a notice in its room within the last five minutes already said it), `none` (notices at "
+    "their bound too, or the notice's post failed); a notice is counted once posted; `bridge/refusal_notice.py`")
+DISCORD_CONNECTED = Gauge(
+    "clankie_discord_connected", "1 while the bridge's Discord gateway session is up, else 0 (absent with no token).",
+    Unlabelled, doc="1 with a gateway session, 0 without; absent in local-only mode (no token)")
+GATEWAY_RESUMES = Counter(
+    "clankie_gateway_resumes_total", "Gateway sessions the bridge RESUMEd (a restarted bridge's included).", Unlabelled,
+    doc="gateway sessions RESUMEd (a restarted bridge's included); docs/bridge.md, \"No deaf window\"")
+GATEWAY_IDENTIFIES = Counter(
+    "clankie_gateway_identifies_total", "Gateway sessions the bridge started with IDENTIFY (each spends a session start).",
+    Unlabelled, doc="gateway sessions started anew with IDENTIFY (each spends one of the day's session starts); "
+    "docs/bridge.md, \"No deaf window\"")
+GATEWAY_SESSION_STARTS_REMAINING = Gauge(
+    "clankie_gateway_session_starts_remaining", "Session starts Discord says are left today (GET /gateway/bot).",
+    Unlabelled, doc="session starts Discord says are left today (`GET /gateway/bot`, read at each bridge start)")
+DISCORD_SHARD_UP = Gauge(
+    "clankie_discord_shard_up", "1 while this tree's gateway session on the shard is up, else 0 (only when sharded).",
+    ByShard, doc="under sharding only (`CLANKIE_DISCORD_SHARD_COUNT`, docs/operations.md): 1 for each of this tree's "
+    "shards with a gateway session, 0 without")
+DISCORD_SHARD_COUNT = Gauge(
+    "clankie_discord_shard_count", "The bot's total shard count, CLANKIE_DISCORD_SHARD_COUNT (only when sharded).",
+    Unlabelled, doc="under sharding only: the bot's total shard count")
+
+BRIDGE_FAMILIES: tuple[Family, ...] = (
+    INGRESS_MESSAGES, DISCORD_REQUESTS, JOURNAL_WAITING, REFUSAL_SIGNS, DISCORD_CONNECTED, GATEWAY_RESUMES,
+    GATEWAY_IDENTIFIES, GATEWAY_SESSION_STARTS_REMAINING, DISCORD_SHARD_UP, DISCORD_SHARD_COUNT,
+)
+"""What the bridge counts, in the order the endpoint exposes them."""
 
 
 def _catalogue(*families: Family) -> dict[str, Family]:
@@ -241,13 +294,7 @@ def _catalogue(*families: Family) -> dict[str, Family]:
     return table
 
 
-FAMILIES: dict[str, Family] = _catalogue(
-    TURNS, TURN_DURATION, TURN_FIRST_WORDS, MODEL_REQUESTS, MODEL_ROUTE_UP, MODEL_FAILOVERS, MODEL_TOKENS,
-    MODEL_REQUEST_DURATION, RUN_CAPS, LANES_LIVE, LANES_ON_DISK, BUDGET_REMAINING_TOKENS, BUDGET_REMAINING_USD,
-    BUDGET_LIMIT_TOKENS, BUDGET_LIMIT_USD, BUDGET_UNBOUNDED,
-    INGRESS_MESSAGES, DISCORD_REQUESTS, JOURNAL_WAITING, REFUSAL_SIGNS, DISCORD_CONNECTED, GATEWAY_RESUMES,
-    GATEWAY_IDENTIFIES, GATEWAY_SESSION_STARTS_REMAINING, DISCORD_SHARD_UP, DISCORD_SHARD_COUNT,
-)
+FAMILIES: dict[str, Family] = _catalogue(*SERVICE_FAMILIES, *BRIDGE_FAMILIES)
 """Every family a child may report, by name, in the order the endpoint exposes them (each declared once above)."""
 
 
