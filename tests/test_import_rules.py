@@ -93,54 +93,6 @@ def test_third_party_clients_stay_in_their_one_home() -> None:
                     assert allowed(rel), f"{rel} imports {lib}"
 
 
-RUNTIME = "service/agent"
-"""The agent runtime: it reports through ports it defines (``service.agent.observe``) and never imports its host."""
-
-
-def host_imports(path: Path, root: Path = ROOT) -> list[str]:
-    """``line N: module`` for each import in ``path`` (a file under ``root/service/agent``) of ``service`` outside
-    ``service.agent``, absolute or relative, at any depth of the file (a lazy import in a function counts)."""
-    here = path.relative_to(root).with_suffix("").parts[:-1]  # the file's package, as parts
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = ".".join(here[: len(here) - node.level + 1] if node.level else ())
-            module = ".".join(p for p in (base, node.module or "") if p)
-            names = [f"{module}.{alias.name}" if module == "service" or not node.module else module
-                     for alias in node.names]
-        else:
-            continue
-        for name in names:
-            if top(name) == "service" and not (name == "service.agent" or name.startswith("service.agent.")):
-                found.append(f"line {node.lineno}: {name}")
-    return found
-
-
-def test_the_agent_runtime_imports_nothing_of_its_host() -> None:
-    """service/agent/ imports service.agent and the kernel, never the service around it (its telemetry, the captain):
-    the host plugs what the runtime reports into the runtime's own port."""
-    found = {str(p.relative_to(ROOT)): bad for p in sorted((ROOT / RUNTIME).rglob("*.py")) if (bad := host_imports(p))}
-    assert found == {}, found
-
-
-def test_the_host_import_rule_sees_absolute_relative_and_lazy_imports(tmp_path: Path) -> None:
-    """The rule names ``from service import telemetry``, ``import service.captain``, a relative import that climbs out
-    of the runtime and one inside a function; imports within the runtime and of the kernel pass."""
-    probe = tmp_path / "service" / "agent" / "probe.py"
-    probe.parent.mkdir(parents=True)
-    probe.write_text(
-        "from service import telemetry\nimport service.captain.shell\nfrom .. import otel\nfrom . import observe\n"
-        "from service.agent import model\nfrom service.agent.outcome import Usage\nfrom clankie.clock import Clock\n"
-        "def f() -> None:\n    from service.telemetry import chat\n",
-        encoding="utf-8",
-    )
-    assert host_imports(probe, tmp_path) == [
-        "line 1: service.telemetry", "line 2: service.captain.shell", "line 3: service.otel", "line 9: service.telemetry",
-    ]
-
-
 def _codemap() -> ModuleType:
     """``scripts/codemap.py``, the one reader of what the modules' docstrings claim (shared with ``scripts/gen-docs``)."""
     spec = importlib.util.spec_from_file_location("codemap", ROOT / "scripts" / "codemap.py")
@@ -152,6 +104,22 @@ def _codemap() -> ModuleType:
 
 
 codemap = _codemap()
+
+
+def _shape_report() -> ModuleType:
+    """``scripts/shape_report.py``, whose ``upward_imports`` is also the shape's figure (``scripts/shape``)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("shape_report")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_the_agent_runtime_imports_nothing_of_its_host() -> None:
+    """service/agent/ imports service.agent and the kernel, never the service around it (its telemetry, the captain),
+    by an absolute, relative or lazy import: the host plugs what the runtime reports into the runtime's own port
+    (``service/agent/observe.py``). How each kind of import is seen: ``tests/test_shape_separation.py``."""
+    assert _shape_report().upward_imports(ROOT) == []
 PURE_CORES: tuple[str, ...] = tuple(codemap.pure_modules())
 """The pure cores: every module whose docstring says it is pure (``docs/architecture.md``, "Module docstrings"), read
 from the docstrings so a new one is covered when it says so. No I/O, no clock; they may import each other and nothing
