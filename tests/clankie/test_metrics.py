@@ -18,8 +18,8 @@ from clankie.metrics import (
     TURNS,
     Counter,
     Meter,
-    Unlabelled,
     _catalogue,
+    unlabelled,
 )
 
 
@@ -113,13 +113,13 @@ def test_a_counter_never_goes_down() -> None:
 
 def test_the_catalogue_refuses_two_families_of_one_name() -> None:
     """A family is declared once: a second declaration under the same name is refused when the catalogue is built."""
-    again = Counter("clankie_turns_total", "The same name twice.", Unlabelled)
+    again = Counter("clankie_turns_total", "The same name twice.", unlabelled)
     with pytest.raises(ValueError, match="clankie_turns_total"):
         _catalogue(TURNS, again)
 
 
 def test_a_family_s_label_names_are_its_label_tuple_s_fields() -> None:
-    """What the endpoint labels a series with is read from the declaration's signature, in order."""
+    """What the endpoint labels a series with is read from the declaration's label signature, in order."""
     assert (TURNS.name, TURNS.kind, TURNS.labels) == ("clankie_turns_total", "counter", ("outcome", "code"))
     assert (LANES_LIVE.kind, LANES_LIVE.labels) == ("gauge", ())
     assert (TURN_DURATION.kind, TURN_DURATION.labels) == ("histogram", ())
