@@ -28,7 +28,7 @@ from clankie.appender import DiskError
 from clankie.backoff import Backoff
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ConfigError
-from clankie.metrics import METER
+from clankie.metrics import DISCORD_CONNECTED, DISCORD_SHARD_COUNT, DISCORD_SHARD_UP, JOURNAL_WAITING, METER
 from clankie.protocol import Heartbeat
 from clankie.redact import Redactor
 from clankie.settings import Settings
@@ -156,11 +156,11 @@ class BridgeApp:
         count = self.settings.discord_shard_count
         if count is None:
             return
-        METER.set("clankie_discord_shard_count", float(count))
+        METER.set(DISCORD_SHARD_COUNT.of(), float(count))
         watch = getattr(self.port.client, "watch", None)  # the sharded client's, once it exists
         if isinstance(watch, ShardWatch):
             for shard in watch.ids:
-                METER.set("clankie_discord_shard_up", 0.0 if shard in watch.down else 1.0, str(shard))
+                METER.set(DISCORD_SHARD_UP.of(str(shard)), 0.0 if shard in watch.down else 1.0)
 
     def heartbeat(self) -> Heartbeat:
         """The heartbeat record for the supervisor: status in ``detail``, counters in ``report``."""
@@ -221,9 +221,9 @@ class BridgeApp:
         if disk is not None:
             detail += f"; disk: {disk}"
         if METER.enabled:
-            METER.set("clankie_journal_waiting", float(len(self.bridge.waiting)))
+            METER.set(JOURNAL_WAITING.of(), float(len(self.bridge.waiting)))
             if self.settings.discord_token is not None:  # local-only has no session to lose
-                METER.set("clankie_discord_connected", 1.0 if self.discord_status == "connected" else 0.0)
+                METER.set(DISCORD_CONNECTED.of(), 1.0 if self.discord_status == "connected" else 0.0)
                 self._shard_gauges()
         return Heartbeat(seq=self._heartbeat_seq, detail=detail[:200], report=report)
 

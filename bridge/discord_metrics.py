@@ -17,11 +17,9 @@ from typing import Any
 
 import discord
 
-from clankie.metrics import METER
+from clankie.metrics import DISCORD_REQUESTS, METER
 
 log = logging.getLogger(__name__)
-
-FAMILY = "clankie_discord_requests_total"
 
 
 def status_class(status: int) -> str:
@@ -49,12 +47,12 @@ def count_requests(http: Any) -> bool:
         try:
             result = await request(route, **kwargs)
         except discord.HTTPException as exc:
-            METER.count(FAMILY, label, status_class(exc.status))
+            METER.count(DISCORD_REQUESTS.of(label, status_class(exc.status)))
             raise
         except BaseException:
-            METER.count(FAMILY, label, "error")
+            METER.count(DISCORD_REQUESTS.of(label, "error"))
             raise
-        METER.count(FAMILY, label, "2xx")
+        METER.count(DISCORD_REQUESTS.of(label, "2xx"))
         return result
 
     http.request = counted

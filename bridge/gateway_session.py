@@ -48,7 +48,7 @@ from bridge.gateway_link import (
 )
 from clankie.clock import Clock
 from clankie.jsonl import replace_file
-from clankie.metrics import METER
+from clankie.metrics import GATEWAY_IDENTIFIES, GATEWAY_RESUMES, GATEWAY_SESSION_STARTS_REMAINING, METER
 from clankie.paths import ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class SessionKeeper:
         self.book.roll(utc_day(self.clock.wall()))
         self.book.identifies += 1
         self.book.in_a_row += 1
-        METER.count("clankie_gateway_identifies_total")
+        METER.count(GATEWAY_IDENTIFIES.of())
         self.flush()
 
     def ready(self, shard: Shard, session_id: str, resume_url: str, seq: int | None) -> None:
@@ -154,7 +154,7 @@ class SessionKeeper:
         self.book.roll(utc_day(self.clock.wall()))
         self.book.resumes += 1
         self.book.in_a_row = 0
-        METER.count("clankie_gateway_resumes_total")
+        METER.count(GATEWAY_RESUMES.of())
         if seq is not None:
             self.seqs[shard] = max(seq, self.seqs.get(shard, 0))
         self.flush()
@@ -173,7 +173,7 @@ class SessionKeeper:
     def limit(self, total: int, remaining: int) -> None:
         """``GET /gateway/bot``'s ``session_start_limit``: a warning when under :data:`LOW_STARTS` of the total."""
         self.book.starts_total, self.book.starts_remaining = max(0, total), max(0, remaining)
-        METER.set("clankie_gateway_session_starts_remaining", float(remaining))
+        METER.set(GATEWAY_SESSION_STARTS_REMAINING.of(), float(remaining))
         if self.book.low() and not self._warned_low:
             self._warned_low = True
             log.warning("gateway: only %d of today's %d session starts remain; when none do, Discord refuses "

@@ -62,7 +62,7 @@ from bridge.turn import Peers, Posting, Signs, TurnHolder
 from bridge.waiting import Joined, WaitQueue, joined
 from clankie.appender import DiskError
 from clankie.clock import Clock
-from clankie.metrics import METER
+from clankie.metrics import INGRESS_MESSAGES, METER, REFUSAL_SIGNS
 from clankie.protocol import Room, Trigger, TurnSubmit
 from clankie.redact import NOTHING, Redactor
 from clankie.tasks import TaskSet
@@ -141,8 +141,8 @@ class Bridge:
                                       turns=self.turns_in_flight, room_waiting=self.waiting.waits(inbound.channel_id),
                                       journal_full=self.journal.full)
         ids = ReceiptIds(delivery_id=inbound.message_id, channel_id=inbound.channel_id, guild_id=inbound.guild_id)
-        METER.count("clankie_ingress_messages_total", VERDICT.get(type(decision), "other"),
-                    decision.code if isinstance(decision, Drop) else "")
+        METER.count(INGRESS_MESSAGES.of(VERDICT.get(type(decision), "other"),
+                                         decision.code if isinstance(decision, Drop) else ""))
         if isinstance(decision, Drop):
             self.turns.count("dropped")
             self.receipts.record("dropped", reason=decision.code, **ids)
@@ -225,7 +225,7 @@ class Bridge:
             if sign == "notice":
                 self._notices.spawn(self._notice(inbound, code), name="refusal-notice")
                 return
-        METER.count("clankie_refusal_signs_total", code, sign)
+        METER.count(REFUSAL_SIGNS.of(code, sign))
 
     async def _notice(self, inbound: Inbound, code: str) -> None:
         """Post the room's notice; a refused post keeps the room covered (a 4xx would be refused again), one that
@@ -243,7 +243,7 @@ class Bridge:
             self.notices.failed(inbound.channel_id)
             log.info("refusal notice in channel %s failed (%s)", inbound.channel_id, type(exc).__name__)
         finally:
-            METER.count("clankie_refusal_signs_total", code, sign)
+            METER.count(REFUSAL_SIGNS.of(code, sign))
 
     def _spawn(self, held: Held) -> None:
         task = self._turns.spawn(self.holder.hold(held), name=f"turn-{held.submit.delivery_id}")

@@ -9,7 +9,9 @@ is ``sys.exit(run_child(SPEC))``):
    copy too (a secret reaches only the process that needs it);
 3. ``warm`` (the spec's imports, before any event loop);
 4. unless the spec parks first: read the handed-over secrets (if it keeps
-   them) and the settings, configure logging;
+   them) and the settings, configure logging and then observability
+   (:func:`clankie.observability.configure`: the meter and the spec's own
+   switches);
 5. in the loop: link to the supervisor; SIGTERM and Ctrl-C ask for a
    graceful stop; a spec that parks first parks here (a warm spare waits for
    ``activate``) and only then reads secrets and settings;
@@ -31,16 +33,16 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from clankie import ipc, logs
+from clankie import ipc, logs, observability
 from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
 from clankie.link import Link, supervisor_link
-from clankie.metrics import METER
+from clankie.observability import Part
 from clankie.paths import process_environment
 from clankie.protocol import Heartbeat
 from clankie.redact import Redactor
@@ -95,6 +97,9 @@ class ChildSpec:
     that is not started as a spare passes straight through either way."""
     warm: Callable[[], None] | None = None
     """Imports done before any event loop, reading no settings (the service's SDK warm-up)."""
+    observability: Sequence[Part] = ()
+    """The child's own switches of what it reports, set once with the meter (:func:`clankie.observability.configure`):
+    the service's tracer and records' rotations."""
 
 
 def drop_secrets(environ: Mapping[str, str]) -> None:
@@ -105,10 +110,10 @@ def drop_secrets(environ: Mapping[str, str]) -> None:
 
 
 def _configure(spec: ChildSpec, env: Mapping[str, str]) -> Settings:
-    """Read this life's secrets (if the spec keeps them) and settings once; configure logging."""
+    """Read this life's secrets (if the spec keeps them) and settings once; configure logging, then observability."""
     settings = settings_mod.load(receive_secrets(env) if spec.keeps_secrets else env)
-    METER.enabled = settings.metrics_listen is not None  # the supervisor serves them; off, counting costs nothing
     logs.configure(spec.name, settings.log_level, redact=Redactor.of(settings))  # the secrets this child holds
+    observability.configure(settings, env, spec.observability)  # the meter, and the child's own switches
     return settings
 
 

@@ -22,9 +22,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 import codemap
 
@@ -143,12 +147,88 @@ def static_block(root: Path = ROOT) -> str:
         "Captain modules per folder (`__init__.py` aside): "
         + ", ".join(f"`{folder}/` {n}" for folder, n in captain_folders(root).items()) + ".",
     ]
+    out += ["", separation_line(root)]
     return "\n".join(out) + "\n"
 
 
 def _doors_line(doors: list[SideDoor]) -> str:
     where = "; ".join(f"`{d.module}` `{d.caller}` ({d.what})" for d in doors)
     return f"Lane side doors (decisions about a lane outside its machine): {len(doors)}" + (f" ({where})." if doors else ".")
+# ---------------------------------------------------------------- issue 33: the agent runtime alone, metric families typed
+
+RUNTIME = "service/agent"
+"""The agent runtime: it reports through ports it defines and imports nothing of the service around it."""
+METER_CALLS = frozenset({"count", "set", "observe"})
+"""The meter's methods (``clankie.metrics.Meter``): each names the family it adds to."""
+
+
+def _module_of(rel: str) -> list[str]:
+    """The package parts of a module path (``service/agent/tools.py`` -> ``["service", "agent"]``)."""
+    return rel.removesuffix(".py").split("/")[:-1]
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """``module:line name`` for each import in the agent runtime of ``service`` outside ``service.agent`` (absolute or
+    relative, at any depth of the module: a lazy import counts)."""
+    found = []
+    for rel in codemap.modules(root):
+        if not rel.startswith(RUNTIME + "/"):
+            continue
+        here = _module_of(rel)
+        for node in ast.walk(codemap.tree(root / rel)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1]) if node.level else ""
+                module = ".".join(p for p in (base, node.module or "") if p)
+                names = [f"{module}.{a.name}" if module == "service" or not node.module else module for a in node.names]
+            else:
+                continue
+            found += [f"{rel}:{node.lineno} {n}" for n in names
+                      if n.split(".")[0] == "service" and n != "service.agent" and not n.startswith("service.agent.")]
+    return found
+
+
+def metric_names_as_strings(root: Path = ROOT) -> list[str]:
+    """``module:line`` of each meter call (``METER.count/set/observe`` or a meter's) that names its family by a string:
+    a literal, an f-string, or a module constant holding one (``FAMILY = "clankie_..."``), not a typed family."""
+    found = []
+    for rel in codemap.modules(root):
+        parsed = codemap.tree(root / rel)
+        constants = {t.id for node in parsed.body if isinstance(node, ast.Assign)
+                     and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                     for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(parsed):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in METER_CALLS
+                    and node.args):
+                continue
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if name.lower() not in {"meter", "_meter"}:
+                continue
+            first = node.args[0]
+            if (isinstance(first, ast.Constant) and isinstance(first.value, str)) or isinstance(first, ast.JoinedStr) \
+                    or (isinstance(first, ast.Name) and first.id in constants):
+                found.append(f"{rel}:{node.lineno}")
+    return found
+
+
+SEPARATION: dict[str, Callable[[Path], list[str]]] = {
+    "upward imports from the agent runtime": upward_imports,
+    "metric names as strings at call sites": metric_names_as_strings,
+}
+"""Issue 33's figures, each the list of its sites (its figure is their count; both should be 0)."""
+
+
+def separation_figures(root: Path = ROOT) -> dict[str, int]:
+    """Each of :data:`SEPARATION`'s figures of the tree at ``root``."""
+    return {name: len(sites(root)) for name, sites in SEPARATION.items()}
+
+
+def separation_line(root: Path = ROOT) -> str:
+    """The static block's line of issue 33's figures."""
+    figures = separation_figures(root)
+    return ". ".join(f"{name[0].upper()}{name[1:]}: {n}" for name, n in figures.items()) + "."
 
 
 # ---------------------------------------------------------------- measured at a revision
@@ -169,6 +249,7 @@ class Measure:
     turn: dict[str, int]  # scripts/turn-path's last line: files, cross_file_calls, steps, returns, reentries
     doors: int | None = None  # lane side doors (None: not measured)
     folders: str = ""  # captain modules per folder, as "service/captain 24"
+    separation: dict[str, int] = field(default_factory=dict)  # separation_figures: upward imports, metric names as strings
 
 
 def measure(rev: str, label: str) -> Measure:
@@ -191,6 +272,7 @@ def measure(rev: str, label: str) -> Measure:
                 largest=(table[largest], largest), over=sum(1 for n in values if n > CAP), turn=turn,
                 doors=len(lane_side_doors(tree)),
                 folders=", ".join(f"{f.removeprefix('service/captain').lstrip('/') or '.'} {n}" for f, n in captain_folders(tree).items()),
+                separation=separation_figures(tree),
             )
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
@@ -223,6 +305,8 @@ def measured_block(columns: list[Measure]) -> str:
                       ("steps", "cross-file steps"), ("returns", "steps into a file entered before"),
                       ("reentries", "re-entries (into a file still on the stack)")):
         row(name, [str(c.turn.get(key, "?")) for c in columns])
+    for name in SEPARATION:
+        row(name, [str(c.separation.get(name, "?")) for c in columns])
     return "\n".join(rows) + "\n"
 
 

@@ -26,7 +26,16 @@ from clankie.clock import Clock, SystemClock
 from clankie.entry import ChildSpec, Ready, run_child
 from clankie.errors import RemoteError
 from clankie.handover import inherited_listener
-from clankie.metrics import METER
+from clankie.metrics import (
+    BUDGET_LIMIT_TOKENS,
+    BUDGET_LIMIT_USD,
+    BUDGET_REMAINING_TOKENS,
+    BUDGET_REMAINING_USD,
+    BUDGET_UNBOUNDED,
+    LANES_LIVE,
+    LANES_ON_DISK,
+    METER,
+)
 from clankie.paths import ensure_private_dir, socket_path
 from clankie.peers import HANDED
 from clankie.protocol import (
@@ -49,10 +58,10 @@ from service.agent.model import Provider
 from service.agent.routes import PRIMARY, ModelRoute, Routes
 from service.captain.deliveries import DeliveryStore, Evidence
 from service.captain.lanes import Captain, CaptainDeps, CaptainPaths, count_disk_lanes
-from service.captain.records import configure as configure_records
 from service.captain.service import TurnService
 from service.captain.spend import Spending, budget_key
 from service.captain.tools import HostClient, ImportingClient
+from service.observability import PARTS
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,8 @@ FIRST_TURN_IMPORTS = (
 ABORT_CONFIRM_SHARE = 0.8
 STORE_CLOSE_SECONDS = 5.0
 ON_DISK_EVERY_S = 30.0  # clankie_lanes_on_disk is counted (one scandir of the lane directories) at most this often
+BUDGET_UNITS = (("tokens", BUDGET_REMAINING_TOKENS, BUDGET_LIMIT_TOKENS), ("usd", BUDGET_REMAINING_USD, BUDGET_LIMIT_USD))
+"""Each unit of the tree's day budget: its key in the heartbeat's spending figures, its remaining and its limit gauges."""
 
 
 def make_provider(settings: Settings) -> Provider | None:
@@ -141,7 +152,6 @@ class ServiceApp:
         self.browser = browser_client(settings, self.clock)
         self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
         paths = CaptainPaths.under(settings.state_dir)
-        configure_records(settings)  # lane logs' and evidence's rotation
         ensure_private_dir(paths.root)
         self.learned = Learned(paths.root, self.clock)  # each route's learned window, across restarts
         self.governor = self._governor(PRIMARY)
@@ -318,19 +328,19 @@ class ServiceApp:
         """The service's gauges for the metrics endpoint (nothing while metrics are off)."""
         if not METER.enabled:
             return
-        METER.set("clankie_lanes_live", float(live))
-        for unit in ("tokens", "usd"):  # the tree's day budget, from the spending figures this heartbeat reports
+        METER.set(LANES_LIVE.of(), float(live))
+        for unit, remaining, budget in BUDGET_UNITS:  # the tree's day budget, from the spending figures this heartbeat reports
             left, limit = report.get(f"budget_{unit}_left"), report.get(f"budget_{unit}_limit")
             if isinstance(left, int | float) and isinstance(limit, int | float) and limit > 0:
-                METER.set(f"clankie_budget_remaining_{unit}", float(max(0, left)), "tree")  # one unit per family
-                METER.set(f"clankie_budget_limit_{unit}", float(limit), "tree")
+                METER.set(remaining.of("tree"), float(max(0, left)))  # one unit per family
+                METER.set(budget.of("tree"), float(limit))
         unbounded = report.get("budget_unbounded")
         for scope in ("tree", "room", "user"):  # 1: that scope has no day budget at all
-            METER.set("clankie_budget_unbounded", 1.0 if isinstance(unbounded, list) and scope in unbounded else 0.0, scope)
+            METER.set(BUDGET_UNBOUNDED.of(scope), 1.0 if isinstance(unbounded, list) and scope in unbounded else 0.0)
         now = self.clock.monotonic()
         if self._on_disk_at is None or now - self._on_disk_at >= ON_DISK_EVERY_S:
             self._on_disk_at = now
-            METER.set("clankie_lanes_on_disk", float(count_disk_lanes(self.captain.registry.paths, self.captain.lanes)))
+            METER.set(LANES_ON_DISK.of(), float(count_disk_lanes(self.captain.paths, self.captain.lanes)))
 
 
 def warm() -> None:
@@ -357,12 +367,12 @@ def warm() -> None:
 def build(settings: Settings, environ: Mapping[str, str]) -> ServiceApp:
     """This life's service, once activated: raise the fd limit, then build (see :data:`SPEC`)."""
     fdlimit.raise_to_hard()
-    telemetry.configure(settings, tree_id(environ))  # OpenTelemetry only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     return ServiceApp(settings, environ=environ)
 
 
-SPEC = ChildSpec("service", build, keeps_secrets=True, parks_first=True, warm=warm)
-"""The model key is handed over and kept; a warm spare parks (its imports warm) before it reads any."""
+SPEC = ChildSpec("service", build, keeps_secrets=True, parks_first=True, warm=warm, observability=PARTS)
+"""The model key is handed over and kept; a warm spare parks (its imports warm) before it reads any. Its tracer
+(only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set) and its records' rotations are set with the meter, once."""
 
 
 def main(environ: Mapping[str, str] | None = None) -> int:

@@ -1,8 +1,11 @@
 """The service's traces: one span per turn, per model call and per tool call, or nothing at all.
 
-The captain and the agent runtime call :func:`invoke_agent`, :func:`chat`
-and :func:`execute_tool` around a turn, a model call and a tool call. By
-default those are no-ops and OpenTelemetry is never imported. With
+The captain calls :func:`invoke_agent` around a turn; the agent runtime
+reports each model call and tool call through the port it defines
+(:mod:`service.agent.observe`), and the tracer installed here is plugged into
+that port (:func:`install`), so those become :func:`chat` and
+:func:`execute_tool` spans. By default all of them are no-ops, nothing is
+plugged in and OpenTelemetry is never imported. With
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set (and the ``otel`` extra installed),
 :func:`configure` installs :mod:`service.otel`, which emits spans and the
 GenAI client metrics with the OpenTelemetry GenAI semantic conventions
@@ -29,6 +32,8 @@ from typing import Protocol
 from clankie.errors import ConfigError
 from clankie.journald import lane_hash
 from clankie.settings import Settings
+from service.agent import observe
+from service.agent.observe import ChatSpan, ToolSpan
 from service.agent.outcome import Usage
 
 log = logging.getLogger(__name__)
@@ -52,22 +57,6 @@ class ChatCall:
     server: tuple[str, int] | None = None  # where the request goes (host, port); None: a model that calls nowhere
     conversation: str | None = None  # the lane's hash (lane_hash), from the turn the call runs in
     provider: str = "anthropic"  # gen_ai.provider.name of the route the call went on (anthropic, gcp.vertex_ai, aws.bedrock)
-
-
-class ChatSpan(Protocol):
-    def first_chunk(self, seconds: float) -> None:
-        """The stream's first chunk arrived, ``seconds`` after the request left."""
-
-    def answered(self, model: str, usage: Usage, stop_reason: str, response_id: str, seconds: float) -> None:
-        """The model answered: the model that did, its token counts, why it stopped, the answer's id, the call's time."""
-
-    def failed(self, code: str, seconds: float) -> None:
-        """The call failed with this kind of error (a code, never the provider's message) after ``seconds``."""
-
-
-class ToolSpan(Protocol):
-    def ended(self, is_error: bool) -> None:
-        """The tool call ended, with an error result or not."""
 
 
 class Tracer(Protocol):
@@ -123,10 +112,28 @@ _tracer: Tracer = NoTracer()
 _conversation: contextvars.ContextVar[str | None] = contextvars.ContextVar("clankie_trace_conversation", default=None)
 
 
+class _Runtime:
+    """The tracer as the agent runtime's observer: its model and tool calls become :func:`chat` and
+    :func:`execute_tool` spans (a model call in the conversation of the turn it runs in)."""
+
+    def chat(self, call: observe.ModelCall) -> contextlib.AbstractContextManager[ChatSpan]:
+        return chat(call.model, call.max_tokens, call.server, call.provider)
+
+    def execute_tool(self, name: str, call_id: str) -> contextlib.AbstractContextManager[ToolSpan]:
+        return execute_tool(name, call_id)
+
+
+_RUNTIME = _Runtime()
+
+
 def install(tracer: Tracer) -> Tracer:
-    """Make ``tracer`` the process's tracer (tests install one over an in-memory exporter); returns the one before."""
+    """Make ``tracer`` the process's tracer (tests install one over an in-memory exporter); returns the one before.
+
+    A tracer that records is plugged into the agent runtime's port as well; :class:`NoTracer` unplugs it, so with
+    tracing off the runtime's calls cost no span at all."""
     global _tracer
     before, _tracer = _tracer, tracer
+    observe.plug(observe.UNOBSERVED if type(tracer) is NoTracer else _RUNTIME)
     return before
 
 

@@ -33,15 +33,33 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from clankie.metrics import FAMILIES, MAX_SERIES, Family
+from clankie.metrics import FAMILIES, MAX_SERIES, Counter, Family, Gauge
 from clankie.protocol import HistogramReport, MetricsReport
 from clankie.version import revision, version
 from supervisor.lifecycle import RESTART_REASONS, Lifecycle, State
+from supervisor.metric_families import (
+    BUILD_INFO,
+    CHILD_FATAL,
+    CHILD_OPEN_FDS,
+    CHILD_RESIDENT_BYTES,
+    CHILD_RESTARTS,
+    CHILD_UP,
+    SPARE_TAKEOVERS,
+    WATCHDOG_ABORTS,
+)
 from supervisor.metrics_port import Port
 
 log = logging.getLogger(__name__)
 
 Labels = tuple[str, ...]
+
+
+def _counter(fam: Counter[...]) -> CounterMetricFamily:
+    return CounterMetricFamily(fam.name, fam.help, labels=fam.labels)
+
+
+def _gauge(fam: Gauge[...]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(fam.name, fam.help, labels=fam.labels)
 
 
 @dataclass
@@ -214,19 +232,8 @@ class TreeCollector(Collector):
         yield from self._own()
 
     def _own(self) -> Iterator[Metric]:
-        restarts = CounterMetricFamily(
-            "clankie_child_restarts_total",
-            "Times a child was started again after its first start, by why: crash, watchdog, spawn_error, operator.",
-            labels=("child", "reason"))
-        up = GaugeMetricFamily("clankie_child_up", "1 while a child is running (ready), else 0.", labels=("child",))
-        fatal = GaugeMetricFamily("clankie_child_fatal",
-                                  "1 while a child is fatal (restart intensity spent, or a configuration error), else 0.",
-                                  labels=("child",))
-        takeovers = CounterMetricFamily("clankie_spare_takeovers_total", "Starts that took a child's warm spare instead of a cold spawn.",
-                                        labels=("child",))
-        rss = GaugeMetricFamily("clankie_child_resident_bytes", "A child's resident memory, as it measured itself.", labels=("child",))
-        fds = GaugeMetricFamily("clankie_child_open_fds", "A child's open file descriptors, as it counted them itself.",
-                                labels=("child",))
+        restarts, up, fatal = _counter(CHILD_RESTARTS), _gauge(CHILD_UP), _gauge(CHILD_FATAL)
+        takeovers, rss, fds = _counter(SPARE_TAKEOVERS), _gauge(CHILD_RESIDENT_BYTES), _gauge(CHILD_OPEN_FDS)
         for name in self.tree.order:
             child = self.tree.children[name]
             for reason in RESTART_REASONS:
@@ -239,11 +246,9 @@ class TreeCollector(Collector):
                 rss.add_metric([name], float(stats["rss_bytes"]))
             if stats["num_fds"] is not None:
                 fds.add_metric([name], float(stats["num_fds"]))
-        aborts = CounterMetricFamily("clankie_watchdog_aborts_total",
-                                     "Runs the stall watchdog aborted (silent past CLANKIE_STALL_SECONDS).")
+        aborts = _counter(WATCHDOG_ABORTS)
         aborts.add_metric([], float(self.tree.watchdog_aborts))
-        build = GaugeMetricFamily("clankie_build_info", "Always 1: the running build's version and source revision.",
-                                  labels=("version", "revision"))
+        build = _gauge(BUILD_INFO)
         build.add_metric([version(), revision()], 1.0)
         yield from (restarts, up, fatal, takeovers, aborts, rss, fds, build)
 

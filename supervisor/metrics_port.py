@@ -48,6 +48,7 @@ from clankie.errors import ConfigError
 from clankie.settings_observability import parse_listen
 from clankie.tasks import TaskSet
 from clankie.waits import within
+from supervisor.metric_families import CONNECTIONS_DROPPED
 
 log = logging.getLogger(__name__)
 
@@ -338,10 +339,7 @@ class _PortCollector(Collector):
         self.port = port
 
     def collect(self) -> Iterator[Metric]:
-        dropped = CounterMetricFamily(
-            "clankie_metrics_connections_dropped",
-            "Metrics connections closed early: evicted at the cap, refused, timed out, an accept that failed, "
-            "a bad request.", labels=("reason",))
+        dropped = CounterMetricFamily(CONNECTIONS_DROPPED.name, CONNECTIONS_DROPPED.help, labels=CONNECTIONS_DROPPED.labels)
         for why, n in self.port.dropped.counts.items():
             dropped.add_metric([why], float(n))
         yield dropped

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from clankie import observability
 from clankie import settings as settings_mod
 from clankie.peers import HANDED
 from clankie.testing.clock import FakeClock
@@ -85,6 +86,13 @@ def _forget_handed_peers() -> Iterator[None]:
     """A test that links to a fake supervisor in this process leaves the next test the uid rule alone again."""
     yield
     HANDED.pids = None
+
+
+@pytest.fixture(autouse=True)
+def _reset_observability() -> Iterator[None]:
+    """What a test switched on (the meter, a tracer, the records' rotations) is off again for the next one."""
+    yield
+    observability.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -104,6 +104,22 @@ def _codemap() -> ModuleType:
 
 
 codemap = _codemap()
+
+
+def _shape_report() -> ModuleType:
+    """``scripts/shape_report.py``, whose ``upward_imports`` is also the shape's figure (``scripts/shape``)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("shape_report")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_the_agent_runtime_imports_nothing_of_its_host() -> None:
+    """service/agent/ imports service.agent and the kernel, never the service around it (its telemetry, the captain),
+    by an absolute, relative or lazy import: the host plugs what the runtime reports into the runtime's own port
+    (``service/agent/observe.py``). How each kind of import is seen: ``tests/test_shape_separation.py``."""
+    assert _shape_report().upward_imports(ROOT) == []
 PURE_CORES: tuple[str, ...] = tuple(codemap.pure_modules())
 """The pure cores: every module whose docstring says it is pure (``docs/architecture.md``, "Module docstrings"), read
 from the docstrings so a new one is covered when it says so. No I/O, no clock; they may import each other and nothing

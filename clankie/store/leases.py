@@ -34,7 +34,7 @@ from typing import TypeVar
 import psycopg
 
 from clankie.clock import Clock
-from clankie.metrics import METER
+from clankie.metrics import METER, STALE_EPOCH_WRITES
 from clankie.store.database import Pool
 from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
 
@@ -152,7 +152,7 @@ class PgLeases:
             )
             if await cur.fetchone() is None:
                 self.stale_writes += 1
-                METER.count("clankie_stale_epoch_writes_total")
+                METER.count(STALE_EPOCH_WRITES.of())
                 log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
                 raise StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
             yield conn

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from clankie.clock import Clock
 from clankie.errors import ClankieError
-from clankie.metrics import METER
+from clankie.metrics import METER, RUN_CAPS
 from service.agent.attempts import Attempts, RunFailed
 from service.agent.compactor import Compactor
 from service.agent.config import AgentConfig, Meter
@@ -307,7 +307,7 @@ class Agent:
         text = state.text if kind is OutcomeKind.OK else ""
         if kind is OutcomeKind.RUN_BUDGET_EXCEEDED:
             text = "\n\n".join(state.words)  # the words written so far go to the room
-            METER.count("clankie_run_caps_total", state.capped or "other", "yes" if text.strip() else "no")
+            METER.count(RUN_CAPS.of(state.capped or "other", "yes" if text.strip() else "no"))
         outcome = RunOutcome(
             kind=kind, run_id=state.run_id, text=text, usage=state.usage, turns=state.turn, steered=state.steered,
             abort_reason=(self._abort_reason or "aborted") if kind is OutcomeKind.ABORTED else None,

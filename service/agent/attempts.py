@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from clankie.clock import Clock
-from clankie.metrics import METER
-from service import telemetry
+from clankie.metrics import METER, MODEL_REQUEST_DURATION, MODEL_REQUESTS, MODEL_TOKENS
+from service.agent import observe
 from service.agent.events import AgentEvent, ProviderWait, RetryEnd, RetryStart
 from service.agent.failures import FailureKind, ProviderError
 from service.agent.governor import Governor, Ticket
@@ -155,7 +155,8 @@ class Attempts:
                 asked = request()
                 started = self._clock.monotonic()
                 self._routes.started(pick)
-                with telemetry.chat(provider.model, asked.max_tokens, provider.server, route.provider_name) as span:
+                with observe.chat(observe.ModelCall(model=provider.model, max_tokens=asked.max_tokens, server=provider.server,
+                                                     provider=route.provider_name)) as span:
                     try:
                         response = await provider.complete(asked, self._first_chunk(on_signal, span, started, ticket))
                     except ProviderError as err:
@@ -181,7 +182,7 @@ class Attempts:
             if not settled:  # cancelled (an abort) or refused before an answer: a probe makes room for the next
                 self._routes.abandoned(pick)
 
-    def _first_chunk(self, on_signal: Callable[[Signal], None], span: telemetry.ChatSpan,
+    def _first_chunk(self, on_signal: Callable[[Signal], None], span: observe.ChatSpan,
                      started: float, ticket: Ticket) -> Callable[[Signal], None]:
         """``on_signal``, and the first signal of the stream (its first chunk) also tells the span how long it took;
         ``opened`` (the account took the call) goes to the governor only."""
@@ -218,10 +219,10 @@ class Attempts:
 
 def _measured(route: str, result: str, seconds: float, usage: Usage | None = None) -> None:
     """One model call for the metrics endpoint: its route, result (ok, rate_limited or the failure's kind), time and tokens."""
-    METER.count("clankie_model_requests_total", route, result)
-    METER.observe("clankie_model_request_duration_seconds", seconds)
+    METER.count(MODEL_REQUESTS.of(route, result))
+    METER.observe(MODEL_REQUEST_DURATION, seconds)
     if usage is not None:
         for kind, n in (("input", usage.input), ("output", usage.output), ("cache_read", usage.cache_read),
                         ("cache_creation", usage.cache_write)):
             if n:
-                METER.count("clankie_model_tokens_total", kind, by=float(n))
+                METER.count(MODEL_TOKENS.of(kind), by=float(n))

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from clankie.clock import Clock
-from clankie.metrics import METER
+from clankie.metrics import METER, MODEL_FAILOVERS, MODEL_ROUTE_UP
 from service.agent.breaker import Breaker, Event, State
 from service.agent.failures import FailureKind, ProviderError
 from service.agent.governor import Governor
@@ -100,7 +100,7 @@ class Routes:
         self._gated = len(self._routes) > 1  # one route: its breaker only reports; every call goes, as it always did
         self.failovers = 0
         for route in self._routes:
-            METER.set("clankie_model_route_up", 1.0, route.name)
+            METER.set(MODEL_ROUTE_UP.of(route.name), 1.0)
 
     @classmethod
     def single(cls, provider: Provider, governor: Governor, clock: Clock) -> Routes:
@@ -163,10 +163,10 @@ class Routes:
         event: Event = ("probe_failed" if down else "probe_succeeded") if pick.probe else ("failed" if down else "succeeded")
         state = self._feed(route, event, now, hint)
         if state != was:
-            METER.set("clankie_model_route_up", 1.0 if state == "closed" else 0.0, route.name)
+            METER.set(MODEL_ROUTE_UP.of(route.name), 1.0 if state == "closed" else 0.0)
         if was == "closed" and state == "open":
             self.failovers += 1
-            METER.count("clankie_model_failovers_total", route.name)
+            METER.count(MODEL_FAILOVERS.of(route.name))
             log.warning("model route %s is down (%s); calls go to the next route that is up", route.name,
                         err.status if err is not None and err.status is not None else "no answer")
         elif state == "closed" and was != "closed":

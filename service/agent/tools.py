@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clankie.clock import Clock
-from service import telemetry
+from service.agent import observe
 from service.agent.content import Block
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ async def _run_one(call: Block, tools: dict[str, Tool], clock: Clock, hooks: Too
     call_id, name = str(call["id"]), str(call["name"])
     tool = tools.get(name)
     hooks.started(call_id, name, _subject(tool, call))
-    with telemetry.execute_tool(name, call_id) as span:
+    with observe.execute_tool(name, call_id) as span:
         if tool is None:
             result = ToolResult(content=f"Unknown tool {name!r}.", is_error=True)
         else:

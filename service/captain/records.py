@@ -35,10 +35,11 @@ from clankie.protocol import Code
 from clankie.rotation import Rotation
 from clankie.settings import Settings
 
-_rotations = {
+_DEFAULT_ROTATIONS = {
     "lane": Rotation(rotate_bytes=1024 * 1024, keep_bytes=512 * 1024 * 1024, shared=True),
     "audit": Rotation(rotate_bytes=16 * 1024 * 1024, keep_bytes=256 * 1024 * 1024),
 }
+_rotations = dict(_DEFAULT_ROTATIONS)
 _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _BROKEN = frozenset({errno.EIO, errno.EROFS})
 
@@ -61,6 +62,11 @@ def configure(settings: Settings) -> None:
 def rotation(kind: str) -> Rotation:
     """The rotation in force for ``kind`` (``"lane"``: every lane log; ``"audit"``: the evidence)."""
     return _rotations[kind]
+
+
+def reset() -> None:
+    """The rotations back to their defaults (:func:`clankie.observability.reset`, for tests)."""
+    _rotations.update(_DEFAULT_ROTATIONS)
 
 
 def append_line(path: Path, record: dict[str, Any], rotation: Rotation | None = None) -> None:

@@ -33,7 +33,7 @@ from clankie import ipc, journald
 from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
-from clankie.metrics import METER
+from clankie.metrics import METER, TURN_DURATION, TURNS
 from clankie.protocol import Author, Code, SayRequest, Trigger, TurnOutcome, TurnResult, TurnSubmit
 from clankie.router import Router
 from service import telemetry
@@ -142,7 +142,7 @@ class TurnService:
         self._retain(did, result, record)
         self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=SESSION_FAILED, cause="poison",
                              crashed_runs=len(record.crashed_runs))
-        METER.count("clankie_turns_total", "dropped", SESSION_FAILED)  # it leaves its room unanswered, for good
+        METER.count(TURNS.of("dropped", SESSION_FAILED))  # it leaves its room unanswered, for good
         return result
 
     async def _run(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str) -> TurnResult:
@@ -162,8 +162,8 @@ class TurnService:
                     result = TurnResult.failed(SESSION_FAILED)
                 span.ended(result.outcome, result.code)
             if result.code != SHUTDOWN_CODE:
-                METER.count("clankie_turns_total", result.outcome, result.code or "")
-                METER.observe("clankie_turn_duration_seconds", self._clock.monotonic() - started)
+                METER.count(TURNS.of(result.outcome, result.code or ""))
+                METER.observe(TURN_DURATION, self._clock.monotonic() - started)
             if result.code == SHUTDOWN_CODE:
                 # not the turn's fault and not a crash: no retained result, no final evidence, and the run it
                 # joined is forgotten, so the re-submission to the restarted service runs it again uncharged

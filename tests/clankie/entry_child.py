@@ -5,8 +5,9 @@
 secrets and parks first), ``ends`` (the body returns by itself) or
 ``refuses`` (the body raises a ConfigError while running). Once running,
 the body prints one JSON line: what a process it spawns inherits of the
-secret variables, and which secrets its settings hold. ``close`` prints
-``closed``.
+secret variables, which secrets its settings hold, and what was observed
+(whether the meter is on, and what the spec's observability part had been
+configured with when the body was built). ``close`` prints ``closed``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,21 @@ from collections.abc import Mapping
 from clankie.entry import ChildSpec, Ready, run_child
 from clankie.errors import ConfigError
 from clankie.ipc import Handler
+from clankie.metrics import METER
+from clankie.observability import Part
 from clankie.protocol import Heartbeat
 from clankie.secrets import SECRET_VARIABLES
 from clankie.settings import Settings
+
+CONFIGURED: list[str] = []
+"""Each configuration of the spec's observability part, in order."""
+
+
+def _probe(settings: Settings, environ: Mapping[str, str]) -> None:
+    CONFIGURED.append("metrics" if settings.metrics_listen else "no metrics")
+
+
+PROBE = Part("probe", _probe, CONFIGURED.clear)
 
 
 class Body:
@@ -31,6 +44,7 @@ class Body:
     def __init__(self, settings: Settings, mode: str) -> None:
         self.settings = settings
         self.mode = mode
+        self.at_build = list(CONFIGURED)
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(detail="test child")
@@ -42,7 +56,8 @@ class Body:
         spawned = subprocess.run(["env", "-0"], capture_output=True, check=True).stdout.split(b"\0")
         inherited = sorted(item.split(b"=", 1)[0].decode() for item in spawned if item.split(b"=", 1)[0].decode() in SECRET_VARIABLES)
         held = sorted(name for name in ("discord_token", "anthropic_api_key") if getattr(self.settings, name) is not None)
-        print(json.dumps({"inherited": inherited, "held": held}), flush=True)
+        observed = {"meter": METER.enabled, "at_build": self.at_build}
+        print(json.dumps({"inherited": inherited, "held": held, "observed": observed}), flush=True)
         await ready()
         if self.mode == "ends":
             return
@@ -58,7 +73,7 @@ def spec(mode: str) -> ChildSpec:
     def build(settings: Settings, environ: Mapping[str, str]) -> Body:
         return Body(settings, mode)
 
-    return ChildSpec("testchild", build, keeps_secrets=mode != "drop", parks_first=mode == "park")
+    return ChildSpec("testchild", build, keeps_secrets=mode != "drop", parks_first=mode == "park", observability=(PROBE,))
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_a_child_that_keeps_no_secret_holds_none_and_nothing_it_spawns_inherits_
     async def main() -> None:
         proc = await _start("drop", {**env, **SECRETS, "CREDENTIALS_DIRECTORY": "/nonexistent"})
         report = await _report(proc)
-        assert report == {"inherited": [], "held": []}
+        assert report == {"inherited": [], "held": [], "observed": {"meter": False, "at_build": ["no metrics"]}}
         proc.send_signal(signal.SIGTERM)
         code, out, err = await _finish(proc)
         assert code == 0 and out == ["closed"], (code, out, err)
@@ -83,11 +83,28 @@ def test_a_child_that_keeps_secrets_holds_them_in_its_settings_and_spawns_nothin
         finally:
             os.close(fd)
         report = await _report(proc)
-        assert report == {"inherited": [], "held": ["anthropic_api_key", "discord_token"]}
+        assert report == {"inherited": [], "held": ["anthropic_api_key", "discord_token"],
+                          "observed": {"meter": False, "at_build": ["no metrics"]}}
         proc.send_signal(signal.SIGTERM)
         code, out, err = await _finish(proc)
         assert code == 0 and out == ["closed"], (code, out, err)
         assert not any("key-on-pipe" in line or "tok-in-env" in line or "Traceback" in line for line in err), err
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", ["drop", "park"])
+def test_observability_is_configured_once_from_the_settings_before_the_body_is_built(env: dict[str, str], mode: str) -> None:
+    """CLANKIE_METRICS_LISTEN set: the meter is on and the spec's own part was configured once, before the build,
+    whether the settings are read at spawn or (a spare) after it is activated."""
+
+    async def main() -> None:
+        proc = await _start(mode, {**env, "CLANKIE_METRICS_LISTEN": "127.0.0.1:9464"})
+        report = await _report(proc)
+        assert report["observed"] == {"meter": True, "at_build": ["metrics"]}
+        proc.send_signal(signal.SIGTERM)
+        code, out, err = await _finish(proc)
+        assert code == 0 and out == ["closed"], (code, out, err)
 
     asyncio.run(main())
 

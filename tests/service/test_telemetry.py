@@ -147,10 +147,11 @@ def test_a_failed_model_call_and_turn_say_their_codes_and_nothing_of_the_provide
 
 
 def test_with_tracing_off_the_service_never_imports_the_sdk(env: dict[str, str]) -> None:
-    """No OTEL_EXPORTER_OTLP_ENDPOINT: building the service leaves opentelemetry.sdk and the exporter unimported."""
+    """No OTEL_EXPORTER_OTLP_ENDPOINT: configuring and building the service as its entry does leaves opentelemetry.sdk
+    and the exporter unimported."""
     script = (
-        "import sys; from clankie import settings; from service.app import build; "
-        "build(settings.load(), {}); "
+        "import sys; from clankie import settings; from service import observability; from service.app import build; "
+        "s = settings.load(); observability.configure(s, {}); build(s, {}); "
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter', 'service.otel'))))"
     )
     done = subprocess.run([sys.executable, "-c", script], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from clankie.errors import ConfigError
-from clankie.metrics import FAMILIES, MAX_SERIES, Meter
+from clankie.metrics import FAMILIES, LANES_LIVE, MAX_SERIES, TURN_DURATION, TURNS, Meter
 from clankie.protocol import MetricSeries, MetricsReport
 from supervisor.lifecycle import Exit, Lifecycle, State
+from supervisor.metric_families import CONNECTIONS_DROPPED, SUPERVISOR_FAMILIES
 from supervisor.metrics import Lives, MeteredChild, MetricsServer, exposition, registry_for
 
 PROMTOOL = shutil.which("promtool")
@@ -24,11 +25,11 @@ PROMTOOL = shutil.which("promtool")
 
 def report(turns: float, *, live: float | None = None, durations: Sequence[float] = ()) -> MetricsReport:
     meter = Meter(enabled=True)
-    meter.count("clankie_turns_total", "settled", "", by=turns)
+    meter.count(TURNS.of("settled", ""), by=turns)
     for seconds in durations:
-        meter.observe("clankie_turn_duration_seconds", seconds)
+        meter.observe(TURN_DURATION, seconds)
     if live is not None:
-        meter.set("clankie_lanes_live", live)
+        meter.set(LANES_LIVE.of(), live)
     got = meter.report()
     assert got is not None
     return got
@@ -134,6 +135,16 @@ def test_the_exposition_has_every_catalogue_family_and_the_supervisors_own() -> 
     assert 'clankie_child_resident_bytes{child="bridge"}' not in text  # no figure yet: no sample, not a zero
     assert "clankie_watchdog_aborts_total 1.0" in text
     assert "process_cpu_seconds_total" in text  # the supervisor's own
+
+
+def test_every_family_the_supervisor_serves_is_declared_once_as_served() -> None:
+    """The tree's exposition holds exactly the children's catalogue and the supervisor's declared families (the port's
+    is served by the port), each with its declared kind and help: the docs' table of series is rendered from the same
+    declarations (scripts/gen-docs)."""
+    served = {(m.name + "_total" if m.type == "counter" else m.name, m.type, m.documentation)
+              for m in registry_for(tree()).collect() if m.name.startswith("clankie_")}
+    declared = {(f.name, f.kind, f.help) for f in (*FAMILIES.values(), *SUPERVISOR_FAMILIES) if f is not CONNECTIONS_DROPPED}
+    assert served == declared
 
 
 def test_openmetrics_is_served_to_a_scraper_that_asks_for_it() -> None:

@@ -34,7 +34,7 @@ from typing import Any, assert_never, overload
 from clankie import ipc
 from clankie.clock import Clock
 from clankie.errors import ChannelBroken, ChannelClosed
-from clankie.metrics import METER
+from clankie.metrics import METER, TURN_FIRST_WORDS
 from clankie.protocol import Room, ToolActivity, TurnResult, TypingSignal
 from clankie.redact import NOTHING, Redactor
 from clankie.settings import Settings
@@ -336,7 +336,7 @@ class LaneShell:
         self.typing_sent = True
         owner = self.owner
         if owner is not None and owner.accepted_at is not None:  # the reply will speak: its first words are here
-            METER.observe("clankie_turn_first_words_seconds", self.kit.clock.monotonic() - owner.accepted_at)
+            METER.observe(TURN_FIRST_WORDS, self.kit.clock.monotonic() - owner.accepted_at)
         if owner is not None and owner.conn is not None and not owner.conn.closed:
             self._send(send_typing(owner.conn, owner.delivery_id), "typing")
 

@@ -30,6 +30,7 @@ from clankie.protocol import (
     TypingSignal,
 )
 from clankie.testing.fake_anthropic import FakeAnthropic
+from service import observability
 from service.app import ServiceApp
 from tests.polling import until  # noqa: F401  (re-exported: the service tests import it from here)
 
@@ -61,6 +62,7 @@ async def service(
 ) -> AsyncIterator[ServiceApp]:
     """The service app bound on its real socket, closed afterwards."""
     settings = settings_mod.load(service_env(env, fake, key=key), **overrides)
+    observability.configure(settings)  # as the service's entry does: the records' rotations above all
     app = ServiceApp(settings, clock=clock)
     await app.start()
     try:

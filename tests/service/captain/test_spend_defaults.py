@@ -37,7 +37,7 @@ def test_an_honest_heavy_day_stays_under_the_warning_of_the_defaults(env: dict[s
 
 
 def test_the_default_person_budget_stops_a_person_who_spent_it(
-    env: dict[str, str], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    env: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """No budget configured: one reply billed 3M output tokens ($45 on the default model) spends the person's $40
     and the room's first $45; that person's next turn, in another room, fails ``captain_budget_exhausted`` with no
@@ -45,7 +45,7 @@ def test_the_default_person_budget_stops_a_person_who_spent_it(
     the tree has no budget of its own, until the operator gives it one."""
 
     async def body() -> None:
-        async with FakeAnthropic() as fake, service(env, fake) as app:
+        async with FakeAnthropic() as fake, service(env, fake, metrics_listen="127.0.0.1:9464") as app:  # gauges on
             fake.script(fa.text("a long one", output_tokens=3_000_000))
             bridge = FakeBridge()
             await bridge.connect(app)
@@ -68,7 +68,6 @@ def test_the_default_person_budget_stops_a_person_who_spent_it(
             assert report is not None
             assert {row.labels: row.value for row in report.gauges["clankie_budget_unbounded"]}[("tree",)] == 0.0
 
-    monkeypatch.setattr(METER, "enabled", True)  # the service's gauges, as under CLANKIE_METRICS_LISTEN
     with caplog.at_level(logging.WARNING, logger="service.captain.spend.spending"):
         run(body())
     assert any("the tree has no day budget" in r.getMessage() for r in caplog.records)

@@ -98,16 +98,16 @@ def _counted(name: str, *labels: str) -> float:
 
 @pytest.mark.parametrize(("cap", "outcome"), [(3, "settled"), (0, "failed")])
 def test_a_model_that_always_calls_a_tool_stops_at_the_cap_with_the_words_so_far(
-    env: dict[str, str], cap: int, outcome: str, monkeypatch: pytest.MonkeyPatch
+    env: dict[str, str], cap: int, outcome: str
 ) -> None:
     """Past CLANKIE_RUN_MAX_TOOL_CALLS the run ends: the room gets the words written so far as the reply, or, with
     none, the turn fails captain_run_budget_exceeded. Either way the result and the delivery's evidence carry
     captain_run_budget_exceeded (a reply cut short says so), and clankie_run_caps_total counts the run."""
-    monkeypatch.setattr(METER, "enabled", True)
     words = "yes" if outcome == "settled" else "no"
 
     async def body() -> None:
-        async with FakeAnthropic() as fake, service(env, fake, run_max_tool_calls=cap, discord_guild_ids=("1",)) as app:
+        async with FakeAnthropic() as fake, service(env, fake, run_max_tool_calls=cap, discord_guild_ids=("1",),
+                                                    metrics_listen="127.0.0.1:9464") as app:  # the meter on
             fake.respond_with(_always_a_tool)
             bridge = FakeBridge()
             await bridge.connect(app)
