@@ -68,10 +68,11 @@ class SessionKeeper:
     """The shell around :class:`Book`: read at start, written whole when it changes (at most every
     :data:`FLUSH_EVERY` for a moved sequence, at once for a new session or a count)."""
 
-    def __init__(self, state_dir: Path, clock: Clock, *, enabled: bool = True) -> None:
+    def __init__(self, state_dir: Path, clock: Clock, *, enabled: bool = True, shards: int = 1) -> None:
         self.path = ensure_private_dir(state_dir / "bridge") / FILENAME
         self.clock = clock
         self.enabled = enabled  # off: IDENTIFY every time, as before (the comparison's setting)
+        self.shards = shards  # how many shards this process runs: each start spends one IDENTIFY per shard at most
         self.book = self._read()
         self.links: dict[Shard, Link] = {}
         self.seqs: dict[Shard, int] = {}  # the newest journaled sequence, per shard, not yet written
@@ -117,7 +118,7 @@ class SessionKeeper:
 
     async def identifying(self, shard: Shard) -> None:
         """Before an IDENTIFY: wait out the crash-loop backoff; the stored session, if any, is given up."""
-        delay = self.book.identify_delay() if self.enabled else 0.0  # off is today's behaviour, backoff included
+        delay = self.book.identify_delay(self.shards) if self.enabled else 0.0  # off is today's behaviour, backoff included
         if delay > 0:
             log.warning("gateway: %d session starts in a row without a session that lasted; next IDENTIFY in %.0fs",
                         self.book.in_a_row, delay)
