@@ -30,7 +30,7 @@ with warnings.catch_warnings():
     from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 
 from bridge.discord_metrics import count_requests
-from bridge.gateway_link import IllegalSessionMove, shard_key
+from bridge.gateway_link import IllegalSessionMove, Shard, shard_key
 from bridge.gateway_session import REFUSING_CLOSES, SessionKeeper
 from bridge.ratelimits import amortise_bucket_sweep
 from clankie.waits import within
@@ -66,6 +66,19 @@ def hand_over(deliver: Callable[[discord.Message], None], message: discord.Messa
         log.exception("the bridge failed on an incoming message")
         return False
     return True
+
+
+def journaled_soon(keeper: SessionKeeper, shard: Shard, seq: int | None) -> None:
+    """Tell ``keeper`` that the event at ``seq`` is journaled, once the turn its hand-over started has run its first
+    step, not at once.
+
+    An admitted message's journal line is written by its turn's task (``bridge/turn.py``, before its first await),
+    which the hand-over only schedules; a burst is parsed without a pause, so a sequence moved at once could be
+    written to the session file before that line, and a SIGKILL between the two lost the message: not in the
+    journal, and not replayed by the RESUME (the loaded ``bench/resume.py`` run's one lost message a mode). The
+    loop runs callbacks in the order they were scheduled, and the task's first step was scheduled during the
+    hand-over, so this one runs after it."""
+    asyncio.get_running_loop().call_soon(keeper.journaled, shard, seq)
 
 
 @dataclass(frozen=True)
@@ -266,7 +279,7 @@ class BridgeClient(discord.Client):
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         if event == "message":
             if hand_over(self._on_message_cb, args[0]) and self.keeper is not None and self.ws is not None:
-                self.keeper.journaled(self.shard, self.ws.sequence)
+                journaled_soon(self.keeper, self.shard, self.ws.sequence)
         elif self.keeper is not None:
             self._keep(event)
         super().dispatch(event, *args, **kwargs)

@@ -150,14 +150,14 @@ class SessionKeeper:
         self.flush()
 
     def resumed(self, shard: Shard, seq: int | None) -> None:
-        """RESUMED: the stored session goes on; the crash loop, if any, is over."""
+        """RESUMED: the stored session goes on; the crash loop, if any, is over. The sequence does not move here:
+        RESUMED comes right after the replay, whose messages' journal lines may not be in yet (each replayed message
+        moves it, through :meth:`journaled`, once its line is); ``seq`` is kept for the caller's symmetry."""
         self._move(shard, Move.RESUMED)
         self.book.roll(utc_day(self.clock.wall()))
         self.book.resumes += 1
         self.book.in_a_row = 0
         METER.count("clankie_gateway_resumes_total")
-        if seq is not None:
-            self.seqs[shard] = max(seq, self.seqs.get(shard, 0))
         self.flush()
 
     def dropped(self, shard: Shard) -> None:

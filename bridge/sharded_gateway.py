@@ -22,7 +22,8 @@ for one session, through three seams of discord.py 2.7's ``shard.py``:
 A message's shard is the one Discord sends it on, worked out from its guild
 (``(guild_id >> 22) % count``; a DM is shard 0's), and its sequence is that
 shard's socket's: discord.py parses a frame without a pause after setting it.
-The keeper hears READY (``shard_connect``), RESUMED (``shard_resumed``) and a
+The sequence moves once the message's journal line is in
+(:func:`bridge.discord_gateway.journaled_soon`). The keeper hears READY (``shard_connect``), RESUMED (``shard_resumed``) and a
 drop (``shard_disconnect``) per shard. A stop closes every shard's socket with
 4000 so the next process can RESUME them. The app hears of the group as a
 whole, through :class:`bridge.shards.ShardWatch`.
@@ -43,7 +44,7 @@ with warnings.catch_warnings():
     from discord.gateway import DiscordWebSocket, ReconnectWebSocket
     from discord.shard import EventItem, EventType, Shard
 
-from bridge.discord_gateway import Hooks, _setup, hand_over, intents
+from bridge.discord_gateway import Hooks, _setup, hand_over, intents, journaled_soon
 from bridge.discord_metrics import count_requests
 from bridge.gateway_link import IdentifyGate, IllegalSessionMove
 from bridge.gateway_link import Shard as Key
@@ -271,13 +272,13 @@ class ShardedBridgeClient(discord.AutoShardedClient):
             return None
 
     def _journaled(self, message: Any) -> None:
-        """The message is journaled: its shard's RESUME may start after its sequence."""
+        """The message is handed over: its shard's RESUME may start after its sequence once its journal line is in."""
         assert self.keeper is not None
         guild = message.guild.id if message.guild is not None else getattr(message.channel, "guild_id", None)
         shard_id = DM_SHARD if guild is None else shard_of(guild, self.count)
         ws = self._ws(shard_id)
         if ws is not None:
-            self.keeper.journaled(self.key(shard_id), ws.sequence)
+            journaled_soon(self.keeper, self.key(shard_id), ws.sequence)
 
     def _keep(self, event: str, shard_id: int) -> None:
         """What the keeper hears of one shard's session, from discord.py's per-shard events."""
