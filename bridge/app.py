@@ -91,7 +91,7 @@ class BridgeApp:
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
         guild_ready_timeout: float = GUILD_READY_TIMEOUT,
-        warm: dc.BridgeClient | None = None,
+        warm: dc.BridgeClient | dc.ShardedBridgeClient | None = None,
     ) -> None:
         self.settings = settings
         self._warm = warm  # a parked spare's client, logged in while the last bridge lived: the first session's
@@ -350,7 +350,7 @@ class BridgeApp:
         return dc.Hooks(on_message=self._on_message, on_status=self.set_status, on_owner=self.ingress.owner,
                         on_session=self._on_session, on_quiet=self._on_quiet, on_resumed=self._on_resumed)
 
-    def _bound(self, warm: dc.BridgeClient) -> dc.BridgeClient:
+    def _bound(self, warm: dc.BridgeClient | dc.ShardedBridgeClient) -> dc.BridgeClient | dc.ShardedBridgeClient:
         """The parked spare's client, now this life's (its hooks and the session keeper)."""
         warm.bind(self._hooks(), self.keeper)
         return warm

@@ -14,6 +14,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bridge.app import BridgeApp
+from bridge.delivery import RetryPolicy
+from bridge.parked import log_in_parked
 from bridge.sharded_gateway import ShardedBridgeClient
 from clankie import paths
 from clankie.settings import load
@@ -126,6 +129,38 @@ def test_one_shards_refused_resume_identifies_that_shard_alone_and_reads_the_gap
             assert (w.fake.identifies, w.fake.resumes, w.fake.gateway.refused) == (3, 1, 1)
             assert history_reads(w) > 0  # shard 1's new session: the gap read back
             assert w.fake.gateway.shared == 0
+            for m in [*before, *gap]:
+                assert w.replies_to(m) == 1, m
+
+    asyncio.run(main())
+
+
+def test_a_parked_sharded_spare_resumes_every_shard_for_a_killed_bridge(env: dict[str, str]) -> None:
+    """The spare logs in beside the live sharded bridge with no socket (no IDENTIFY); once the bridge is killed, its
+    app RESUMEs both shards over the spare's client and answers the gap once; never two sockets on one session."""
+
+    async def main() -> None:
+        async with world(env) as w:
+            settings = load(w.env)
+            async with life(w) as first:
+                warm = await log_in_parked(settings, guild_ready_timeout=0.05)
+                assert isinstance(warm, ShardedBridgeClient) and warm.user is not None
+                assert len(w.fake.gateway.sockets) == 2 and w.fake.identifies == 2  # the live bridge's shards alone
+                before = await traffic(w, "before", 2)
+                await w.until(lambda: all(w.replies_to(m) for m in before), "the live bridge answers")
+                await kill(first)
+            gap = await traffic(w, "gap", 6)
+            app = BridgeApp(settings, retry=RetryPolicy(attempts=5, base=0.01, cap=0.05), guild_ready_timeout=0.05,
+                            warm=warm)
+            second = Life(app, asyncio.create_task(app.run()))
+            try:
+                await w.until(lambda: all(w.replies_to(m) for m in gap), "the gap answered")
+                assert app.port.client is warm and app.discord_status == "connected"
+                assert app.ingress.policy.owner_id is not None  # login's owner, told to this life's admission
+            finally:
+                await second.stop()
+            assert (w.fake.identifies, w.fake.resumes, w.fake.gateway.shared) == (2, 2, 0)
+            assert history_reads(w) == 0
             for m in [*before, *gap]:
                 assert w.replies_to(m) == 1, m
 
