@@ -204,13 +204,13 @@ class BridgeApp:
         if disk is not None:
             report["disk"] = disk
         detail = f"discord: {self.discord_status}; service: {self.bridge.link.status}"
-        if self.shards:
-            report["shards"] = self.shards
-            detail += f"; shards: {self.shards}"
         if self.keeper is not None:
             self.keeper.tick()
             report["gateway"] = self.keeper.report()
             detail += f"; {self.keeper.detail()}"
+        if self.shards:  # after the gateway's part: the status line of a sharded tree ends with its shards
+            report["shards"] = self.shards
+            detail += f"; shards: {self.shards}"
         if self.bridge.waiting:
             held, cap = self.bridge.turns_in_flight, self.ingress.policy.max_turns
             detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms, turns {held}/{cap}"
