@@ -94,6 +94,12 @@ class ResumeTree(Tree):
                         out.setdefault(str(r["delivery_id"]), []).append(f"{r['outcome']}@{r['at']}")
         return out
 
+    def has_receipt(self, message_id: str) -> bool:
+        """Whether any bridge wrote a receipt for ``message_id`` (admitted, waiting, dropped …) at all."""
+        with contextlib.suppress(FileNotFoundError):
+            return f'"delivery_id":"{message_id}"' in (self.state / "receipts" / "bridge.jsonl").read_text().replace(" ", "")
+        return False
+
     def history_reads(self) -> int:
         """Rooms the bridges' catch-ups read back (their ``recovery: N rooms read`` lines, each at least one
         ``GET /channels/…/messages?after=``); a resumed delivery's look for its own earlier post is not one."""
@@ -168,7 +174,11 @@ async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) 
             await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # a late duplicate would land now
         closed = t.closings()
-        res.lost = sum(1 for mid, _, _ in sent if mid not in closed)
+        lost = [(mid, wall) for mid, _, wall in sent if mid not in closed]
+        res.lost = len(lost)
+        for mid, wall in lost:  # which, and when: with the tree's logs kept (--work), enough to find out why
+            print(f"  {mode} lost: message {mid} sent at {wall:.3f} (wall), "
+                  f"{'with' if t.has_receipt(mid) else 'without'} any receipt", flush=True)
         replies: dict[str, int] = {}
         for p in t.discord.posts:
             ref = str((p.message_reference or {}).get("message_id"))
