@@ -9,7 +9,9 @@ for one session, through three seams of discord.py 2.7's ``shard.py``:
 * ``launch_shard``: a shard with a stored session connects to its resume URL
   and RESUMEs (``DiscordWebSocket.from_client(resume=True, session=,
   sequence=, gateway=)``); one without IDENTIFYs. A resume URL that cannot be
-  reached at all gives the session up and IDENTIFYs at the gateway;
+  reached at all gives the session up and IDENTIFYs at the gateway. The shards
+  launch at once (``launch_shards``; discord.py's launch one after another), so
+  one shard's replay does not hold the next shard's RESUME back;
 * :class:`KeptShard`, discord.py's ``Shard`` whose ``reidentify`` and
   ``reconnect`` go through the keeper: a refused RESUME (op 9, close 4007 or
   4009) IDENTIFYs with the crash-loop backoff, and a dropped socket RESUMEs
@@ -189,6 +191,19 @@ class ShardedBridgeClient(discord.AutoShardedClient):
         if not resume:
             keeper.identified(key)
         return ws
+
+    async def launch_shards(self) -> None:
+        """Launch every shard at once (discord.py launches them one after another): a RESUME is not rate-limited, and
+        one shard's replay must not hold the next shard's RESUME back; the IDENTIFYs among them still take their turn
+        at :attr:`gate`."""
+        if self.keeper is None or self.shard_count is None or self.is_closed():
+            return await super().launch_shards()
+        ids = list(self.shard_ids or range(self.shard_count))
+        self._connection.shard_count = self.shard_count
+        self._connection.shard_ids = ids
+        gateway = DiscordWebSocket.DEFAULT_GATEWAY
+        await asyncio.gather(*(self.launch_shard(gateway, i, initial=i == ids[0]) for i in ids))
+        return None
 
     async def launch_shard(self, gateway: yarl.URL, shard_id: int, *, initial: bool = False) -> None:
         """The shard's first connection in this process: RESUME its stored session, or IDENTIFY."""
