@@ -66,7 +66,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.restart import ensure_supervisord, pct
 from clankie import ipc
-from clankie.errors import ChannelBroken, ChannelClosed
+from clankie.errors import ChannelBroken, ChannelClosed, RequestTimeout
 from clankie.protocol import Empty, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
@@ -222,8 +222,9 @@ class Tree:
     # ------------------------------------------------------------ observing
 
     async def status(self) -> StatusReply:
-        """The supervisor's status; a connection the supervisor dropped is tried again (up to 3 times): on a loaded
-        machine this process, which also serves the fakes, can miss the control socket's 5 s hello window."""
+        """The supervisor's status; a connection the supervisor dropped or left unanswered is tried again (up to 3
+        times): on a loaded machine this process, which also serves the fakes, can miss the control socket's 5 s hello
+        window, or the supervisor its 10 s answer."""
         for attempt in range(3):
             try:
                 conn = await ipc.connect(self.runtime / "control.sock", "bench", timeout=10)
@@ -231,7 +232,7 @@ class Tree:
                     reply = await conn.request("status", Empty(), timeout=10)
                 finally:
                     await conn.aclose()
-            except (ChannelBroken, ChannelClosed):
+            except (ChannelBroken, ChannelClosed, RequestTimeout):
                 if attempt == 2:
                     raise
                 await asyncio.sleep(0.5)
