@@ -66,6 +66,7 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.restart import ensure_supervisord, pct
 from clankie import ipc
+from clankie.errors import ChannelBroken, ChannelClosed, RequestTimeout
 from clankie.protocol import Empty, StatusReply
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord, Post
@@ -221,13 +222,24 @@ class Tree:
     # ------------------------------------------------------------ observing
 
     async def status(self) -> StatusReply:
-        conn = await ipc.connect(self.runtime / "control.sock", "bench", timeout=10)
-        try:
-            reply = await conn.request("status", Empty(), timeout=10)
-        finally:
-            await conn.aclose()
-        assert isinstance(reply, StatusReply)
-        return reply
+        """The supervisor's status; a connection the supervisor dropped or left unanswered is tried again (up to 3
+        times): on a loaded machine this process, which also serves the fakes, can miss the control socket's 5 s hello
+        window, or the supervisor its 10 s answer."""
+        for attempt in range(3):
+            try:
+                conn = await ipc.connect(self.runtime / "control.sock", "bench", timeout=10)
+                try:
+                    reply = await conn.request("status", Empty(), timeout=10)
+                finally:
+                    await conn.aclose()
+            except (ChannelBroken, ChannelClosed, RequestTimeout):
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.5)
+                continue
+            assert isinstance(reply, StatusReply)
+            return reply
+        raise AssertionError("unreachable")
 
     async def pid(self, name: str) -> int:
         """The child's pid: from status in our tree, from the process table under supervisord."""

@@ -10,7 +10,8 @@ the bridge has been up 1.5 s, SIGKILLs it, and stamps (one clock,
 ``time.monotonic``, beside ``time.time`` for the receipts):
 
 * **session starts per kill**: IDENTIFYs the fake saw for that kill (goal 0);
-* **kill → session up**: the fake's RESUMED (or, IDENTIFYing, its READY) for the next bridge;
+* **kill → session up**: the fake's RESUMED (or, IDENTIFYing, its READY) for the next bridge; with ``--shards N``
+  (one bridge on N shards, one guild per shard, the rooms spread over them) the last of the N;
 * **gap message → answer**: each message sent between the kill and the session up, to the
   bridge's closing receipt for it (settled, or absorbed into a reply of the same room);
 * **catch-up reads per kill**: rooms whose history the next bridge read back (its recovery's
@@ -47,24 +48,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.recovery import CHAN, GUILD, PERSON, Site, Tree
+from clankie.shards import shard_of
 from clankie.testing.fake_discord import FakeDiscord
 from tests.replies import CLOSING
 
 STEADY = 1.5  # seconds the bridge is up before a kill (above the spec's stable_after)
 
 
-class ResumeTree(Tree):
-    """bench/recovery.py's tree of ours, with many rooms, no tool card, and the resume setting."""
+def guilds(rooms: list[str], shards: int) -> dict[str, list[str]]:
+    """The rooms over one guild, or (``shards`` > 0) over one guild per shard, round-robin; CHAN in GUILD (shard 0)."""
+    if not shards:
+        return {GUILD: [CHAN, *rooms]}
+    ids = [GUILD, *(str((1000 * shards + k) << 22) for k in range(1, shards))]  # (id >> 22) % shards == k
+    assert [shard_of(g, shards) for g in ids] == list(range(shards))
+    out: dict[str, list[str]] = {g: [] for g in ids}
+    out[GUILD].append(CHAN)
+    for n, room in enumerate(rooms):
+        out[ids[n % shards]].append(room)
+    return out
 
-    def __init__(self, mode: str, work: Path, site: Site, rooms: list[str]) -> None:
+
+class ResumeTree(Tree):
+    """bench/recovery.py's tree of ours, with many rooms, no tool card, the resume setting, and maybe shards."""
+
+    def __init__(self, mode: str, work: Path, site: Site, rooms: list[str], shards: int = 0) -> None:
         super().__init__("ours", work, site, None)
         self.mode = mode
+        self.shards = shards
         self.bridge_spare = mode == "spare"
-        self.discord = FakeDiscord(guilds={GUILD: [CHAN, *rooms]})  # CHAN: where the start asks if the tree is up
+        self.discord = FakeDiscord(guilds=guilds(rooms, shards), shards=max(1, shards))  # CHAN: is the tree up
 
     def env(self) -> dict[str, str]:
+        sharded = {"CLANKIE_DISCORD_SHARD_COUNT": str(self.shards),
+                   "CLANKIE_DISCORD_GUILD_IDS": ",".join(self.discord.guilds)} if self.shards else {}
         return {**super().env(), "CLANKIE_DISCORD_TOOL_CARD": "false",
-                "CLANKIE_DISCORD_GATEWAY_RESUME": "false" if self.mode == "identify" else "true"}
+                "CLANKIE_DISCORD_GATEWAY_RESUME": "false" if self.mode == "identify" else "true", **sharded}
 
     def closings(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -75,6 +93,12 @@ class ResumeTree(Tree):
                     if r.get("outcome") in CLOSING:
                         out.setdefault(str(r["delivery_id"]), []).append(f"{r['outcome']}@{r['at']}")
         return out
+
+    def has_receipt(self, message_id: str) -> bool:
+        """Whether any bridge wrote a receipt for ``message_id`` (admitted, waiting, dropped …) at all."""
+        with contextlib.suppress(FileNotFoundError):
+            return f'"delivery_id":"{message_id}"' in (self.state / "receipts" / "bridge.jsonl").read_text().replace(" ", "")
+        return False
 
     def history_reads(self) -> int:
         """Rooms the bridges' catch-ups read back (their ``recovery: N rooms read`` lines, each at least one
@@ -112,7 +136,8 @@ async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) 
     rooms = [str(300 + i) for i in range(args.rooms)]
     work = root / mode
     work.mkdir()
-    t = ResumeTree(mode, work, site, rooms)
+    t = ResumeTree(mode, work, site, rooms, args.shards)
+    sessions = max(1, args.shards)  # a kill is over once every shard's session is up again
     res = Result()
     sent: list[tuple[str, float, float]] = []
     stop = asyncio.Event()
@@ -129,7 +154,7 @@ async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) 
             pid = await t.pid("bridge")
             t0 = time.monotonic()
             os.kill(pid, signal.SIGKILL)
-            await t.discord.wait_for(lambda ups=ups: t.discord.resumes + t.discord.readies > ups, 60)  # type: ignore[misc]
+            await t.discord.wait_for(lambda ups=ups: t.discord.resumes + t.discord.readies >= ups + sessions, 60)  # type: ignore[misc]
             up = time.monotonic()
             gaps.append((t0, up))
             res.up_ms.append((up - t0) * 1000)
@@ -149,7 +174,11 @@ async def run_mode(mode: str, root: Path, site: Site, args: argparse.Namespace) 
             await asyncio.sleep(0.5)
         await asyncio.sleep(2.0)  # a late duplicate would land now
         closed = t.closings()
-        res.lost = sum(1 for mid, _, _ in sent if mid not in closed)
+        lost = [(mid, wall) for mid, _, wall in sent if mid not in closed]
+        res.lost = len(lost)
+        for mid, wall in lost:  # which, and when: with the tree's logs kept (--work), enough to find out why
+            print(f"  {mode} lost: message {mid} sent at {wall:.3f} (wall), "
+                  f"{'with' if t.has_receipt(mid) else 'without'} any receipt", flush=True)
         replies: dict[str, int] = {}
         for p in t.discord.posts:
             ref = str((p.message_reference or {}).get("message_id"))
@@ -183,8 +212,8 @@ async def amain(args: argparse.Namespace) -> int:
             out = {mode: await run_mode(mode, root, site, args) for mode in args.modes}
     finally:
         await site.close()
-    print(f"protocol: {args.kills} kills per mode, {args.rate:g} msg/s over {args.rooms} rooms "
-          "(issue: 20 kills, 50 msg/s, 100 rooms)")
+    print(f"protocol: {args.kills} kills per mode, {args.rate:g} msg/s over {args.rooms} rooms"
+          f"{f', {args.shards} shards in one bridge' if args.shards else ''} (issue: 20 kills, 50 msg/s, 100 rooms)")
     for name, m in out.items():
         print(f"{name:>8}: starts/kill {statistics.mean(m.starts):.2f}, up p50 {p50(m.up_ms):.0f} ms max {top(m.up_ms):.0f} ms, "
               f"gap→answer p50 {p50(m.gap_ms):.0f} ms max {top(m.gap_ms):.0f} ms ({len(m.gap_ms)} gap messages), "
@@ -202,7 +231,9 @@ async def amain(args: argparse.Namespace) -> int:
         for name, m in out.items()
     )
     lost, dups = sum(m.lost for m in out.values()), sum(m.duplicates for m in out.values())
-    print(f"bench resume: kills={args.kills} rate={args.rate:g} rooms={args.rooms} {fields} lost={lost} duplicates={dups}")
+    shards = f" shards={args.shards}" if args.shards else ""
+    print(f"bench resume: kills={args.kills} rate={args.rate:g} rooms={args.rooms}{shards} {fields} lost={lost} "
+          f"duplicates={dups}")
     return 0
 
 
@@ -223,6 +254,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=20.0, help="messages a second (issue: 50)")
     ap.add_argument("--rooms", type=int, default=50, help="rooms the traffic goes round (issue: 100)")
     ap.add_argument("--work", help="keep the trees' logs in this (new) directory")
+    ap.add_argument("--shards", type=int, default=0,
+                    help="run the bridge on this many shards (one guild each, the rooms spread over them); 0: unsharded")
     ap.add_argument("--modes", type=modes, default=list(MODES), help="which of spare,resume,identify to run")
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     return asyncio.run(amain(ap.parse_args()))

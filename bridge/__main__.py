@@ -43,7 +43,7 @@ class BridgeBody:
         self.spare = spare
         # a spare opens nothing of the live bridge's (receipts, journal, stored session) before it is activated
         self.app: BridgeApp | None = None if spare else BridgeApp(settings)
-        self.warm: dc.BridgeClient | None = None
+        self.warm: dc.BridgeClient | dc.ShardedBridgeClient | None = None
         self.link_handler: ipc.Handler | None = link_handler(settings.attachment_root, settings.discord_upload_limit_bytes)
 
     def heartbeat(self) -> Heartbeat:

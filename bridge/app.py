@@ -91,7 +91,7 @@ class BridgeApp:
         clock: Clock | None = None,
         retry: RetryPolicy | None = None,
         guild_ready_timeout: float = GUILD_READY_TIMEOUT,
-        warm: dc.BridgeClient | None = None,
+        warm: dc.BridgeClient | dc.ShardedBridgeClient | None = None,
     ) -> None:
         self.settings = settings
         self._warm = warm  # a parked spare's client, logged in while the last bridge lived: the first session's
@@ -115,10 +115,13 @@ class BridgeApp:
             trusted_rooms=frozenset(settings.discord_trusted_rooms),
             redact=Redactor.of(settings),
         )
-        # the gateway session, kept across processes (bridge.gateway_session); unsharded trees only, for now
+        # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
+        count = settings.discord_shard_count
+        self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
         self.keeper: SessionKeeper | None = None
-        if settings.discord_token is not None and settings.discord_shard_count is None:
-            self.keeper = SessionKeeper(settings.state_dir, self.clock, enabled=settings.discord_gateway_resume)
+        if settings.discord_token is not None:
+            self.keeper = SessionKeeper(settings.state_dir, self.clock, enabled=settings.discord_gateway_resume,
+                                        shards=len(self.shard_keys))
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._again = False
@@ -126,9 +129,10 @@ class BridgeApp:
         started = self.clock.wall()
         earlier = self.journal.state.quiet_since()
         self._quiet_since: float | None = min(started, earlier) if earlier is not None else started
-        # a gap that began before the stored session did is one its RESUME cannot replay: read it back then too
-        stored = self.keeper.stored((0, 1)) if self.keeper is not None else None
-        self._gap_before_session = earlier is not None and stored is not None and earlier < stored.since
+        # a gap that began before a stored session did is one its RESUME cannot replay: read it back then too
+        stored = [self.keeper.stored(k) for k in self.shard_keys] if self.keeper is not None else []
+        since = [s.since for s in stored if s is not None]
+        self._gap_before_session = earlier is not None and bool(since) and earlier < max(since)
         self.bridge = Bridge(
             ingress=self.ingress,
             port=self.port,
@@ -200,13 +204,13 @@ class BridgeApp:
         if disk is not None:
             report["disk"] = disk
         detail = f"discord: {self.discord_status}; service: {self.bridge.link.status}"
-        if self.shards:
-            report["shards"] = self.shards
-            detail += f"; shards: {self.shards}"
         if self.keeper is not None:
             self.keeper.tick()
             report["gateway"] = self.keeper.report()
             detail += f"; {self.keeper.detail()}"
+        if self.shards:  # after the gateway's part: the status line of a sharded tree ends with its shards
+            report["shards"] = self.shards
+            detail += f"; shards: {self.shards}"
         if self.bridge.waiting:
             held, cap = self.bridge.turns_in_flight, self.ingress.policy.max_turns
             detail += f"; waiting: {len(self.bridge.waiting)} in {self.bridge.waiting.rooms} rooms, turns {held}/{cap}"
@@ -346,7 +350,7 @@ class BridgeApp:
         return dc.Hooks(on_message=self._on_message, on_status=self.set_status, on_owner=self.ingress.owner,
                         on_session=self._on_session, on_quiet=self._on_quiet, on_resumed=self._on_resumed)
 
-    def _bound(self, warm: dc.BridgeClient) -> dc.BridgeClient:
+    def _bound(self, warm: dc.BridgeClient | dc.ShardedBridgeClient) -> dc.BridgeClient | dc.ShardedBridgeClient:
         """The parked spare's client, now this life's (its hooks and the session keeper)."""
         warm.bind(self._hooks(), self.keeper)
         return warm
@@ -368,7 +372,8 @@ class BridgeApp:
                 keeper=self.keeper,
             )
         return dc.ShardedBridgeClient(self._hooks(), shard_count=count, shard_ids=self.settings.discord_shard_ids,
-                                      discover_gateway=discover, guild_ready_timeout=self._guild_ready_timeout)
+                                      discover_gateway=discover, guild_ready_timeout=self._guild_ready_timeout,
+                                      keeper=self.keeper)
 
     def _on_message(self, message: Any) -> None:
         client = self.port.client

@@ -48,13 +48,13 @@ from bridge.discord_gateway import (
     PrivilegedIntentsRequired as PrivilegedIntentsRequired,
 )
 from bridge.discord_gateway import (
-    ShardedBridgeClient as ShardedBridgeClient,
-)
-from bridge.discord_gateway import (
     intents as intents,
 )
 from bridge.inbound import Inbound
 from bridge.port import File, Rejected, Transient
+from bridge.sharded_gateway import (
+    ShardedBridgeClient as ShardedBridgeClient,
+)
 from clankie.protocol import Author, HistoryMessage, ImageAttachment, Room, Trigger
 from clankie.redact import NOTHING, Redactor
 

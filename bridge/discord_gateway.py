@@ -1,11 +1,10 @@
-"""discord.py's gateway clients for the bridge: one session, or a group of shards.
+"""discord.py's gateway client for the bridge's one session, and what it shares with the sharded one.
 
 :class:`BridgeClient` is a plain ``discord.Client`` (one gateway session, every
-guild the bot is in). :class:`ShardedBridgeClient` is discord.py's
-``AutoShardedClient`` running only the configured shards
-(``CLANKIE_DISCORD_SHARD_IDS`` of ``CLANKIE_DISCORD_SHARD_COUNT``): Discord
-sends it the events of the guilds on those shards, and direct messages only
-if shard 0 is among them. Both report the same things to the app: status,
+guild the bot is in). The sharded client, discord.py's ``AutoShardedClient``
+on the configured shards, is :class:`bridge.sharded_gateway.ShardedBridgeClient`:
+Discord sends it the events of the guilds on those shards, and direct messages
+only if shard 0 is among them. Both report the same things to the app: status,
 a new session (read back what was missed), a drop (messages may be missed
 from now on), a resume (Discord replays the gap); the sharded one works them
 out per shard with :class:`bridge.shards.ShardWatch`.
@@ -31,10 +30,9 @@ with warnings.catch_warnings():
     from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 
 from bridge.discord_metrics import count_requests
-from bridge.gateway_link import IllegalSessionMove, shard_key
+from bridge.gateway_link import IllegalSessionMove, Shard, shard_key
 from bridge.gateway_session import REFUSING_CLOSES, SessionKeeper
 from bridge.ratelimits import amortise_bucket_sweep
-from bridge.shards import ShardWatch, Up
 from clankie.waits import within
 
 log = logging.getLogger(__name__)
@@ -70,6 +68,19 @@ def hand_over(deliver: Callable[[discord.Message], None], message: discord.Messa
     return True
 
 
+def journaled_soon(keeper: SessionKeeper, shard: Shard, seq: int | None) -> None:
+    """Tell ``keeper`` that the event at ``seq`` is journaled, once the turn its hand-over started has run its first
+    step, not at once.
+
+    An admitted message's journal line is written by its turn's task (``bridge/turn.py``, before its first await),
+    which the hand-over only schedules; a burst is parsed without a pause, so a sequence moved at once could be
+    written to the session file before that line, and a SIGKILL between the two lost the message: not in the
+    journal, and not replayed by the RESUME (the loaded ``bench/resume.py`` run's one lost message a mode). The
+    loop runs callbacks in the order they were scheduled, and the task's first step was scheduled during the
+    hand-over, so this one runs after it."""
+    asyncio.get_running_loop().call_soon(keeper.journaled, shard, seq)
+
+
 @dataclass(frozen=True)
 class Hooks:
     """What a gateway client tells the app."""
@@ -83,9 +94,10 @@ class Hooks:
 
 
 async def _setup(client: discord.Client, discover: bool, on_owner: Callable[[str], None],
-                 on_limit: Callable[[int, int], None] | None = None) -> None:
+                 on_limit: Callable[[int, int, int], None] | None = None) -> None:
     """Take the gateway URL from ``GET /gateway/bot`` (a loopback fake), report today's session starts (total,
-    remaining) to ``on_limit``, and report the application's owner."""
+    remaining, and the IDENTIFYs allowed at once: ``max_concurrency``) to ``on_limit``, and report the application's
+    owner."""
     if discover or on_limit is not None:
         try:
             _shards, url, limits = await client.http.get_bot_gateway()
@@ -99,8 +111,9 @@ async def _setup(client: discord.Client, discover: bool, on_owner: Callable[[str
                 log.info("gateway discovered from the configured API base")
             if on_limit is not None and isinstance(limits, dict):
                 total, remaining = limits.get("total"), limits.get("remaining")
+                concurrency = limits.get("max_concurrency")
                 if isinstance(total, int) and isinstance(remaining, int):
-                    on_limit(total, remaining)
+                    on_limit(total, remaining, concurrency if isinstance(concurrency, int) and concurrency > 0 else 1)
     try:
         info = await client.application_info()
     except discord.HTTPException as exc:
@@ -155,7 +168,7 @@ class BridgeClient(discord.Client):
         self.owner = owner
         self._on_owner(owner)
 
-    def _limited(self, total: int, remaining: int) -> None:
+    def _limited(self, total: int, remaining: int, _concurrency: int = 1) -> None:
         self.start_limit = (total, remaining)
         if self.keeper is not None:
             self.keeper.limit(total, remaining)
@@ -266,7 +279,7 @@ class BridgeClient(discord.Client):
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
         if event == "message":
             if hand_over(self._on_message_cb, args[0]) and self.keeper is not None and self.ws is not None:
-                self.keeper.journaled(self.shard, self.ws.sequence)
+                journaled_soon(self.keeper, self.shard, self.ws.sequence)
         elif self.keeper is not None:
             self._keep(event)
         super().dispatch(event, *args, **kwargs)
@@ -284,66 +297,6 @@ class BridgeClient(discord.Client):
                 self.keeper.dropped(self.shard)
         except IllegalSessionMove:  # our bug: logged, and the gateway goes on
             log.exception("gateway session: %s not expected here", event)
-
-
-class ShardedBridgeClient(discord.AutoShardedClient):
-    """``AutoShardedClient`` on shards ``shard_ids`` of ``shard_count``; the app hears of the group as a whole."""
-
-    def __init__(
-        self,
-        hooks: Hooks,
-        *,
-        shard_count: int,
-        shard_ids: tuple[int, ...],
-        discover_gateway: bool,
-        guild_ready_timeout: float = 2.0,
-    ) -> None:
-        ids = shard_ids or tuple(range(shard_count))
-        super().__init__(
-            intents=intents(),
-            allowed_mentions=discord.AllowedMentions.none(),
-            guild_ready_timeout=guild_ready_timeout,
-            enable_debug_events=False,
-            max_messages=None,  # no message cache: nothing here reads it, and a burst filled it with 1,000 Messages
-            shard_count=shard_count,
-            shard_ids=list(ids),
-        )
-        self.bucket_sweep = amortise_bucket_sweep(self.http)
-        count_requests(self.http)  # clankie_discord_requests_total, while metrics are on
-        self._bridge = hooks
-        self._discover = discover_gateway
-        self.watch = ShardWatch(ids)
-
-    async def setup_hook(self) -> None:
-        await _setup(self, self._discover, self._bridge.on_owner)
-
-    def _all_up(self, up: Up | None) -> None:
-        if up is None:
-            return
-        self._bridge.on_status("connected")
-        if up == "session":
-            self._bridge.on_session()
-        else:
-            self._bridge.on_resumed()
-
-    async def on_shard_ready(self, shard_id: int) -> None:
-        log.info("shard %d: new session", shard_id)
-        self._all_up(self.watch.ready(shard_id))
-
-    async def on_shard_resumed(self, shard_id: int) -> None:
-        log.info("shard %d: resumed", shard_id)
-        self._all_up(self.watch.resumed(shard_id))
-
-    async def on_shard_disconnect(self, shard_id: int) -> None:
-        self.watch.dropped(shard_id)
-        self._bridge.on_quiet()
-        if not self.is_closed():
-            self._bridge.on_status("connecting")
-
-    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
-        if event == "message":
-            hand_over(self._bridge.on_message, args[0])
-        super().dispatch(event, *args, **kwargs)
 
 
 # re-exported so the app can classify start-up failures without importing discord itself

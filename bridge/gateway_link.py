@@ -4,8 +4,9 @@
 RESUMED or READY seen, the socket dropped); a pair not in the table raises
 :class:`IllegalSessionMove`. :class:`Book` is what ``gateway-session.json``
 holds: per shard the session to RESUME, and today's session starts, with the
-crash-loop backoff worked out from them. No I/O, no clock: the shell is
-:mod:`bridge.gateway_session`.
+crash-loop backoff worked out from them. :class:`IdentifyGate` is Discord's
+IDENTIFY rate limit over a bot's shards (``max_concurrency``). No I/O, no
+clock: the shell is :mod:`bridge.gateway_session`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ FREE_IDENTIFIES = 3  # IDENTIFYs in a row that wait for nothing (a restart, a re
 IDENTIFY_BASE = 5.0  # seconds before the first held IDENTIFY; doubling after each, up to IDENTIFY_CAP
 IDENTIFY_CAP = 600.0
 LOW_STARTS = 0.10  # warn when today's remaining session starts fall under this share of the day's total
+IDENTIFY_WINDOW = 5.0  # seconds: Discord lets each rate-limit key (shard id % max_concurrency) IDENTIFY once in this
 
 Shard = tuple[int, int]  # (shard id, shard count); an unsharded session is (0, 1)
 
@@ -78,6 +80,23 @@ class Link:
         return self.state
 
 
+class IdentifyGate:
+    """Discord's IDENTIFY rate limit, pure: shard ``i``'s key is ``i % max_concurrency`` (``GET /gateway/bot``'s
+    ``session_start_limit``), and each key starts at most one session per :data:`IDENTIFY_WINDOW`. RESUMEs are not
+    limited: only the shards that IDENTIFY wait here, the first of each key not at all."""
+
+    def __init__(self, max_concurrency: int = 1) -> None:
+        self.max_concurrency = max(1, max_concurrency)
+        self.next_at: dict[int, float] = {}  # key -> the earliest its next IDENTIFY may go
+
+    def claim(self, shard_id: int, now: float) -> float:
+        """Seconds from ``now`` that shard ``shard_id``'s IDENTIFY waits; the slot is taken."""
+        key = shard_id % self.max_concurrency
+        at = max(now, self.next_at.get(key, now))
+        self.next_at[key] = at + IDENTIFY_WINDOW
+        return at - now
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
     """What a RESUME needs, for one shard."""
@@ -106,9 +125,12 @@ class Book:
         if day != self.day:
             self.day, self.identifies, self.resumes, self.refused = day, 0, 0, 0
 
-    def identify_delay(self) -> float:
-        """How long the next IDENTIFY waits: nothing for the first :data:`FREE_IDENTIFIES` in a row, then doubling."""
-        extra = self.in_a_row - FREE_IDENTIFIES
+    def identify_delay(self, shards: int = 1) -> float:
+        """How long the next IDENTIFY waits: nothing for the first :data:`FREE_IDENTIFIES` in a row, then doubling.
+
+        A process running ``shards`` shards spends that many per start: the count is of rounds (``in_a_row //
+        shards``), so a cold start of 4 shards is one round, not a crash loop."""
+        extra = self.in_a_row // max(1, shards) - FREE_IDENTIFIES
         return 0.0 if extra < 0 else min(IDENTIFY_CAP, IDENTIFY_BASE * 2.0 ** min(extra, 30))
 
     def low(self) -> bool:

@@ -68,10 +68,11 @@ class SessionKeeper:
     """The shell around :class:`Book`: read at start, written whole when it changes (at most every
     :data:`FLUSH_EVERY` for a moved sequence, at once for a new session or a count)."""
 
-    def __init__(self, state_dir: Path, clock: Clock, *, enabled: bool = True) -> None:
+    def __init__(self, state_dir: Path, clock: Clock, *, enabled: bool = True, shards: int = 1) -> None:
         self.path = ensure_private_dir(state_dir / "bridge") / FILENAME
         self.clock = clock
         self.enabled = enabled  # off: IDENTIFY every time, as before (the comparison's setting)
+        self.shards = shards  # how many shards this process runs: each start spends one IDENTIFY per shard at most
         self.book = self._read()
         self.links: dict[Shard, Link] = {}
         self.seqs: dict[Shard, int] = {}  # the newest journaled sequence, per shard, not yet written
@@ -117,7 +118,7 @@ class SessionKeeper:
 
     async def identifying(self, shard: Shard) -> None:
         """Before an IDENTIFY: wait out the crash-loop backoff; the stored session, if any, is given up."""
-        delay = self.book.identify_delay() if self.enabled else 0.0  # off is today's behaviour, backoff included
+        delay = self.book.identify_delay(self.shards) if self.enabled else 0.0  # off is today's behaviour, backoff included
         if delay > 0:
             log.warning("gateway: %d session starts in a row without a session that lasted; next IDENTIFY in %.0fs",
                         self.book.in_a_row, delay)
@@ -149,14 +150,14 @@ class SessionKeeper:
         self.flush()
 
     def resumed(self, shard: Shard, seq: int | None) -> None:
-        """RESUMED: the stored session goes on; the crash loop, if any, is over."""
+        """RESUMED: the stored session goes on; the crash loop, if any, is over. The sequence does not move here:
+        RESUMED comes right after the replay, whose messages' journal lines may not be in yet (each replayed message
+        moves it, through :meth:`journaled`, once its line is); ``seq`` is kept for the caller's symmetry."""
         self._move(shard, Move.RESUMED)
         self.book.roll(utc_day(self.clock.wall()))
         self.book.resumes += 1
         self.book.in_a_row = 0
         METER.count(GATEWAY_RESUMES.of())
-        if seq is not None:
-            self.seqs[shard] = max(seq, self.seqs.get(shard, 0))
         self.flush()
 
     def dropped(self, shard: Shard) -> None:

@@ -21,19 +21,28 @@ PARKED_LOGIN_TIMEOUT = 30.0
 """Seconds a spare's login (``/users/@me``, ``/gateway/bot``, the application) may take before it parks cold."""
 
 
-async def log_in_parked(settings: Settings, *, guild_ready_timeout: float = GUILD_READY_TIMEOUT) -> dc.BridgeClient | None:
+async def log_in_parked(settings: Settings, *,
+                        guild_ready_timeout: float = GUILD_READY_TIMEOUT) -> dc.BridgeClient | dc.ShardedBridgeClient | None:
     """A parked spare's client: logged in (``/users/@me`` known, the HTTP session open), no gateway socket.
 
     Nothing of the live bridge's is touched: no receipts, journal or stored session is opened (the app that takes
-    this client reads those once activated, after the last bridge is gone). None, and the life starts cold, when
-    there is no token, the tree is sharded, or the login fails (logged; a rejected token is the cold start's to
-    report, exit 78, as before).
+    this client reads those once activated, after the last bridge is gone). A sharded tree's is the sharded client on
+    its shards, with no shard launched. None, and the life starts cold, when there is no token or the login fails
+    (logged; a rejected token is the cold start's to report, exit 78, as before).
     """
-    if settings.discord_token is None or settings.discord_shard_count is not None:
+    if settings.discord_token is None:
         return None
     dc.point_at(settings.discord_api_base)
-    client = dc.BridgeClient(on_message_cb=_unbound, on_status=_unbound, on_owner=_unbound,
-                             discover_gateway=bool(settings.discord_api_base), guild_ready_timeout=guild_ready_timeout)
+    discover = bool(settings.discord_api_base)
+    client: dc.BridgeClient | dc.ShardedBridgeClient
+    if settings.discord_shard_count is None:
+        client = dc.BridgeClient(on_message_cb=_unbound, on_status=_unbound, on_owner=_unbound,
+                                 discover_gateway=discover, guild_ready_timeout=guild_ready_timeout)
+    else:
+        client = dc.ShardedBridgeClient(dc.Hooks(on_message=_unbound, on_status=_unbound, on_owner=_unbound),
+                                        shard_count=settings.discord_shard_count,
+                                        shard_ids=settings.discord_shard_ids, discover_gateway=discover,
+                                        guild_ready_timeout=guild_ready_timeout)
     try:
         await client.__aenter__()
         await within(client.login(settings.discord_token.get_secret_value()), PARKED_LOGIN_TIMEOUT)

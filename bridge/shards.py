@@ -41,7 +41,9 @@ class ShardWatch:
             raise ValueError("a shard watch needs the shard ids it follows")
         self.ids = ids
         self.down: set[int] = set(ids)  # nothing is connected before the first READY
-        self._new_session = True  # the first sessions are new: whatever came before the start is read back
+        # whether a shard started a new session since all were last up; a fresh process's shards each READY (new: what
+        # came before the start is read back) or RESUME a stored session (Discord replays it: nothing to read back)
+        self._new_session = False
 
     @property
     def connected(self) -> bool:

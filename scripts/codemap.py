@@ -49,11 +49,14 @@ def tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
+Binder = ast.Assign | ast.AnnAssign | ast.arg | ast.keyword | ast.FunctionDef | ast.AsyncFunctionDef
+
+
 @cache
-def _nodes(path: Path) -> tuple[list[ast.Assign | ast.AnnAssign | ast.arg | ast.keyword], list[tuple[ast.Name | ast.Attribute, str]]]:
-    """The nodes of ``path`` that may bind a name to an instance (assignments, arguments, keywords), and its uses of
-    names and attributes."""
-    binders = [n for n in ast.walk(tree(path)) if isinstance(n, ast.Assign | ast.AnnAssign | ast.arg | ast.keyword)]
+def _nodes(path: Path) -> tuple[list[Binder], list[tuple[ast.Name | ast.Attribute, str]]]:
+    """The nodes of ``path`` that may bind a name to an instance (assignments, arguments, keywords, a function's
+    return), and its uses of names and attributes."""
+    binders: list[Binder] = [n for n in ast.walk(tree(path)) if isinstance(n, Binder)]
     return binders, _uses(tree(path))
 
 
@@ -145,9 +148,10 @@ class Site:
     caller: str  # the qualified name of the function the use is in ("LaneShell.feed"), or "<module>"
 
 
-def _bindings(path: Path, cls: str) -> tuple[set[str], set[str], list[tuple[str, str]]]:
+def _bindings(path: Path, cls: str) -> tuple[set[str], set[str], list[tuple[str, str]], set[str]]:
     """Names and attributes the module at ``path`` binds to an instance of ``cls`` (``self.life = SpareLife(...)``, ``life: Lifecycle``,
-    ``machine=Lane(key)``, ``def f(lane: Lane)``, ``machine = lane.machine``), and those it binds to some other call."""
+    ``machine=Lane(key)``, ``def f(lane: Lane)``, ``machine = lane.machine``), those it binds to some other call, and the
+    functions it declares as returning one (``def link(self, shard) -> Link``: ``self.link(shard).move(...)`` holds one)."""
 
     def mentions(expr: ast.expr | None) -> bool:
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
@@ -158,7 +162,10 @@ def _bindings(path: Path, cls: str) -> tuple[set[str], set[str], list[tuple[str,
     ours: set[str] = set()
     other: set[str] = set()
     aliases: list[tuple[str, str]] = []
+    makers: set[str] = set()
     for node in _nodes(path)[0]:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and mentions(node.returns):
+            makers.add(node.name)
         if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = [n for n in map(_name_of, node.targets if isinstance(node, ast.Assign) else [node.target]) if n]
             if isinstance(node.value, ast.Call):
@@ -171,7 +178,7 @@ def _bindings(path: Path, cls: str) -> tuple[set[str], set[str], list[tuple[str,
             ours.add(node.arg)
         elif isinstance(node, ast.keyword) and node.arg and isinstance(node.value, ast.Call) and mentions(node.value.func):
             ours.add(node.arg)
-    return ours, other - ours, aliases
+    return ours, other - ours, aliases, makers
 
 
 def _name_of(expr: ast.expr) -> str | None:
@@ -184,13 +191,16 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
     A function entry counts when used by its imported name or through its module. A method entry counts when it is
     read from a name or attribute that holds an instance of the machine's class: one its own module binds to one, or
     one any module of the same package binds to one (a field ``lane: Lane``, a keyword ``machine=Lane(key)``) and
-    this module does not bind to something else. Static and by name, so a rename that hides a holder hides its calls:
+    this module does not bind to something else; or from the call of a function the package declares as returning
+    one (``self.link(shard).move(...)`` with ``def link(...) -> Link``). Static and by name, so a rename that hides a
+    holder hides its calls:
     the tests pin the figures of today's tree.
     """
     top = machine.module.split("/")[0]
     scope = [rel for rel in modules(root) if rel.split("/")[0] == top]
     bindings = {rel: _bindings(root / rel, machine.cls) for rel in scope} if machine.cls else {}
-    shared: set[str] = set().union(*(ours for ours, _, _ in bindings.values())) if bindings else set()
+    shared: set[str] = set().union(*(ours for ours, _, _, _ in bindings.values())) if bindings else set()
+    makers: set[str] = set().union(*(made for _, _, _, made in bindings.values())) if bindings else set()
     sites: list[Site] = []
     for rel in scope:
         if rel == machine.module:
@@ -201,7 +211,7 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
             via_module = {machine.dotted.rsplit(".", 1)[1]} & imported
             holders: set[str] = set()
         else:
-            ours, other, aliases = bindings[rel]
+            ours, other, aliases, _ = bindings[rel]
             direct, via_module = set(), set()
             holders = set(ours) | (shared - other)
             holders |= {target for held, target in aliases if held in holders}
@@ -210,7 +220,8 @@ def feeding_sites(machine: Machine, root: Path = ROOT) -> list[Site]:
                 sites.append(Site(rel, node.lineno, node.id, caller))
             elif isinstance(node, ast.Attribute) and node.attr in machine.entries:
                 held = _name_of(node.value)
-                if held is not None and (held in holders or held in via_module):
+                made = isinstance(node.value, ast.Call) and _name_of(node.value.func) in makers
+                if made or (held is not None and (held in holders or held in via_module)):
                     sites.append(Site(rel, node.lineno, node.attr, caller))
     return sorted(sites, key=lambda s: (s.module, s.line))
 

@@ -68,11 +68,12 @@ DEFAULT_SPARES = frozenset({"browser", "tldraw", "service"})
 
 
 def bridge_keeps_spare(*, enabled: bool, sharded: bool) -> bool:
-    """Whether the bridge keeps a parked spare: with ``CLANKIE_BRIDGE_SPARE`` on, on an unsharded tree only.
+    """Whether the bridge keeps a parked spare: with ``CLANKIE_BRIDGE_SPARE`` on, sharded or not.
 
-    A spare bridge holds one stored gateway session to RESUME; a sharded bridge runs discord.py's sharded client,
-    which stores none, so it restarts cold and IDENTIFYs each shard, as before (docs/supervision.md)."""
-    return enabled and not sharded
+    A spare bridge RESUMEs the stored gateway session of every shard its tree runs (one, unsharded); ``sharded``
+    no longer matters (it kept sharded trees cold before their sessions were kept, docs/supervision.md)."""
+    del sharded
+    return enabled
 
 
 def has_main(module: str) -> bool:

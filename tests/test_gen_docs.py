@@ -175,6 +175,25 @@ def test_todays_machines_are_fed_where_the_shape_section_says() -> None:
     assert sites["the lane"] == [("service/captain/lanes/shell.py", "LaneShell.feed")]
     assert sites["a child's lifecycle"] == [("supervisor/process.py", "Child._feed")]
     assert sites["the tree"] == [("supervisor/tree.py", "Tree._move")]
+    assert sites["a shard's gateway link"] == [("bridge/gateway_session.py", "SessionKeeper._move")]
+
+
+def test_a_call_of_a_function_declared_to_return_the_machine_holds_one(tmp_path: Path) -> None:
+    """``self.link(shard).move(...)`` feeds the link when ``link`` is declared ``-> Link`` (the gateway keeper's one
+    site); a function returning something else does not make its result a holder."""
+    codemap = _load("codemap_makers", ROOT / "scripts" / "codemap.py")
+    src = _tree(tmp_path, {
+        "bridge/machine.py": '"""A pure state machine."""\nclass M:\n    def move(self) -> None:\n        pass\n',
+        "bridge/shell.py": (
+            "from bridge.machine import M\n"
+            "class Keeper:\n"
+            "    def link(self) -> M:\n        return M()\n"
+            "    def other(self) -> object:\n        return object()\n"
+            "    def _move(self) -> None:\n        self.link().move()\n        self.other().move()\n"
+        ),
+    })
+    machine = codemap.Machine("bridge/machine.py", "the machine", ("move",), "M")
+    assert [(s.module, s.caller, s.line) for s in codemap.feeding_sites(machine, src)] == [("bridge/shell.py", "Keeper._move", 8)]
 
 
 def test_the_measured_block_is_replaced_alone_and_names_its_revisions() -> None:

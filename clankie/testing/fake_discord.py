@@ -75,6 +75,7 @@ class FakeDiscord(RestHandlers):
         self.resumes = 0
         self.session_starts_total = 1000  # GET /gateway/bot's session_start_limit; each READY spends one
         self.session_starts_remaining = 999
+        self.max_concurrency = 1  # GET /gateway/bot's: shards whose id % this differ may IDENTIFY at the same time
         self.identify_close_code: int | None = None
         self.gateway_open = asyncio.Event()  # cleared: new gateway connections wait before HELLO (an outage)
         self.gateway_open.set()

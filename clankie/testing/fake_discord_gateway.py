@@ -11,7 +11,9 @@ sequence, is sent every dispatch of that session's shard after that sequence,
 in order, then RESUMED. A RESUME is refused with op 9 ``d: false`` (IDENTIFY
 anew) when the session is unknown, was closed with 1000/1001, expired, or its
 sequence is older than the replay buffer (the last :data:`REPLAY_MAX`
-dispatches), or while :attr:`FakeGateway.refuse_resumes` is set. A RESUME of a
+dispatches), or while :attr:`FakeGateway.refuse_resumes` is set (or the session's
+shard id is in :attr:`FakeGateway.refuse_shards`: Discord dropped that shard's
+session alone). A RESUME of a
 session another live socket still holds is counted in
 :attr:`FakeGateway.shared` (two processes on one session: a bug).
 An IDENTIFY that carries ``shard: [id, count]`` makes that connection a shard,
@@ -81,6 +83,7 @@ class FakeGateway:
         self.clock = clock
         self.resume_window = RESUME_WINDOW
         self.refuse_resumes = False  # set: every RESUME is answered op 9 (as Discord does for a session it dropped)
+        self.refuse_shards: set[int] = set()  # RESUMEs of these shard ids' sessions are answered op 9
         self.sockets: dict[web.WebSocketResponse, Session] = {}
         self.sessions: dict[str, Resumable] = {}  # session id -> what RESUME needs
         self.dispatched: deque[tuple[dict[str, Any], str | None]] = deque(maxlen=REPLAY_MAX)  # (frame, guild id)
@@ -204,7 +207,8 @@ class FakeGateway:
         kept = self.sessions.get(sid)
         oldest = self.dispatched[0][0]["s"] if self.dispatched else 0
         if (data.get("token") != fake.token or kept is None or self.refuse_resumes or sid not in self.resumable()
-                or not isinstance(seq, int) or seq + 1 < oldest):
+                or not isinstance(seq, int) or seq + 1 < oldest
+                or (kept.shard is not None and kept.shard[0] in self.refuse_shards)):
             self.refused += 1
             self._drop_session(sid)
             await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))

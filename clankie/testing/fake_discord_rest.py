@@ -41,6 +41,7 @@ class RestHandlers:
     shards: int
     session_starts_total: int
     session_starts_remaining: int
+    max_concurrency: int
     calls: list[Call]
     posts: list[Post]
     typing: list[tuple[str, float]]
@@ -111,7 +112,7 @@ class RestHandlers:
 
     async def _gateway_bot(self, request: web.Request) -> web.Response:
         limit = {"total": self.session_starts_total, "remaining": self.session_starts_remaining, "reset_after": 0,
-                 "max_concurrency": 1}
+                 "max_concurrency": self.max_concurrency}
         return respond({"url": self.gateway_url, "shards": self.shards, "session_start_limit": limit})
 
     async def _me(self, request: web.Request) -> web.Response:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from bridge.discord_gateway import BridgeClient, Hooks, ShardedBridgeClient
+from bridge.discord_gateway import BridgeClient, Hooks
+from bridge.sharded_gateway import ShardedBridgeClient
 
 
 def _plain(cb: Any) -> BridgeClient:

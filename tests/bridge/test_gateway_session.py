@@ -43,6 +43,28 @@ def test_identifies_in_a_row_wait_longer_up_to_the_cap() -> None:
     assert max(waits) == gl.IDENTIFY_CAP and waits[-1] == gl.IDENTIFY_CAP
 
 
+def test_a_sharded_process_counts_identifies_in_a_row_by_rounds_of_its_shards() -> None:
+    """Four shards IDENTIFYing at one start are one round: the backoff starts after as many rounds as one shard's
+    free IDENTIFYs, not after the first start of a four-shard bridge."""
+    book = gl.Book()
+    book.in_a_row = 4 * gl.FREE_IDENTIFIES - 1
+    assert book.identify_delay(4) == 0.0
+    book.in_a_row = 4 * gl.FREE_IDENTIFIES
+    assert book.identify_delay(4) == gl.IDENTIFY_BASE
+    assert book.identify_delay(1) == gl.IDENTIFY_CAP  # one shard: twelve in a row is deep in the backoff
+
+
+def test_identifies_wait_for_their_rate_limit_key_and_resumes_are_not_counted() -> None:
+    """Discord's rule: shard i's key is i % max_concurrency, one IDENTIFY per key per window; the first of each key
+    goes at once, the next of the same key waits for the window after the last."""
+    one = gl.IdentifyGate(1)
+    assert [one.claim(i, 100.0) for i in (0, 1, 2)] == [0.0, gl.IDENTIFY_WINDOW, 2 * gl.IDENTIFY_WINDOW]
+    assert one.claim(0, 200.0) == 0.0  # long after: nothing to wait for
+    two = gl.IdentifyGate(2)
+    assert [two.claim(i, 100.0) for i in (0, 1, 2, 3)] == [0.0, 0.0, gl.IDENTIFY_WINDOW, gl.IDENTIFY_WINDOW]
+    assert gl.IdentifyGate(0).max_concurrency == 1  # a malformed figure is read as Discord's default
+
+
 def test_low_is_under_a_tenth_of_the_total() -> None:
     assert not gl.Book(starts_total=1000, starts_remaining=100).low()
     assert gl.Book(starts_total=1000, starts_remaining=99).low()

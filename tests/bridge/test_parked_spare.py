@@ -61,8 +61,6 @@ def test_a_spare_that_cannot_log_in_parks_cold(env: dict[str, str]) -> None:
         async with world(env, {"DISCORD_TOKEN": "not-the-token"}) as w:
             assert await log_in_parked(load(w.env)) is None
             assert await log_in_parked(load({k: v for k, v in w.env.items() if k != "DISCORD_TOKEN"})) is None
-            sharded = {**w.env, "CLANKIE_DISCORD_SHARD_COUNT": "2"}
-            assert await log_in_parked(load(sharded)) is None
             assert w.fake.identifies == 0 and not w.fake.gateway.sockets
 
     asyncio.run(main())

@@ -140,6 +140,17 @@ def test_one_new_session_in_a_gap_owes_one_recovery_once_all_are_back() -> None:
     assert watch.resumed(1) == "resumed"  # that recovery was owed once, not again
 
 
+def test_a_fresh_process_whose_shards_all_resume_reads_nothing_back_and_one_identify_reads_back_once() -> None:
+    """A new bridge RESUMEs each shard's stored session: Discord replays the gap, nothing to fetch; when one shard's
+    RESUME was refused and it IDENTIFYs, the gap is read back once, when the last shard is up."""
+    watch = ShardWatch((0, 1))
+    assert watch.resumed(0) is None
+    assert watch.resumed(1) == "resumed"
+    mixed = ShardWatch((0, 1))
+    assert mixed.ready(1) is None  # shard 1's RESUME was refused: a new session
+    assert mixed.resumed(0) == "session"
+
+
 def test_a_single_shard_watch_reports_every_change() -> None:
     watch = ShardWatch((3,))
     assert watch.ready(3) == "session"
