@@ -7,14 +7,15 @@ is ``sys.exit(run_child(SPEC))``):
 2. drop every secret variable from the environment anything this process
    spawns would inherit, and, in a child that keeps no secret, from its own
    copy too (a secret reaches only the process that needs it);
-3. ``warm`` (the spec's imports, before any event loop);
-4. unless the spec parks first: read the handed-over secrets (if it keeps
-   them) and the settings, configure logging and then observability
-   (:func:`clankie.observability.configure`: the meter and the spec's own
-   switches);
+3. unless this process is a spare of a spec that parks first: read the
+   handed-over secrets (if it keeps them) and the settings, configure
+   logging and then observability (:func:`clankie.observability.configure`:
+   the meter and the spec's own switches); a cold start refuses a bad
+   setting before it imports anything heavy;
+4. ``warm`` (the spec's imports, before any event loop);
 5. in the loop: link to the supervisor; SIGTERM and Ctrl-C ask for a
-   graceful stop; a spec that parks first parks here (a warm spare waits for
-   ``activate``) and only then reads secrets and settings;
+   graceful stop; a spare of a spec that parks first parks here (it waits
+   for ``activate``) and only then reads secrets and settings;
 6. build the child's :class:`Body`, attach its link handler and heartbeat,
    ``prepare`` it (a spare that did not park yet parks after this), ``run``
    it until ``shutdown``, SIGTERM or Ctrl-C, say ``stopping``, cancel it,
@@ -41,6 +42,7 @@ from clankie import ipc, logs, observability
 from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
+from clankie.handover import is_spare
 from clankie.link import Link, supervisor_link
 from clankie.observability import Part
 from clankie.paths import process_environment
@@ -126,9 +128,11 @@ def run_child(spec: ChildSpec, environ: Mapping[str, str] | None = None) -> int:
     if not spec.keeps_secrets:
         drop_secrets(env)
     try:
+        # a cold start reads its settings before the warm imports, so a bad one is refused at once; only a spare
+        # that parks first waits for ``activate`` to read them
+        settings = None if spec.parks_first and is_spare(env) else _configure(spec, env)
         if spec.warm is not None:
             spec.warm()
-        settings = None if spec.parks_first else _configure(spec, env)
         return asyncio.run(_amain(spec, env, settings))
     except ConfigError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr, flush=True)

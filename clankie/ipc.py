@@ -33,6 +33,7 @@ from clankie.channel import DEFAULT_MAX_OUTPUT, DEFAULT_PARTIAL_FRAME_TIMEOUT
 from clankie.connection import HELLO_TIMEOUT, Connection, Handler
 from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.limits import DEFAULT_MAX_INFLIGHT, Held, Limits, Refuse, decide
+from clankie.limits import Admit as Admitted
 from clankie.peers import Refusal
 from clankie.protocol import Code
 from clankie.sockfile import bind_listener
@@ -118,6 +119,8 @@ class Server:
         self._watchers = TaskSet(f"{role} connection watchers", 2 * limits.max_connections)
         self.connections: set[Connection] = set()
         self._peers: dict[Connection, tuple[int, int]] = {}
+        self._per_pid: collections.Counter[int] = collections.Counter()  # connections held per pid and per uid,
+        self._per_uid: collections.Counter[int] = collections.Counter()  # kept with _peers: admission in O(1)
         self.refused = 0
         self.refusals: collections.Counter[str] = collections.Counter()
         self._admit = admit
@@ -153,10 +156,7 @@ class Server:
             conn.refuse(refusal.code, refusal.reason)  # a same-uid peer: it hears why, then the connection closes
             self._refuse(None, "%s (%s)", refusal.reason, refusal.code)
             return
-        held = [
-            Held(key=id(c), pid=p, uid=u, busy=c.busy, idle_since=c.last_activity) for c, (p, u) in self._peers.items()
-        ]
-        verdict = decide(self.limits, pid, uid, held)
+        verdict = self._decide(pid, uid)
         if isinstance(verdict, Refuse):
             self.refusals["too_many_connections"] += 1
             self._refuse(transport, "%s (pid %d, uid %d)", verdict.reason, pid, uid)
@@ -173,6 +173,8 @@ class Server:
             return
         self.connections.add(conn)
         self._peers[conn] = (pid, uid)
+        self._per_pid[pid] += 1
+        self._per_uid[uid] += 1
         self._watchers.spawn(self._watch(conn), name=f"{self.role}-connection")
 
     def _refuse(self, transport: asyncio.BaseTransport | None, fmt: str, *args: object) -> None:
@@ -192,9 +194,29 @@ class Server:
         log.warning("refused a %s client: " + fmt + "%s", self.role, *args, more)
         self._logged_at, self._unlogged = now, 0
 
+    def _decide(self, pid: int, uid: int) -> Admitted | Refuse:
+        """:func:`~clankie.limits.decide` on the held connections, which are listed only when a bound is reached: under
+        every bound (the counts kept with :attr:`_peers` say so in O(1)) its verdict is :class:`~clankie.limits.Admit` without one."""
+        limits = self.limits
+        if (
+            (pid == 0 or self._per_pid[pid] < limits.per_pid)
+            and (uid == 0 or self._per_uid[uid] < limits.per_uid)
+            and len(self._peers) < limits.max_connections
+        ):
+            return Admitted()
+        held = [
+            Held(key=id(c), pid=p, uid=u, busy=c.busy, idle_since=c.last_activity) for c, (p, u) in self._peers.items()
+        ]
+        return decide(limits, pid, uid, held)
+
     def _forget(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        self._peers.pop(conn, None)
+        peer = self._peers.pop(conn, None)
+        if peer is not None:
+            for counts, key in ((self._per_pid, peer[0]), (self._per_uid, peer[1])):
+                counts[key] -= 1
+                if not counts[key]:
+                    del counts[key]
 
     async def _watch(self, conn: Connection) -> None:
         try:
