@@ -69,7 +69,7 @@ def test_no_descendant_of_the_supervisor_holds_a_secret_in_its_environment(tmp_p
         creds.mkdir(mode=0o700)
         env = {"CLANKIE_BROWSER_ALLOW_PRIVATE": "true", "CREDENTIALS_DIRECTORY": str(creds),
                "CLANKIE_DISCORD_TOOL_CARD": "false"}  # environments are the subject here, not what the room sees
-        async with real_tree(tmp_path, runtime_dir, env, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, env) as t:
             assert "provider unconfigured" not in (await t.child("service")).detail
             t.anthropic.script(fa.tool_use(("browser_screenshot", {"url": t.site.url()})), fa.text("the page"))
             post = await t.ask("clankie, show me the page")

@@ -88,7 +88,7 @@ def test_three_kills_lose_nothing_and_charge_only_the_runs_a_message_was_part_of
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values()), spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values())) as t:
             answering: set[str] = set()
 
             def respond(body: dict[str, Any]) -> fa.Scenario:
@@ -162,7 +162,7 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_its_roo
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values()), spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values())) as t:
             poison_seen: list[int] = []
 
             def seen_more_than(count: int) -> bool:
@@ -234,7 +234,7 @@ def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: 
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=(ROOMS["A"],), spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=(ROOMS["A"],)) as t:
             answering = asyncio.Event()
 
             def respond(body: dict[str, Any]) -> fa.Scenario:

@@ -157,7 +157,7 @@ def test_custom_root_policy_limit_host_death_and_restarts(tmp_path: Path, runtim
             "CLANKIE_DISCORD_UPLOAD_LIMIT_BYTES": "100000",
             "CLANKIE_DISCORD_TOOL_CARD": "false",  # NO_CARD below
         }
-        async with real_tree(tmp_path, runtime_dir, env, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, env) as t:
             status = await t.status()
             assert {c.attachment_root for c in status.children} == {str(pictures)}
             assert (await t.doctor()).ok

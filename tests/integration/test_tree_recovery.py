@@ -98,7 +98,7 @@ def test_sockets_outlive_every_child_and_clients_during_a_restart_get_their_answ
 
     async def main() -> None:
         env = {"CLANKIE_BROWSER_ALLOW_PRIVATE": "true", "CLANKIE_DISCORD_TOOL_CARD": "false"}
-        async with real_tree(tmp_path, runtime_dir, env, channels=(CHAN, PROBE_ROOM), spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, env, channels=(CHAN, PROBE_ROOM)) as t:
             before = socket_facts(t)
             assert all(mode == 0o600 for _ino, mode, _l in before.values())
             assert (await t.child("service")).spare  # status says what its spare is doing
@@ -140,7 +140,7 @@ def test_spare_and_cold_restarts_behave_the_same_lanes_come_back_cold(
     """Warm, warm, SIGKILL the service, then cold once and warm again: the same with the spare and without."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_HANDOVER": handover}, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_HANDOVER": handover}) as t:
             seen = []
             # something said before the first turn, so a cold lane has a backlog to read (a bot: never answered)
             await t.discord.message(CHAN, "earlier chatter", author_id="700000000000000001", bot=True)

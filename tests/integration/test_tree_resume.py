@@ -55,7 +55,7 @@ def test_a_sigkilled_bridge_is_resumed_and_the_gap_is_answered_once(tmp_path: Pa
     in the gap is replayed, and every message is answered once, those in flight at the kill included."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS) as t:
             before = [await say(t, n, "before") for n in range(3)]
             await answered_once(t, before, "the first bridge answers")
             bridge = await t.child("bridge")
@@ -82,7 +82,7 @@ def test_restart_bridge_hands_the_session_over(tmp_path: Path, runtime_dir: Path
     """``clankiectl restart bridge``: the old bridge closes with 4000, the new one RESUMEs; no session start spent."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS) as t:
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
             restarting = asyncio.ensure_future(t.call("restart", ChildTarget(name="bridge")))
@@ -114,7 +114,7 @@ def test_a_parked_spare_takes_a_sigkilled_bridge_over_and_resumes(tmp_path: Path
     once; a new spare parks, and a second kill is taken over the same way."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             spare = parked.spare_pid
             assert spare is not None and spare != parked.pid
@@ -152,7 +152,7 @@ def test_restart_bridge_hands_the_session_to_the_spare(tmp_path: Path, runtime_d
     RESUMEs; no session start spent."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
@@ -175,7 +175,7 @@ def test_a_hung_bridge_is_killed_before_the_spare_resumes(tmp_path: Path, runtim
 
     async def main() -> None:
         env = {**SPARE, "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "5"}
-        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS, spares=True) as t:
+        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")

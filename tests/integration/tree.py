@@ -294,18 +294,8 @@ async def real_tree(
     ready_timeout: float = 60.0,
     channels: tuple[str, ...] = (CHAN,),
     prefix: Callable[[Path], Sequence[str]] | None = None,
-    *,
-    spares: bool = False,
 ) -> AsyncIterator[Tree]:
     """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns.
-
-    ``spares``: the default tree, hand-over on (the supervisor holds every listening socket and keeps a warm spare
-    per child, the bridge's parked one included). Every test that kills, restarts, crashes, stalls or hangs a child
-    (or the supervisor), or looks at a spare, asks for it, and so does one ordinary traffic test (the demo's hosts
-    test): the default configuration stays covered under traffic. Without it the tree boots with
-    ``CLANKIE_HANDOVER=false`` (children bind their own sockets, no spares): the same four children serving the
-    same traffic, without the ~4 CPU s a tree its spares cost (docs/benchmarks.md, "Where the suite's time goes").
-    ``tests/integration/test_tree_spares.py`` checks every tree test that kills or restarts a child keeps them.
 
     ``prefix(state)`` is a command that sets up a private mount namespace and execs the supervisor in it (a small
     tmpfs on the state directory, say); the tree's ``state`` is then the supervisor's own view of it.
@@ -318,7 +308,7 @@ async def real_tree(
     await site.start()
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
-    full_env = tree_env(tmp, runtime, discord, anthropic, ({} if spares else {"CLANKIE_HANDOVER": "false"}) | (env or {}))
+    full_env = tree_env(tmp, runtime, discord, anthropic, env or {})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
