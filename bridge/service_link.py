@@ -59,6 +59,12 @@ class ServiceLink:
                 log.debug("service not reachable (%s); retrying in %.2fs", type(exc).__name__, delay)
                 await self._clock.sleep(delay)
                 continue
+            except RemoteError as exc:  # the service answered the hello with a refusal: a service started cold serves
+                # before the supervisor has named its clients (peer_not_allowed), so this is a wait, never our end
+                delay = self._backoff.delay(self._clock.monotonic())
+                log.warning("the service refused this bridge's hello (%s); retrying in %.2fs", exc.code, delay)
+                await self._clock.sleep(delay)
+                continue
             self.connects += 1
             up_since = self._clock.monotonic()
             log.info("connected to the service (connection %d)", self.connects)
