@@ -19,6 +19,7 @@ from clankie.backoff import Backoff
 from clankie.peers import Refusal
 from clankie.protocol import Code
 from clankie.testing.clock import FakeClock
+from tests.polling import until
 
 
 async def _nothing(conn: ipc.Connection, method: str, params: object) -> None:
@@ -44,13 +45,11 @@ def test_a_hello_refused_until_the_supervisor_names_the_bridge_is_dialled_again(
         link = ServiceLink(path, _nothing, clock, Backoff(base=0.05, cap=1.0, reset_after=30.0))
         task = asyncio.create_task(link.run())
         try:
-            while len(refused) < 2:
-                await asyncio.sleep(0.01)
-                assert not task.done(), task  # the refusal never ends the link
+            await until(lambda: len(refused) >= 2 or task.done(), 20, "two refused hellos")
+            assert not task.done(), task  # the refusal never ends the link
             named = True
-            while link.status != "connected":
-                await asyncio.sleep(0.01)
-                assert not task.done(), task
+            await until(lambda: link.status == "connected" or task.done(), 20, "the link connected")
+            assert not task.done(), task
             assert link.connects == 1 and clock.slept  # it waited its backoff between the dials
         finally:
             task.cancel()
