@@ -29,6 +29,7 @@ after the last write, or at the next heartbeat, or at the stop.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -80,6 +81,7 @@ class SessionKeeper:
         self.holding: float | None = None  # seconds the IDENTIFY now waiting was held for (the crash-loop backoff)
         self._dirty = False
         self._flushed = clock.monotonic()
+        self._due = asyncio.Event()  # a moved sequence waits for :meth:`write_behind`
         self._warned_low = False
         self.book.roll(utc_day(self.started_at))
 
@@ -169,6 +171,21 @@ class SessionKeeper:
             self.seqs[shard] = seq
             self._dirty = True
             if self.clock.monotonic() - self._flushed >= FLUSH_EVERY:
+                self.flush()
+            else:
+                self._due.set()
+
+    async def write_behind(self) -> None:
+        """Write each moved sequence within :data:`FLUSH_EVERY` of its move, when no later event comes to write
+        it (the last message before a quiet spell, then a kill: its RESUME starts from it, not from an older one).
+
+        The wait is the loop's own timer, not the injected clock: it only spaces disk writes out, and nothing is
+        decided by it (a fake clock that never moves must not keep a sequence unwritten)."""
+        while True:
+            await self._due.wait()
+            self._due.clear()
+            await asyncio.sleep(FLUSH_EVERY)
+            if self._dirty:
                 self.flush()
 
     def limit(self, total: int, remaining: int) -> None:

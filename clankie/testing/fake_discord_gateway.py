@@ -10,8 +10,9 @@ leaves its session resumable for :attr:`FakeGateway.resume_window` seconds
 sequence, is sent every dispatch of that session's shard after that sequence,
 in order, then RESUMED. A RESUME is refused with op 9 ``d: false`` (IDENTIFY
 anew) when the session is unknown, was closed with 1000/1001, expired, or its
-sequence is older than the replay buffer (the last :data:`REPLAY_MAX`
-dispatches), or while :attr:`FakeGateway.refuse_resumes` is set (or the session's
+sequence is older than the replay buffer (a dispatch after it has fallen out
+of the last :data:`REPLAY_MAX`; sequences count across the fake's sessions,
+so a quiet shard's old sequence is not by itself too old), or while :attr:`FakeGateway.refuse_resumes` is set (or the session's
 shard id is in :attr:`FakeGateway.refuse_shards`: Discord dropped that shard's
 session alone). A RESUME of a
 session another live socket still holds is counted in
@@ -87,7 +88,9 @@ class FakeGateway:
         self.sockets: dict[web.WebSocketResponse, Session] = {}
         self.sessions: dict[str, Resumable] = {}  # session id -> what RESUME needs
         self.dispatched: deque[tuple[dict[str, Any], str | None]] = deque(maxlen=REPLAY_MAX)  # (frame, guild id)
+        self.evicted_through = 0  # the newest sequence that fell out of the replay buffer
         self.refused = 0  # RESUMEs answered op 9
+        self.refusals: deque[str] = deque(maxlen=64)  # why each of the latest was (a failing test says it)
         self.shared = 0  # RESUMEs of a session another live socket still held
         self.closed_codes: list[int | None] = []  # each socket's close code as the server saw it, in order
         self._server_closed: set[web.WebSocketResponse] = set()
@@ -102,6 +105,8 @@ class FakeGateway:
         """Send one event to every connection that carries its guild."""
         guild_id = data.get("guild_id")
         frame = {"op": 0, "t": event, "s": next(self._seq), "d": data}
+        if len(self.dispatched) == self.dispatched.maxlen:
+            self.evicted_through = self.dispatched[0][0]["s"]
         self.dispatched.append((frame, guild_id))
         for ws, session in list(self.sockets.items()):
             if session.session_id is not None and carries(session.shard, guild_id):
@@ -205,14 +210,19 @@ class FakeGateway:
         sid = str(data.get("session_id") or "")
         seq = data.get("seq") or 0
         kept = self.sessions.get(sid)
-        oldest = self.dispatched[0][0]["s"] if self.dispatched else 0
-        if (data.get("token") != fake.token or kept is None or self.refuse_resumes or sid not in self.resumable()
-                or not isinstance(seq, int) or seq + 1 < oldest
-                or (kept.shard is not None and kept.shard[0] in self.refuse_shards)):
+        why = ("token" if data.get("token") != fake.token else "unknown session" if kept is None
+               else "refusing" if self.refuse_resumes or (kept.shard is not None and kept.shard[0] in self.refuse_shards)
+               else "invalidated" if kept.invalid else "window passed" if sid not in self.resumable()
+               else f"seq {seq!r}: later dispatches through {self.evicted_through} are gone"
+               if not isinstance(seq, int) or seq < self.evicted_through
+               else None)
+        if why is not None:
             self.refused += 1
+            self.refusals.append(why)
             self._drop_session(sid)
             await ws.send_str(json.dumps({"op": 9, "d": False, "s": None, "t": None}))
             return
+        assert kept is not None  # an unknown session is refused above
         fake.resumes += 1
         if kept.socket is not None and kept.socket is not ws:
             self.shared += 1  # Discord would serve both for a moment: never two processes on one session

@@ -11,6 +11,7 @@ import pytest
 from bridge import gateway_link as gl
 from bridge import gateway_session as gs
 from clankie.testing.clock import FakeClock
+from tests.polling import until
 
 REFUSED = [(s, m) for s in gl.State for m in gl.Move if (s, m) not in gl.TRANSITIONS and (s, m) not in gl.IGNORED]
 
@@ -131,6 +132,26 @@ def test_the_journaled_sequence_is_written_at_most_every_flush_interval_and_at_t
     keeper.journaled((0, 1), 3)  # never backwards
     keeper.tick()
     assert on_disk() == 7
+
+
+def test_the_last_sequence_before_a_quiet_spell_is_written_within_the_flush_interval_without_a_heartbeat(
+        tmp_path: Path) -> None:
+    """A burst's last message moves the sequence less than FLUSH_EVERY after the previous write, and nothing comes
+    after it: the write-behind writes it FLUSH_EVERY after that write, not at the next heartbeat (a kill in between
+    would RESUME from an older sequence than it had journaled)."""
+
+    async def main() -> None:
+        clock = FakeClock()  # it never moves: the write-behind does not wait for it
+        keeper = gs.SessionKeeper(tmp_path, clock)
+        keeper.link((0, 1)).move(gl.Move.IDENTIFY)
+        keeper.ready((0, 1), "s", "wss://gateway.example/", 1)
+        writer = asyncio.create_task(keeper.write_behind())
+        keeper.journaled((0, 1), 9)
+        assert json.loads(keeper.path.read_text())["sessions"][0]["seq"] == 1
+        await until(lambda: json.loads(keeper.path.read_text())["sessions"][0]["seq"] == 9, 10, "the write-behind")
+        writer.cancel()
+
+    asyncio.run(main())
 
 
 def test_a_session_that_lived_ends_the_crash_loop_and_a_new_day_resets_the_counts(tmp_path: Path) -> None:

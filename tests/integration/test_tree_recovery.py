@@ -81,9 +81,13 @@ async def probe(t: Tree, name: str, n: int) -> str:
 
 
 async def kill_and_wait_dead(t: Tree, name: str) -> int:
-    old = (await t.child(name)).pid
+    child = await t.child(name)
+    old = child.pid
     assert old is not None
-    os.kill(old, signal.SIGKILL)
+    try:
+        os.kill(old, signal.SIGKILL)
+    except ProcessLookupError:  # it died by itself before this kill: a failure of its own, said with its log
+        raise AssertionError(f"{name} pid {old} was already gone ({child}): {t.stderr()[-4000:]}") from None
     await until(lambda: not pid_alive(old), 10, f"{name} pid {old} gone")
     return old
 

@@ -53,7 +53,9 @@ def test_a_sigkilled_sharded_bridge_resumes_both_shards_and_answers_the_gap_once
                     await answered_once(t, [*in_flight, *gap], "the gap answered by the next bridge")
                     after = await say(t, "after", 2)
                     await answered_once(t, after, "live again")
-                    assert (discord.identifies, discord.resumes, discord.gateway.refused) == (2, 2, 0)
+                    starts = (discord.identifies, discord.resumes, discord.gateway.refused)
+                    assert starts == (2, 2, 0), (list(discord.gateway.refusals), discord.gateway.closed_codes,
+                                                 t.stderr()[-4000:])
                     assert discord.gateway.shared == 0  # the dead bridge's sockets were gone before the resumes
                     # the only recovery is the first bridge's, after its new sessions, with nothing to read
                     assert re.findall(r"recovery: (\d+) rooms read", t.stderr()) == ["0"]
