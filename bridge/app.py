@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from bridge import discord_client as dc
@@ -21,7 +22,7 @@ from bridge.delivery import RetryPolicy
 from bridge.gateway_session import SessionKeeper
 from bridge.journal import Journal
 from bridge.receipts import Receipts, audit_rotation
-from bridge.shards import ShardWatch
+from bridge.shards import ReadBack, ShardWatch
 from bridge.turns import Bridge
 from clankie import paths
 from clankie.appender import DiskError
@@ -29,9 +30,10 @@ from clankie.backoff import Backoff
 from clankie.clock import Clock, SystemClock
 from clankie.errors import ConfigError
 from clankie.metrics import DISCORD_CONNECTED, DISCORD_SHARD_COUNT, DISCORD_SHARD_UP, JOURNAL_WAITING, METER
-from clankie.protocol import Heartbeat
+from clankie.protocol import Heartbeat, Room
 from clankie.redact import Redactor
 from clankie.settings import Settings
+from clankie.shards import DM_SHARD, shard_of
 from clankie.shards import describe as describe_shards
 
 log = logging.getLogger(__name__)
@@ -124,6 +126,7 @@ class BridgeApp:
                                         shards=len(self.shard_keys))
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
+        self._read_back: ReadBack = frozenset()  # the rooms new sessions owe a read-back, not yet read (None: all)
         self._again = False
         # no gateway session yet: messages since start (or since a gap the last bridge never read back) may be missing
         started = self.clock.wall()
@@ -283,8 +286,10 @@ class BridgeApp:
             self._quiet_since = None
             self.journal.caught_up(self.clock.wall())
 
-    def _on_session(self) -> None:
-        """A new gateway session: fetch what Discord will not replay (one recovery at a time)."""
+    def _on_session(self, shards: ReadBack = None) -> None:
+        """A new gateway session: fetch what Discord will not replay (one recovery at a time), in the rooms of
+        ``shards`` (the shards that started anew; the ones that resumed were replayed) or every room (None)."""
+        self._read_back = None if shards is None or self._read_back is None else self._read_back | shards
         if self._recovering is not None and not self._recovering.done():
             self._again = True
             return
@@ -296,18 +301,29 @@ class BridgeApp:
             started = self.clock.wall()
             quiet_since = self._quiet_since if self._quiet_since is not None else started
             self._quiet_since = None
+            shards, self._read_back = self._read_back, frozenset()
             try:
-                self.recovered = await recovery.fetch_missed(self.bridge, self.limits, started, quiet_since)
+                self.recovered = await recovery.fetch_missed(self.bridge, self.limits, started, quiet_since,
+                                                             only=self._on_shards(shards))
             except Exception:  # a bug here must not take the bridge down; the next session tries again
                 log.exception("recovery after a new gateway session failed")
                 self._on_quiet_at(quiet_since)
+                self._read_back = None  # whichever shard starts anew next, every room is read again
             else:
                 if self.recovered.failed_rooms:  # read those rooms again after the next session starts
                     self._on_quiet_at(quiet_since)
+                    self._read_back = None
                 else:
                     self.journal.caught_up(started)
             if not self._again:
                 return self.recovered
+
+    def _on_shards(self, shards: ReadBack) -> Callable[[Room], bool] | None:
+        """Which rooms a read-back covers: those on ``shards`` (None: every room)."""
+        count = self.settings.discord_shard_count
+        if shards is None or count is None:
+            return None
+        return lambda room: (DM_SHARD if room.guild_id is None else shard_of(room.guild_id, count)) in shards
 
     async def _discord(self) -> None:
         assert self.settings.discord_token is not None

@@ -33,6 +33,7 @@ from bridge.discord_metrics import count_requests
 from bridge.gateway_link import IllegalSessionMove, Shard, shard_key
 from bridge.gateway_session import REFUSING_CLOSES, SessionKeeper
 from bridge.ratelimits import amortise_bucket_sweep
+from bridge.shards import ReadBack
 from clankie.waits import within
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class Hooks:
     on_message: Callable[[discord.Message], None]
     on_status: Callable[[str], None]
     on_owner: Callable[[str], None]
-    on_session: Callable[[], None] = lambda: None
+    on_session: Callable[[ReadBack], None] = lambda shards: None
     on_quiet: Callable[[], None] = lambda: None
     on_resumed: Callable[[], None] = lambda: None
 
@@ -135,7 +136,7 @@ class BridgeClient(discord.Client):
         on_owner: Callable[[str], None],
         discover_gateway: bool,
         guild_ready_timeout: float = 2.0,
-        on_session: Callable[[], None] = lambda: None,
+        on_session: Callable[[ReadBack], None] = lambda shards: None,
         on_quiet: Callable[[], None] = lambda: None,
         on_resumed: Callable[[], None] = lambda: None,
         keeper: SessionKeeper | None = None,
@@ -265,7 +266,7 @@ class BridgeClient(discord.Client):
     async def on_ready(self) -> None:
         """A new gateway session (not a RESUME): Discord will not replay what came before it."""
         self._on_status("connected")
-        self._on_session()
+        self._on_session(None)  # one session: every room
 
     async def on_resumed(self) -> None:
         self._on_status("connected")

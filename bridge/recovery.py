@@ -25,6 +25,7 @@ Two steps, both bounded:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.inbound import Inbound
@@ -134,24 +135,30 @@ def too_old(bridge: Bridge, inbound: Inbound, now: float, retention: float) -> N
                            guild_id=inbound.guild_id)
 
 
-async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: float) -> Report:
+async def fetch_missed(bridge: Bridge, limits: Limits, now: float, quiet_since: float,
+                       only: Callable[[Room], bool] | None = None) -> Report:
     """Step 2: what Discord sent while no gateway session was listening, admitted oldest first.
 
     ``quiet_since`` is when the gateway stopped handing us messages (the last
     disconnect, or the process start): each room is read after the newest
     message it had admitted by then. Messages this session already handed us
-    are skipped by id.
+    are skipped by id. ``only`` keeps the rooms to read (a sharded bridge: those
+    of the shards that started a new session; a resumed shard's gap was replayed).
     """
     report = Report()
     floor = snowflake_at(now - limits.horizon)
     marks: dict[str, tuple[Room, int]] = {}
     for cid, (room, newest) in bridge.journal.state.rooms_since(now - limits.horizon, quiet_since).items():
+        if only is not None and not only(room):
+            continue
         # a room first heard from after the gap began is read from the horizon (its gap has no known start)
         marks[cid] = (room, max(floor, int(newest)) if newest is not None else floor)
     # rooms the journal never heard from, whose newest message (as the gateway says) is inside the horizon
     latest: dict[str, int] = {}
     for room, last_id in bridge.port.active_rooms():
         latest[room.channel_id] = last_id
+        if only is not None and not only(room):
+            continue
         if last_id > floor and room.channel_id not in marks and bridge.ingress.room_admitted(room.guild_id, room.channel_id):
             marks[room.channel_id] = (room, floor)
     # a room whose newest message is one we have already seen has nothing to read

@@ -254,7 +254,7 @@ class ShardedBridgeClient(discord.AutoShardedClient):
             return
         self._bridge.on_status("connected")
         if up == "session":
-            self._bridge.on_session()
+            self._bridge.on_session(self.watch.renewed)  # the rooms of the shards that started anew, not all
         else:
             self._bridge.on_resumed()
 

@@ -27,6 +27,9 @@ from clankie.shards import DM_SHARD
 
 Up = Literal["session", "resumed"]
 
+ReadBack = frozenset[int] | None
+"""Whose rooms a new session's read-back covers: the shards that started one (None: every room, unsharded)."""
+
 
 def receives_dms(ids: tuple[int, ...]) -> bool:
     """Whether a tree running shards ``ids`` (empty: every shard, or not sharded) is sent direct messages."""
@@ -44,6 +47,8 @@ class ShardWatch:
         # whether a shard started a new session since all were last up; a fresh process's shards each READY (new: what
         # came before the start is read back) or RESUME a stored session (Discord replays it: nothing to read back)
         self._new_session = False
+        self._renewed: set[int] = set()  # the shards behind it
+        self.renewed: frozenset[int] = frozenset()  # at the last "session": the shards whose rooms to read back
 
     @property
     def connected(self) -> bool:
@@ -56,6 +61,7 @@ class ShardWatch:
     def ready(self, shard_id: int) -> Up | None:
         """Shard ``shard_id`` started a new session (READY after IDENTIFY); what now holds for the tree."""
         self._new_session = True
+        self._renewed.add(shard_id)
         return self._up(shard_id)
 
     def resumed(self, shard_id: int) -> Up | None:
@@ -67,5 +73,7 @@ class ShardWatch:
         if self.down:
             return None
         up: Up = "session" if self._new_session else "resumed"
+        self.renewed = frozenset(self._renewed)
         self._new_session = False
+        self._renewed.clear()
         return up

@@ -136,6 +136,7 @@ def test_one_new_session_in_a_gap_owes_one_recovery_once_all_are_back() -> None:
     watch.dropped(2)
     assert watch.ready(0) is None  # shard 2 is still down: a recovery now would close the gap too early
     assert watch.resumed(2) == "session"
+    assert watch.renewed == {0}  # only shard 0's rooms are read back: shard 2's gap was replayed
     watch.dropped(1)
     assert watch.resumed(1) == "resumed"  # that recovery was owed once, not again
 
@@ -149,6 +150,9 @@ def test_a_fresh_process_whose_shards_all_resume_reads_nothing_back_and_one_iden
     mixed = ShardWatch((0, 1))
     assert mixed.ready(1) is None  # shard 1's RESUME was refused: a new session
     assert mixed.resumed(0) == "session"
+    assert mixed.renewed == {1}
+    cold = ShardWatch((0, 1))  # a first start: every shard IDENTIFYs, every room is read back
+    assert cold.ready(0) is None and cold.ready(1) == "session" and cold.renewed == {0, 1}
 
 
 def test_a_single_shard_watch_reports_every_change() -> None:

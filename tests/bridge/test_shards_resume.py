@@ -68,8 +68,8 @@ async def traffic(w: World, text: str, n: int) -> list[str]:
     return [str((await w.fake.message(C0 if i % 2 else C1, f"{text} {i}", author_id=PERSON))["id"]) for i in range(n)]
 
 
-def history_reads(w: World) -> int:
-    return sum(1 for c in w.fake.calls if c.method == "GET" and "after=" in c.query)
+def history_reads(w: World, channel: str = "") -> int:
+    return sum(1 for c in w.fake.calls if c.method == "GET" and "after=" in c.query and channel in c.path)
 
 
 def test_a_killed_sharded_bridge_resumes_every_shard_and_answers_the_gap_once(env: dict[str, str]) -> None:
@@ -128,6 +128,7 @@ def test_one_shards_refused_resume_identifies_that_shard_alone_and_reads_the_gap
                 assert {k: v["state"] for k, v in report["shards"].items()} == {"0/2": "live", "1/2": "live"}
             assert (w.fake.identifies, w.fake.resumes, w.fake.gateway.refused) == (3, 1, 1)
             assert history_reads(w) > 0  # shard 1's new session: the gap read back
+            assert history_reads(w, C0) == 0  # shard 0 resumed (its gap replayed): its room is not read
             assert w.fake.gateway.shared == 0
             for m in [*before, *gap]:
                 assert w.replies_to(m) == 1, m
