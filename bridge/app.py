@@ -251,10 +251,10 @@ class BridgeApp:
                     tg.create_task(self.bridge.catch_up_loop(self.settings.discord_catch_up_seconds), name="catch-up")
                 if self.settings.discord_token is not None:
                     tg.create_task(self._discord(), name="discord")
-                if self.keeper is not None:
-                    tg.create_task(self.keeper.write_behind(), name="gateway-session-writer")
                 else:
                     log.warning("no Discord token: running local-only")
+                if self.keeper is not None:
+                    tg.create_task(self.keeper.write_behind(), name="gateway-session-writer")
                 self.ready.set()
         except* ConfigError as group:
             raise group.exceptions[0] from None
