@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             specs = load_spec_file(args.spec_file)
         else:
             bridge_spare = bridge_keeps_spare(enabled=settings.bridge_spare, sharded=settings.discord_shard_count is not None)
-            specs, missing = default_specs(browser=settings.browser_host, bridge_spare=bridge_spare)
+            specs, missing = default_specs(browser=settings.browser_host, bridge_spare=bridge_spare, store=settings.store)
             if settings.browser_host == "external":
                 log.info("the browser host runs in its own unit; the service dials %s", settings.browser_socket)
             if missing:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from clankie.secrets import SECRET_VARIABLES
 from clankie.settings import Settings, child_environment
+from clankie.settings_store import StoreSettings
 from supervisor.systemd import NOTIFY_ENV
 
 BASE_VARIABLES = frozenset(
@@ -63,9 +64,16 @@ def minimal(env: Mapping[str, str], settings: Settings) -> dict[str, str]:
     return out
 
 
-def for_child(base: Mapping[str, str], full: Mapping[str, str], passthrough: tuple[str, ...]) -> dict[str, str]:
-    """``base`` (from :func:`minimal`) plus the names in ``passthrough`` taken from the supervisor's ``full`` env."""
-    out = dict(base)
+STORE_VARIABLES = tuple(f"CLANKIE_{name.upper()}" for name in StoreSettings.model_fields if name != "postgres_dsn")
+"""The store's settings (the DSN is a secret, never in an env): only a child handed the DSN gets them; any other
+keeps nothing durable and reads the files profile, so its settings need no database."""
+
+
+def for_child(base: Mapping[str, str], full: Mapping[str, str], passthrough: tuple[str, ...], *,
+              store: bool = True) -> dict[str, str]:
+    """``base`` (from :func:`minimal`) plus the names in ``passthrough`` taken from the supervisor's ``full`` env;
+    without ``store`` (a child not handed the DSN) none of :data:`STORE_VARIABLES`."""
+    out = {k: v for k, v in base.items() if store or k not in STORE_VARIABLES}
     for name in passthrough:
         if name in full and not _never(name):
             out[name] = full[name]

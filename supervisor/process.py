@@ -150,7 +150,8 @@ class Child:
 
     def env(self, *, spare: bool = False) -> dict[str, str]:
         """The environment of one of this child's processes (a spare's says so): allowlisted, no secret."""
-        env = for_child(self.tree.child_env, self.tree.full_env, self.spec.passthrough)
+        env = for_child(self.tree.child_env, self.tree.full_env, self.spec.passthrough,
+                        store="postgres_dsn" in self.spec.secrets)
         env.update(self.spec.env)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         env["CLANKIE_CHILD_NAME"] = self.name

@@ -16,7 +16,7 @@ import math
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from clankie.errors import ConfigError
 from clankie.secrets import VARIABLE
@@ -49,6 +49,10 @@ def module_argv(module: str) -> tuple[str, ...]:
 
 SECRETS_OF = {"service": ("anthropic_api_key",), "bridge": ("discord_token",)}
 """Which child needs which secret; every other child gets none."""
+
+STORE_USERS = ("service", "bridge")
+"""The children that keep durable state: in the postgres profile they get the DSN on their pipe too (the hosts keep
+nothing and get neither the DSN nor the store's settings: :func:`supervisor.environment.for_child`)."""
 
 PASSTHROUGH_OF = {"service": SERVICE_PASSTHROUGH, "bridge": BRIDGE_PASSTHROUGH}
 
@@ -89,10 +93,12 @@ def has_main(module: str) -> bool:
     return False
 
 
-def default_specs(*, browser: BrowserHostMode = "child", bridge_spare: bool = False) -> tuple[list[ChildSpec], list[str]]:
+def default_specs(*, browser: BrowserHostMode = "child", bridge_spare: bool = False,
+                  store: Literal["files", "postgres"] = "files") -> tuple[list[ChildSpec], list[str]]:
     """The default tree, and the names left out because their package is not there yet. With the browser host
     ``external`` (its own systemd unit, ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it;
-    ``bridge_spare`` (:func:`bridge_keeps_spare`) gives the bridge a parked spare."""
+    ``bridge_spare`` (:func:`bridge_keeps_spare`) gives the bridge a parked spare; ``store`` ``postgres`` hands the
+    DSN to :data:`STORE_USERS`."""
     spares = DEFAULT_SPARES | ({"bridge"} if bridge_spare else set())
     specs, missing = [], []
     for name, module in DEFAULT_CHILDREN:
@@ -109,7 +115,7 @@ def default_specs(*, browser: BrowserHostMode = "child", bridge_spare: bool = Fa
                 proxy=name == "service",
                 sockets=DEFAULT_SOCKETS.get(name, ()),
                 spare=name in spares,
-                secrets=SECRETS_OF.get(name, ()),
+                secrets=SECRETS_OF.get(name, ()) + (("postgres_dsn",) if store == "postgres" and name in STORE_USERS else ()),
                 passthrough=PASSTHROUGH_OF.get(name, ()),
             )
         )
