@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge import discord_client as dc
 from bridge import recovery
@@ -35,6 +35,10 @@ from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import DM_SHARD, shard_of
 from clankie.shards import describe as describe_shards
+
+if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
+    from bridge.shard_leases import ShardLeases
+    from clankie.store.database import Pool
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +131,8 @@ class BridgeApp:
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._read_back: ReadBack = frozenset()  # the rooms new sessions owe a read-back, not yet read (None: all)
+        self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
+        self._pool: Pool | None = None
         self._again = False
         # no gateway session yet: messages since start (or since a gap the last bridge never read back) may be missing
         started = self.clock.wall()
@@ -211,6 +217,9 @@ class BridgeApp:
             self.keeper.tick()
             report["gateway"] = self.keeper.report()
             detail += f"; {self.keeper.detail()}"
+        if self.leases is not None:
+            report["leases"] = self.leases.report()
+            detail += f"; {self.leases.detail()}"
         if self.shards:  # after the gateway's part: the status line of a sharded tree ends with its shards
             report["shards"] = self.shards
             detail += f"; shards: {self.shards}"
@@ -249,6 +258,9 @@ class BridgeApp:
                 tg.create_task(self.bridge.link.run(), name="service-link")
                 if self.settings.discord_reply_policy == "addressed":
                     tg.create_task(self.bridge.catch_up_loop(self.settings.discord_catch_up_seconds), name="catch-up")
+                if self.settings.store == "postgres" and self.settings.discord_token is not None:
+                    self.leases = await self._hold_leases()
+                    tg.create_task(self.leases.run(), name="shard-leases")
                 if self.settings.discord_token is not None:
                     tg.create_task(self._discord(), name="discord")
                 else:
@@ -259,6 +271,10 @@ class BridgeApp:
         except* ConfigError as group:
             raise group.exceptions[0] from None
         finally:
+            if self.leases is not None:
+                await self.leases.release()  # after the gateway closed: the next holder need not wait for the TTL
+            if self._pool is not None:
+                await self._pool.close()
             await self.bridge.aclose()
             if self._recovering is not None:
                 self._recovering.cancel()
@@ -326,6 +342,41 @@ class BridgeApp:
         return lambda room: (DM_SHARD if room.guild_id is None else shard_of(room.guild_id, count)) in shards
 
     async def _discord(self) -> None:
+        """The gateway; in the postgres profile only while every shard's lease is ours (bridge/shard_leases.py)."""
+        if self.leases is None:
+            return await self._gateway()
+        while True:
+            if not self.leases.held:
+                self.set_status("waiting for the shard lease")
+                await self.leases.wait_held()
+            gateway = asyncio.create_task(self._gateway(), name="gateway")
+            lost = asyncio.create_task(self.leases.lost.wait(), name="lease-lost")
+            try:
+                await asyncio.wait({gateway, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost.cancel()
+            if gateway.done():
+                return gateway.result()  # a planned stop, or a refused token
+            gateway.cancel()  # another tree may be taking the shard: not one more message is ours to admit
+            await asyncio.gather(gateway, return_exceptions=True)
+            if self.keeper is not None:  # closed by us (a 4000: its session stays resumable), seen by no drop event
+                for key in self.shard_keys:
+                    self.keeper.dropped(key)
+
+    async def _hold_leases(self) -> ShardLeases:
+        """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
+        every renew period) and a keeper for each shard this bridge runs."""
+        from bridge.shard_leases import ShardLeases, holder_id
+        from clankie.store.database import open_pool
+        from clankie.store.leases import PgLeases
+
+        s = self.settings
+        assert s.postgres_dsn is not None  # the settings refuse postgres without one
+        self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
+        return ShardLeases(PgLeases(self._pool), self.shard_keys, holder_id(s.state_dir), self.clock,
+                           renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds)
+
+    async def _gateway(self) -> None:
         assert self.settings.discord_token is not None
         token = self.settings.discord_token.get_secret_value()
         dc.point_at(self.settings.discord_api_base)

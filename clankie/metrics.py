@@ -181,6 +181,10 @@ def by_shard(shard: str) -> Labels:
     return (shard,)
 
 
+def by_state(state: str) -> Labels:
+    return (state,)
+
+
 # ---------------------------------------------------------------- the service's families
 
 TURNS = Counter(
@@ -284,10 +288,16 @@ DISCORD_SHARD_UP = Gauge(
 DISCORD_SHARD_COUNT = Gauge(
     "clankie_discord_shard_count", "The bot's total shard count, CLANKIE_DISCORD_SHARD_COUNT (only when sharded).",
     unlabelled, doc="under sharding only: the bot's total shard count")
+SHARD_LEASES = Gauge(
+    "clankie_shard_leases", "The shard leases this tree wants, by state: held, or not (waiting for another tree's to "
+    "expire, or lost). The PostgreSQL profile only.", by_state,
+    doc="the PostgreSQL profile only (docs/multi-machine.md): the shard leases this tree wants, `held` (its gateway "
+    "serves them) or `unheld` (another tree holds it, or it was lost and is being taken again)")
 
 BRIDGE_FAMILIES: tuple[Family, ...] = (
     INGRESS_MESSAGES, DISCORD_REQUESTS, JOURNAL_WAITING, REFUSAL_SIGNS, DISCORD_CONNECTED, GATEWAY_RESUMES,
     GATEWAY_IDENTIFIES, STALE_EPOCH_WRITES, GATEWAY_SESSION_STARTS_REMAINING, DISCORD_SHARD_UP, DISCORD_SHARD_COUNT,
+    SHARD_LEASES,
 )
 """What the bridge counts, in the order the endpoint exposes them."""
 

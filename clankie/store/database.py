@@ -65,8 +65,9 @@ def session_settings(ttl: float) -> bytes:
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]]
 
 
-async def open_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 4) -> Pool:
-    """An open autocommit pool on ``dsn``; its sessions give up a pause or a lock wait within ``ttl``."""
+async def open_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 4, wait: bool = True) -> Pool:
+    """An open autocommit pool on ``dsn``; its sessions give up a pause or a lock wait within ``ttl``. Without
+    ``wait`` it connects in the background (a database not up yet is a wait at the first use, not an error here)."""
     statements = session_settings(ttl)
 
     async def configure(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
@@ -77,5 +78,5 @@ async def open_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 
         dsn, min_size=min_size, max_size=max_size, configure=configure, open=False, name="clankie",
         kwargs={"connect_timeout": CONNECT_TIMEOUT},
     )
-    await pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+    await pool.open(wait=wait, timeout=CONNECT_TIMEOUT * 2)
     return pool

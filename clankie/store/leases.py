@@ -85,7 +85,9 @@ class PgLeases:
         self.stale_writes = 0
 
     async def acquire(self, shard: str, holder: str, ttl: float) -> int | None:
-        """Take ``shard`` if it is free or expired: the new epoch, or None while another tree holds it.
+        """Take ``shard`` if it is free, expired or already ``holder``'s: the new epoch, or None while another tree
+        holds it. A holder taking its own lease again is the same tree's next process (a restarted bridge): it need
+        not wait out the TTL, and the raised epoch fences whatever its predecessor still had in flight.
 
         The row is locked ``FOR UPDATE`` first: that waits for every fenced write in flight (each holds the row
         ``FOR KEY SHARE``), so no write with the old epoch can commit after the new epoch is granted.
@@ -98,7 +100,7 @@ class PgLeases:
                 UPDATE clankie_shard_lease
                 SET holder = %(holder)s, epoch = epoch + 1, expires_at = now() + make_interval(secs => %(ttl)s),
                     acquired_at = now(), renewed_at = now()
-                WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now())
+                WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now() OR holder = %(holder)s)
                 RETURNING epoch
                 """,
                 {"shard": shard, "holder": holder, "ttl": ttl},
@@ -196,6 +198,8 @@ class LeaseKeeper:
         self.on_action = on_action
         self.wanted = True
         self._abandoned: set[asyncio.Future[object]] = set()
+        self._said_taken = False  # "held by another tree" is logged once per wait, not at every try
+        self._said_failed = ""  # the last acquire failure logged (its exception's name)
 
     @property
     def fence(self) -> Fence | None:
@@ -240,11 +244,18 @@ class LeaseKeeper:
                 epoch = await self._bounded(asyncio.ensure_future(self.leases.acquire(self.shard, self.holder, self.ttl)),
                                             self.clock.boottime() + lease.ttl - lease.margin)
             except TRANSIENT as exc:
-                log.warning("shard %s: acquire failed (%s)", self.shard, type(exc).__name__)
+                why = type(exc).__name__
+                if why != self._said_failed:  # once per cause, not every renew period of an outage
+                    log.warning("shard %s: acquire failed (%s); asking again every %gs", self.shard, why, lease.renew)
+                self._said_failed = why
                 epoch = None
                 self._feed(LeaseEvent.FAILED)
             else:
+                self._said_failed = ""
                 self._feed(LeaseEvent.GRANTED if epoch else LeaseEvent.TAKEN, epoch or 0)
+                if epoch is None and not self._said_taken:
+                    log.info("shard %s: held by another tree; asking again every %gs", self.shard, lease.renew)
+                self._said_taken = epoch is None
             if epoch is None:
                 await self.clock.sleep(lease.renew)
             return

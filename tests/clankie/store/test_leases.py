@@ -121,6 +121,21 @@ def test_release_hands_the_shard_over_at_once_with_the_next_epoch(dsn: str) -> N
     assert asyncio.run(main()) == (None, 2)
 
 
+def test_the_same_tree_takes_its_own_lease_back_at_once_with_the_next_epoch_fencing_its_last_process(dsn: str) -> None:
+    """A restarted bridge is the same holder: its acquire does not wait for the TTL; the epoch goes up, so what the
+    dead process still had in flight (its epoch) is refused; another tree is still kept out."""
+    async def main() -> tuple[int | None, int | None, int | None]:
+        async with leases_on(dsn) as leases:
+            first = await leases.acquire(SHARD, "a", 600.0)
+            again = await leases.acquire(SHARD, "a", 600.0)
+            with pytest.raises(StaleEpoch):
+                await write_dedupe(leases, Fence(SHARD, "a", 1), "200")
+            await write_dedupe(leases, Fence(SHARD, "a", 2), "201")
+            return first, again, await leases.acquire(SHARD, "b", 600.0)
+
+    assert asyncio.run(main()) == (1, 2, None)
+
+
 def test_a_paused_holder_loses_the_shard_after_the_ttl_and_its_late_write_is_refused(dsn: str) -> None:
     """A real holder process is SIGSTOPped: after its lease expires on the database another tree takes the shard with
     epoch 2; woken, the paused holder's write with epoch 1 is refused and counted, and only the new holder's lands."""

@@ -1,0 +1,122 @@
+"""The bridge's shard leases in the PostgreSQL profile: the gateway is open only while every shard it runs is ours.
+
+In ``CLANKIE_STORE=postgres`` each shard a bridge runs (``(id, count)``; an unsharded bot is ``0/1``) is held by
+one tree at a time through its fenced lease (:mod:`clankie.store.leases`, docs/multi-machine.md). This shell keeps a
+:class:`~clankie.store.leases.LeaseKeeper` for each and tells the app two things:
+
+* :meth:`ShardLeases.wait_held`: every lease is ours, so the gateway may open (a tree whose shard another tree holds
+  waits here, without an IDENTIFY, until that lease is released or expires);
+* :attr:`ShardLeases.lost`: one lease stopped being ours (its renew was refused, or its local deadline passed before
+  the lease could expire on the database), so the gateway must close at once: another tree may be taking the shard.
+
+A tree is named on its leases by :func:`holder_id`: its host and its state directory. The same tree's next bridge
+(after a crash, a restart, a spare's take-over) is the same holder and takes its leases back at once with the next
+epoch (:meth:`clankie.store.leases.PgLeases.acquire`); another tree waits for the TTL. The gateway closes whole on a
+loss (every shard this process runs), a coarser step than one shard's session; docs/multi-machine.md says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import socket
+from pathlib import Path
+
+from clankie.clock import Clock
+from clankie.metrics import METER, SHARD_LEASES
+from clankie.store.lease import Action, Kind
+from clankie.store.leases import LeaseKeeper, PgLeases, shard_name
+
+log = logging.getLogger(__name__)
+
+HOLDER_HOST_CHARS = 64  # a host name is at most 64 bytes on Linux; the lease row keeps what fits
+
+
+def holder_id(state_dir: Path, host: str | None = None) -> str:
+    """``<host>:<8 hex digits of the state directory>``: two trees on one host differ, one tree's processes agree."""
+    name = (host if host is not None else socket.gethostname())[:HOLDER_HOST_CHARS]
+    return f"{name}:{hashlib.blake2b(str(state_dir.resolve()).encode(), digest_size=4).hexdigest()}"
+
+
+class ShardLeases:
+    """The leases of the shards one bridge runs; ``keys`` are ``(shard id, count)``."""
+
+    def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
+                 ttl: float) -> None:
+        self.holder = holder
+        self.keepers = {
+            shard_name(i, count): LeaseKeeper(leases, shard_name(i, count), holder, clock, renew=renew, ttl=ttl,
+                                              on_action=self._told(shard_name(i, count)))
+            for i, count in keys
+        }
+        self.serving: set[str] = set()
+        self._all_held = asyncio.Event()
+        self.lost = asyncio.Event()  # set when a held lease stops being ours; cleared when all are held again
+
+    def _told(self, shard: str) -> _Listener:
+        return _Listener(self, shard)
+
+    def on_action(self, shard: str, action: Action) -> None:
+        if action.kind is Kind.SERVE:
+            self.serving.add(shard)
+            if len(self.serving) == len(self.keepers):
+                self.lost.clear()
+                self._all_held.set()
+        elif action.kind is Kind.STOP_SERVING:
+            self.serving.discard(shard)
+            self._all_held.clear()
+            self.lost.set()
+            log.error("shard %s: lease no longer ours (%s): the gateway closes", shard, action.reason or "lost")
+        self._gauge()
+
+    @property
+    def held(self) -> bool:
+        """Every lease is ours."""
+        return self._all_held.is_set()
+
+    async def wait_held(self) -> None:
+        """Until every lease is ours."""
+        await self._all_held.wait()
+
+    async def run(self) -> None:
+        """Keep every lease until cancelled."""
+        self._gauge()
+        async with asyncio.TaskGroup() as tg:
+            for shard, keeper in self.keepers.items():
+                tg.create_task(keeper.run(), name=f"lease-{shard}")
+
+    async def release(self) -> None:
+        """Give every held lease up now (a planned stop: the next holder need not wait for the TTL)."""
+        for keeper in self.keepers.values():
+            await keeper.release()
+
+    def detail(self) -> str:
+        """``leases: 0/1 held (epoch 3)`` or ``leases: 0/2 held (epoch 1), 1/2 unheld``: for the status line."""
+        parts = []
+        for shard, keeper in self.keepers.items():
+            state = "held" if shard in self.serving else keeper.lease.state.value
+            parts.append(f"{shard} {state} (epoch {keeper.lease.epoch})" if shard in self.serving else f"{shard} {state}")
+        return "leases: " + ", ".join(parts)
+
+    def report(self) -> dict[str, object]:
+        return {"holder": self.holder,
+                "shards": {s: {"state": "held" if s in self.serving else k.lease.state.value, "epoch": k.lease.epoch}
+                           for s, k in self.keepers.items()}}
+
+    def _gauge(self) -> None:
+        if METER.enabled:
+            METER.set(SHARD_LEASES.of("held"), float(len(self.serving)))
+            METER.set(SHARD_LEASES.of("unheld"), float(len(self.keepers) - len(self.serving)))
+
+
+class _Listener:
+    """One keeper's ``on_action``: the shard's name bound (a small callable, typed)."""
+
+    __slots__ = ("leases", "shard")
+
+    def __init__(self, leases: ShardLeases, shard: str) -> None:
+        self.leases, self.shard = leases, shard
+
+    def __call__(self, action: Action) -> None:
+        self.leases.on_action(self.shard, action)

@@ -1,0 +1,143 @@
+"""Two real bridges of two trees on one shard, on a real PostgreSQL: the lease decides which one has the gateway
+(issue 34 item 3, the first step of a takeover).
+
+Each ``python -m bridge`` is its own tree (its own state directory, so its own lease holder, and its own service
+double); both dial the one loopback Discord. The one that holds the shard's lease opens the gateway; the other
+waits without an IDENTIFY. A SIGKILLed holder's lease expires on the database's clock and the other takes the shard
+(epoch 2) and answers. A holder whose lease is taken from under it (a renew refused) closes its gateway at once, and
+opens it again (a RESUME, the gap replayed) once the lease is free again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bridge.shard_leases import holder_id
+from clankie import paths
+from clankie.store import database
+from clankie.testing.fake_discord import FakeDiscord
+from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService
+from tests.polling import until
+from tests.postgres import postgres_cluster, postgres_dsn
+
+__all__ = ["postgres_cluster", "postgres_dsn"]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+RENEW, TTL = "0.5", "2.5"  # the least TTL the settings allow for this renew (2 x renew + the 1 s margin), and a bit
+
+
+@dataclass
+class Tree:
+    """One bridge process and what it needs: its state, its socket directory, its service double, its stderr."""
+
+    state: Path
+    service: FakeService
+    err: Path
+    proc: asyncio.subprocess.Process
+
+    def log(self) -> str:
+        return self.err.read_text(errors="replace")
+
+
+@asynccontextmanager
+async def bridge(root: Path, fake: FakeDiscord, dsn: str) -> AsyncIterator[Tree]:
+    state = root / "state"
+    state.mkdir(parents=True, mode=0o700)
+    with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as rt:  # short: a socket path fits in 107 bytes
+        runtime = Path(rt)
+        paths.ensure_private_dir(runtime)
+        service = FakeService(paths.socket_path(runtime, "service"))
+        await service.start()
+        env = {"CLANKIE_STATE": str(state), "CLANKIE_RUNTIME_DIR": str(runtime), "HOME": str(state),
+               "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DISCORD_TOKEN": fake.token,
+               "CLANKIE_DISCORD_API_BASE": fake.api_base, "CLANKIE_DISCORD_GUILD_IDS": GUILD,
+               "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn,
+               "CLANKIE_LEASE_RENEW_SECONDS": RENEW, "CLANKIE_LEASE_TTL_SECONDS": TTL}
+        err = root / "bridge.stderr"
+        with err.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bridge", env=env,
+                                                        stdout=asyncio.subprocess.DEVNULL, stderr=out)
+        try:
+            yield Tree(state, service, err, proc)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await service.close()
+
+
+def lease(dsn: str) -> tuple[str | None, int]:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+    assert row is not None
+    return (None if row[0] is None else str(row[0])), int(row[1])
+
+
+def execute(dsn: str, sql: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.encode())
+
+
+def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a_fenced_one_steps_back(
+        tmp_path: Path, postgres_dsn: str) -> None:
+    """A holds 0/1 and answers; B waits with no IDENTIFY. A is SIGKILLed: B takes the shard at epoch 2 once A's lease
+    expires, and answers. The lease is then taken from B (another holder at epoch 3): B's renew is refused and its
+    gateway closes (4000, resumable); once the lease is free, B takes it (epoch 4), RESUMEs and answers what was said
+    meanwhile from the replay."""
+
+    async def main() -> None:
+        database.prepare(postgres_dsn)  # what `clankie run` does at start, before its bridge
+        fake = FakeDiscord(guilds={GUILD: [CHAN]})
+        await fake.start()
+        try:
+            async with bridge(tmp_path / "a", fake, postgres_dsn) as a:
+                await until(lambda: fake.readies == 1, 30, "A's gateway session")
+                assert lease(postgres_dsn) == (holder_id(a.state), 1)
+                async with bridge(tmp_path / "b", fake, postgres_dsn) as b:
+                    await until(lambda: "held by another tree" in b.log(), 30, "B told the shard is A's")
+                    assert fake.identifies == 1  # B has not opened a gateway session
+                    first = str((await fake.message(CHAN, "clankie, who answers?", author_id=PERSON))["id"])
+                    await until(lambda: len(fake.posts_in(CHAN)) == 1, 30, "A's answer")
+                    assert [s.delivery_id for s in a.service.submits] == [first] and b.service.submits == []
+
+                    a.proc.send_signal(signal.SIGKILL)  # a dead machine: its lease is left to expire
+                    await a.proc.wait()
+                    await until(lambda: fake.identifies == 2 and fake.readies == 2, 30, "B's gateway session")
+                    assert lease(postgres_dsn) == (holder_id(b.state), 2)
+                    second = str((await fake.message(CHAN, "clankie, and now?", author_id=PERSON))["id"])
+                    await until(lambda: len(fake.posts_in(CHAN)) == 2, 30, "B's answer")
+                    assert [s.delivery_id for s in b.service.submits] == [second]
+
+                    # another tree takes the shard from B (as after a pause past its TTL): B must step back at once
+                    execute(postgres_dsn, "UPDATE clankie_shard_lease SET holder = 'elsewhere', epoch = epoch + 1, "
+                                          "expires_at = now() + interval '1 hour'")
+                    await until(lambda: "lease no longer ours" in b.log(), 30, "B's refused renew")
+                    await until(lambda: fake.gateway.shards() == [], 30, "B's gateway closed")
+                    gap = str((await fake.message(CHAN, "clankie, anyone?", author_id=PERSON))["id"])
+                    assert fake.identifies == 2
+
+                    execute(postgres_dsn, "UPDATE clankie_shard_lease SET holder = NULL, expires_at = '-infinity'")
+                    await until(lambda: len(fake.posts_in(CHAN)) == 3, 30, "the gap answered once the lease is free")
+                    assert (fake.identifies, fake.resumes) == (2, 1)  # B closed with 4000: its session RESUMEd, replayed
+                    assert [s.delivery_id for s in b.service.submits] == [second, gap]
+                    assert lease(postgres_dsn) == (holder_id(b.state), 4)
+
+                    b.proc.send_signal(signal.SIGTERM)  # a planned stop releases the lease: no TTL to wait out
+                    assert await b.proc.wait() == 0
+                    assert lease(postgres_dsn) == (None, 4)
+        finally:
+            await fake.close()
+
+    asyncio.run(main())
