@@ -59,6 +59,22 @@ class Fence:
     epoch: int
 
 
+class NotHeld(StaleEpoch):
+    """Raised for a write for a shard this tree does not hold a lease on (it never reaches the database)."""
+
+
+FenceFor = Callable[[str], Fence | None]
+"""A tree's view of its leases: the :class:`Fence` of a shard (by :func:`shard_name`) it serves, or None."""
+
+
+def held_fence(fence_for: FenceFor, shard: str) -> Fence:
+    """The fence to write ``shard`` with, or :class:`NotHeld` (not counted: the tree knew it could not write)."""
+    fence = fence_for(shard)
+    if fence is None:
+        raise NotHeld(f"shard {shard} is not held by this tree")
+    return fence
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseRow:
     """One shard's lease as the database sees it now: ``expires_in`` is seconds on its clock (negative: expired;
@@ -142,20 +158,31 @@ class PgLeases:
         commits with the check or not at all.
         """
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                """
-                SELECT 1 FROM clankie_shard_lease
-                WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
-                FOR KEY SHARE
-                """,
-                {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch},
-            )
+            cur = await conn.execute(FENCE_SQL, fence_params(fence))
             if await cur.fetchone() is None:
                 self.stale_writes += 1
-                METER.count(STALE_EPOCH_WRITES.of())
-                log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
-                raise StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
+                raise refused(fence)
             yield conn
+
+
+FENCE_SQL = b"""
+SELECT 1 FROM clankie_shard_lease
+WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
+FOR KEY SHARE
+"""
+"""The first statement of every fenced write's transaction: a row only while ``fence`` is the live lease."""
+
+
+def fence_params(fence: Fence) -> dict[str, object]:
+    """:data:`FENCE_SQL`'s parameters for ``fence``."""
+    return {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch}
+
+
+def refused(fence: Fence) -> StaleEpoch:
+    """A write with ``fence`` was refused by the database's check: counted, logged, the error to raise."""
+    METER.count(STALE_EPOCH_WRITES.of())
+    log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
+    return StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
 
 
 ROWS_SQL = b"""

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from clankie.clock import Clock
-from clankie.store.lane_ports import SEGMENT_SUFFIX, LaneTreeStore
+from clankie.store.lane_ports import SEGMENT_SUFFIX, LaneTreeStore, TreeUnreadable
 from service.agent.branch import SessionCorrupt, branch_of, live_branch, unfinished_tail
 from service.agent.branch import last_model as _last_model
 from service.agent.content import Message
@@ -130,7 +130,7 @@ class SessionTree:
             return cls.create(store, clock, retention)
         try:
             tree = cls._load(store, latest, clock, retention)
-        except SessionCorrupt as exc:
+        except TreeUnreadable as exc:  # SessionCorrupt is one
             broken = store.set_aside(latest)
             log.error("session %s is unreadable (%s): moved aside as %s; the lane starts cold", latest, exc, broken)
             return cls.create(store, clock, retention)

@@ -7,15 +7,20 @@ pool, the same tree still holding its leases).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from bridge.store_files import FileDedupe, FileGatewaySessions
 from clankie.store import database
 from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
+from clankie.store.lane_ports import LaneTreeStore
+from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.leases import Fence, PgLeases
-from clankie.store.ports import DedupeStore, GatewaySessionStore
+from clankie.store.ports import DedupeStore, GatewaySessionStore, Shard
+from service.agent.tree_files import FileLaneTree
+from service.captain.lanes.keys import CaptainPaths
 
 RETENTION = 3600.0
 SHARDS = ("0/1", "0/2", "1/2")
@@ -40,6 +45,12 @@ class FilesBackend:
         yield store
         await store.close()
 
+    @contextmanager
+    def lanes(self) -> Iterator[LaneStores]:
+        """Each lane's tree in ``<state>/captain/rooms/<quoted key>/``, as the captain keeps it today."""
+        paths = CaptainPaths.under(self.state_dir)
+        yield lambda key, shard: FileLaneTree(paths.room(key))
+
 
 class PostgresBackend:
     name = "postgres"
@@ -47,6 +58,7 @@ class PostgresBackend:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.fences: dict[str, Fence] = {}
+        self.lane_trees: PgLaneTrees | None = None  # the last opened, to read its count of stale writes
         database.prepare(dsn)
 
     @asynccontextmanager
@@ -77,5 +89,24 @@ class PostgresBackend:
             yield store
             await store.close()
 
+
+    @contextmanager
+    def lanes(self) -> Iterator[LaneStores]:
+        """Each lane's tree in the database (a new pool each time: a restart), written under this tree's leases."""
+        asyncio.run(self._hold())
+        pool = database.open_sync_pool(self.dsn, ttl=600.0)
+        try:
+            self.lane_trees = PgLaneTrees(pool, self.fences.get)
+            yield self.lane_trees.lane
+        finally:
+            pool.close()
+
+    async def _hold(self) -> None:
+        async with self.leases():
+            pass
+
+
+LaneStores = Callable[[str, Shard], LaneTreeStore]
+"""A lane's store by its key and the shard its room is on."""
 
 Backend = FilesBackend | PostgresBackend
