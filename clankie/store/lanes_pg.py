@@ -17,47 +17,26 @@ the caller's thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
 from psycopg.types.json import Json
 
-from clankie.store.database import SyncPool
 from clankie.store.lane_ports import SEGMENT_SUFFIX, Record, TreeUnreadable
-from clankie.store.leases import FENCE_SQL, FenceFor, fence_params, held_fence, refused, shard_name
+from clankie.store.leases import SyncFencing, shard_name
 from clankie.store.ports import Shard
 
 log = logging.getLogger(__name__)
-
-Connection = psycopg.Connection[tuple[object, ...]]
 
 
 class SegmentMissing(LookupError):
     """Raised for an append to a segment that is not in the database (the caller's tree is out of step)."""
 
 
-class PgLaneTrees:
+class PgLaneTrees(SyncFencing):
     """Every lane's session tree in one database, reached through ``pool``; counts the stale writes it refused."""
-
-    def __init__(self, pool: SyncPool, fence_for: FenceFor) -> None:
-        self.pool, self.fence_for = pool, fence_for
-        self.stale_writes = 0
 
     def lane(self, key: str, shard: Shard) -> PgLaneTree:
         """The store of lane ``key``, whose room is on ``shard`` (its writes carry that shard's fence)."""
         return PgLaneTree(self, key, shard_name(*shard))
-
-    @contextmanager
-    def fenced(self, shard: str) -> Iterator[tuple[Connection, int]]:
-        """A transaction for a write of ``shard``'s lanes, open only while this tree holds the shard's live lease;
-        yields the connection and the epoch the rows written are stamped with."""
-        fence = held_fence(self.fence_for, shard)
-        with self.pool.connection() as conn, conn.transaction():
-            if conn.execute(FENCE_SQL, fence_params(fence)).fetchone() is None:
-                self.stale_writes += 1
-                raise refused(fence)
-            yield conn, fence.epoch
 
 
 class PgLaneTree:

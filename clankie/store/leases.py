@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -35,19 +35,19 @@ import psycopg
 
 from clankie.clock import Clock
 from clankie.metrics import METER, STALE_EPOCH_WRITES
-from clankie.store.database import Pool
+from clankie.store.database import Pool, SyncPool
 from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
+from clankie.store.ports import StaleEpoch
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Fence", "FenceFor", "LeaseKeeper", "LeaseRow", "NotHeld", "PgLeases", "StaleEpoch", "SyncFencing", "shard_name"]
+
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
+SyncConnection = psycopg.Connection[tuple[object, ...]]
 T = TypeVar("T")
 TRANSIENT = (psycopg.Error, OSError, TimeoutError)
 """What a database call may fail with and be tried again: an error, a dropped connection, a timeout."""
-
-
-class StaleEpoch(Exception):
-    """Raised by a fenced write whose lease epoch is stale (another tree took the shard) or whose lease expired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +183,27 @@ def refused(fence: Fence) -> StaleEpoch:
     METER.count(STALE_EPOCH_WRITES.of())
     log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
     return StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
+
+
+class SyncFencing:
+    """:meth:`PgLeases.fenced` for synchronous adapters (a lane's session tree, the spend ledger), on a sync pool;
+    counts the stale writes it refused."""
+
+    def __init__(self, pool: SyncPool, fence_for: FenceFor) -> None:
+        self.pool, self.fence_for = pool, fence_for
+        self.stale_writes = 0
+
+    @contextmanager
+    def fenced(self, shard: str) -> Iterator[tuple[SyncConnection, int]]:
+        """A transaction for a write of ``shard``, open only while this tree holds the shard's live lease; yields the
+        connection and the epoch the rows written are stamped with. Raises :class:`NotHeld` (not counted) for a
+        shard this tree does not hold, :class:`StaleEpoch` (counted) when the database says the lease is not live."""
+        fence = held_fence(self.fence_for, shard)
+        with self.pool.connection() as conn, conn.transaction():
+            if conn.execute(FENCE_SQL, fence_params(fence)).fetchone() is None:
+                self.stale_writes += 1
+                raise refused(fence)
+            yield conn, fence.epoch
 
 
 ROWS_SQL = b"""

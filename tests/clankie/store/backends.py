@@ -19,8 +19,11 @@ from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.leases import Fence, PgLeases
 from clankie.store.ports import DedupeStore, GatewaySessionStore, Shard
+from clankie.store.spend_pg import PgSpendLedger
+from clankie.store.spend_ports import SpendLedgerStore
 from service.agent.tree_files import FileLaneTree
 from service.captain.lanes.keys import CaptainPaths
+from service.captain.spend.ledger_files import FileSpendLedger
 
 RETENTION = 3600.0
 SHARDS = ("0/1", "0/2", "1/2")
@@ -51,6 +54,11 @@ class FilesBackend:
         paths = CaptainPaths.under(self.state_dir)
         yield lambda key, shard: FileLaneTree(paths.room(key))
 
+    @contextmanager
+    def spend(self) -> Iterator[SpendLedgerStore]:
+        """The day files in ``<state>/captain/spend/``, where the service keeps them today."""
+        yield FileSpendLedger(CaptainPaths.under(self.state_dir).root / "spend")
+
 
 class PostgresBackend:
     name = "postgres"
@@ -59,6 +67,7 @@ class PostgresBackend:
         self.dsn = dsn
         self.fences: dict[str, Fence] = {}
         self.lane_trees: PgLaneTrees | None = None  # the last opened, to read its count of stale writes
+        self.spend_ledger: PgSpendLedger | None = None  # the same
         database.prepare(dsn)
 
     @asynccontextmanager
@@ -98,6 +107,17 @@ class PostgresBackend:
         try:
             self.lane_trees = PgLaneTrees(pool, self.fences.get)
             yield self.lane_trees.lane
+        finally:
+            pool.close()
+
+    @contextmanager
+    def spend(self) -> Iterator[SpendLedgerStore]:
+        """The ledger's rows (a new pool each time: a restart), lines about a shard written under this tree's lease."""
+        asyncio.run(self._hold())
+        pool = database.open_sync_pool(self.dsn, ttl=600.0)
+        try:
+            self.spend_ledger = PgSpendLedger(pool, self.fences.get)
+            yield self.spend_ledger
         finally:
             pool.close()
 
