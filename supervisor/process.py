@@ -165,6 +165,8 @@ class Child:
         """A one-shot pipe with the secrets this child's spec names and the settings hold, or None."""
         values = {}
         for name in self.spec.secrets:
+            if name == "postgres_dsn" and self.tree.settings.store != "postgres":
+                continue  # the files profile has no database: no child holds a DSN it may still find set
             secret = getattr(self.tree.settings, name, None)
             if secret is not None:
                 values[name] = secret.get_secret_value()

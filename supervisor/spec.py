@@ -47,8 +47,8 @@ def module_argv(module: str) -> tuple[str, ...]:
     return (sys.executable, "-m", module)
 
 
-SECRETS_OF = {"service": ("anthropic_api_key",), "bridge": ("discord_token",)}
-"""Which child needs which secret; every other child gets none."""
+SECRETS_OF = {"service": ("anthropic_api_key", "postgres_dsn"), "bridge": ("discord_token",)}
+"""Which child needs which secret; every other child gets none (``postgres_dsn`` only in the postgres profile)."""
 
 PASSTHROUGH_OF = {"service": SERVICE_PASSTHROUGH, "bridge": BRIDGE_PASSTHROUGH}
 

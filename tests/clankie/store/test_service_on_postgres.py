@@ -1,0 +1,53 @@
+"""The real service in the PostgreSQL profile (``CLANKIE_STORE=postgres``) against a real PostgreSQL: it takes its
+shard's lease, keeps each lane's session tree and its spend ledger in the database and nothing of them on disk, and
+a restarted service (nothing in memory, no files) answers with what the room told it before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+
+from clankie.store import database
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_anthropic import FakeAnthropic
+from tests.service.captain.harness import FakeBridge, msg, run, service
+
+
+def test_a_restarted_service_recalls_a_rooms_memory_from_postgresql(env: dict[str, str], postgres_dsn: str,
+                                                                    state_dir: Path) -> None:
+    database.prepare(postgres_dsn)  # what `clankie run` does before it starts any child
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn}
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            fake.script(fa.text("noted"), fa.text("it is 4711"))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                first = await bridge.submit(msg("m1", "remember: the door code is 4711"))
+                assert first.outcome == "settled"
+                with psycopg.connect(postgres_dsn) as conn:
+                    held = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+                assert app.pg is not None and held == (app.pg.holder, 1)  # the service holds its shard
+            async with service(pg_env, fake) as again:  # a new service: its lanes come back from the database only
+                bridge = FakeBridge()
+                await bridge.connect(again)
+                second = await bridge.submit(msg("m2", "what is the door code?"))
+                assert (second.outcome, second.text) == ("settled", "it is 4711")
+            asked = json.dumps(fake.requests[-1]["messages"])
+            assert "remember: the door code is 4711" in asked and "noted" in asked
+
+    run(body())
+    assert not (state_dir / "captain" / "rooms").exists(), "no lane's tree was written to the disk"
+    assert not (state_dir / "captain" / "spend").exists(), "no ledger line was written to the disk"
+    with psycopg.connect(postgres_dsn) as conn:
+        segments = conn.execute("SELECT lane, shard, written_epoch FROM clankie_lane_segment").fetchall()
+        calls = conn.execute("SELECT shard, written_epoch FROM clankie_spend_line "
+                             "WHERE record->>'kind' = 'call' ORDER BY id").fetchall()
+        lease = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+    assert {lane for lane, _, _ in segments} == {"rooms/discord%3Aclankie%3Adiscord%3A1%3A2"}
+    assert {shard for _, shard, _ in segments} == {"0/1"}
+    assert calls == [("0/1", 1), ("0/1", 2)]  # each service wrote under its own lease's epoch
+    assert lease == (None, 2), "a service that stops hands its shard back at once"
