@@ -14,6 +14,8 @@ from clankie.errors import EX_CONFIG, ConfigError
 from clankie.secrets import hand_over, receive
 from clankie.settings_routes import MAX_ROUTES
 from supervisor.environment import minimal
+from supervisor.process import handed_secrets
+from supervisor.spec import SECRETS_OF
 
 REPO = Path(__file__).resolve().parents[2]
 BACKUP = {"name": "backup", "kind": "anthropic", "base_url": "http://127.0.0.1:9/", "credential": "CLANKIE_BACKUP_KEY"}
@@ -100,3 +102,22 @@ def test_only_known_secrets_and_route_secrets_are_handed_over() -> None:
     """A field that is neither a known secret nor a route's is refused before any pipe is made."""
     with pytest.raises(ValueError):
         hand_over({"CLANKIE_BACKUP_KEY": "x"})
+
+
+DSN = "host=/run/postgresql dbname=clankie user=clankie password=pg-secret-77"
+
+
+def test_the_dsn_rides_the_service_pipe_in_the_postgres_profile_only() -> None:
+    """The service is handed the DSN on its secrets pipe when the store is PostgreSQL; the bridge never is; in the
+    files profile nobody is, though the variable is set; and the variable never reaches a child's environment."""
+    env = {"HOME": "/h", "CLANKIE_POSTGRES_DSN": DSN}
+    postgres = settings.load({**env, "CLANKIE_STORE": "postgres"})
+    files = settings.load(env)
+    assert handed_secrets(SECRETS_OF["service"], postgres) == {"postgres_dsn": DSN}
+    assert handed_secrets(SECRETS_OF["bridge"], postgres) == {}
+    assert handed_secrets(SECRETS_OF["service"], files) == {}
+    child = minimal({**env, "CLANKIE_STORE": "postgres"}, postgres)
+    assert "CLANKIE_POSTGRES_DSN" not in child and "pg-secret-77" not in json.dumps(child)
+    got = receive({**child, "CLANKIE_SECRETS_FD": str(hand_over({"postgres_dsn": DSN}))})
+    dsn = settings.load(got).postgres_dsn
+    assert dsn is not None and dsn.get_secret_value() == DSN
