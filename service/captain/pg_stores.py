@@ -32,7 +32,7 @@ from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.lease import Action, Kind
 from clankie.store.leases import Fence, LeaseKeeper, PgLeases, shard_name
 from clankie.store.spend_pg import PgSpendLedger
-from service.captain.lanes.keys import CaptainPaths, LanePlan
+from service.captain.lanes import CaptainPaths, LanePlan
 from service.captain.stores import Stores, room_shard
 
 log = logging.getLogger(__name__)

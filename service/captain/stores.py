@@ -18,7 +18,7 @@ from clankie.shards import DM_SHARD, shard_of
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.ports import Shard
 from clankie.store.spend_ports import SpendLedgerStore
-from service.captain.lanes.keys import CaptainPaths, LanePlan
+from service.captain.lanes import CaptainPaths, LanePlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,8 +143,8 @@ def test_in_postgres_a_tree_that_lost_the_rooms_shard_writes_none_of_its_spend(p
 
 
 def test_the_files_profile_never_loads_the_driver() -> None:
-    """The service's session trees and spend, as the default profile uses them, import no psycopg."""
-    code = ("import sys; import service.agent.session, service.captain.spend.spending, service.captain.lanes.registry; "
+    """The service, its session trees and its spend, as the default profile uses them, import no psycopg."""
+    code = ("import sys; import service.app, service.agent.session, service.captain.spend.spending; "
             "print('psycopg' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"
