@@ -1,13 +1,16 @@
 """The real service in the PostgreSQL profile (``CLANKIE_STORE=postgres``) against a real PostgreSQL: it takes its
 shard's lease, keeps each lane's session tree and its spend ledger in the database and nothing of them on disk, and
-a restarted service (nothing in memory, no files) answers with what the room told it before."""
+a restarted service (nothing in memory, no files) answers with what the room told it before; once another tree
+took the shard, it writes nothing more for it."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from clankie.store import database
 from clankie.testing import fake_anthropic as fa
@@ -51,3 +54,40 @@ def test_a_restarted_service_recalls_a_rooms_memory_from_postgresql(env: dict[st
     assert {shard for _, shard, _ in segments} == {"0/1"}
     assert calls == [("0/1", 1), ("0/1", 2)]  # each service wrote under its own lease's epoch
     assert lease == (None, 2), "a service that stops hands its shard back at once"
+
+
+def test_a_service_whose_shard_was_taken_writes_nothing_for_it(env: dict[str, str], postgres_dsn: str,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Once another tree holds the room's shard at a higher epoch, the service's next turn in that room is not
+    answered and leaves nothing in the database: the run's first append to the tree (the room's message) is refused
+    and counted, so the model is never asked and nothing is charged."""
+    database.prepare(postgres_dsn)
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn}
+
+    def rows() -> tuple[object, ...]:
+        with psycopg.connect(postgres_dsn) as conn:
+            found = conn.execute("SELECT (SELECT count(*) FROM clankie_lane_record), "
+                                 "(SELECT count(*) FROM clankie_spend_line)").fetchone()
+        assert found is not None
+        return tuple(found)
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            fake.script(fa.text("noted"), fa.text("never written"))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                assert (await bridge.submit(msg("m1", "remember: the door code is 4711"))).outcome == "settled"
+                before = rows()
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree B takes the shard over
+                    conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
+                                 "expires_at = now() + interval '1 minute' WHERE shard = '0/1'")
+                late = await bridge.submit(msg("m2", "what is the door code?"))
+                assert late.outcome != "settled" and late.text == ""
+                assert rows() == before
+                assert len(fake.requests) == 1
+                assert app.pg is not None and app.pg.lanes.stale_writes >= 1
+
+    with caplog.at_level(logging.WARNING):
+        run(body())
+    assert "no longer holds the room's shard" in caplog.text
