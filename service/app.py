@@ -185,6 +185,8 @@ class ServiceApp:
                 lane_store=stores.lane,
             )
         )
+        if self.pg is not None:
+            self.pg.on_lost = self.captain.stop_serving  # a lease lost drops that shard's lanes
         evidence = Evidence(paths.evidence, self.clock)
         self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs)
         self.server: ipc.Server | None = None

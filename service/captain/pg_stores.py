@@ -11,20 +11,25 @@ shard once before the service takes turns, then keeps renewing it. A lane's writ
 carry the fence of the room's shard: a shard this tree does not hold (another tree has it) is refused before the
 database (``NotHeld``), one whose lease went stale by the database's check (``StaleEpoch``, counted).
 
-Provisional, and said so in ``docs/multi-machine.md``: the service holds the leases itself until the bridge does
-(the gateway sessions are the bridge's), and a lease lost is only logged here: the lanes of that shard are not yet
-dropped from memory, so their next write is refused.
+A lease lost (``stop_serving``: the deadline passed without a renew, or another tree took the shard) is told to
+:attr:`PgStores.on_lost`, which the service points at the captain's ``stop_serving``: that shard's lanes are dropped from memory
+(their next message reopens them from the database, with whatever the other holder wrote). Provisional, and said so
+in ``docs/multi-machine.md``: the service holds the leases itself until the bridge does (the gateway sessions are
+the bridge's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
+from collections.abc import Callable
 
 from clankie.clock import Clock
+from clankie.protocol import Room
 from clankie.settings import Settings
 from clankie.store import database
 from clankie.store.lane_ports import LaneTreeStore
@@ -59,6 +64,7 @@ class PgStores:
         self._dsn = settings.postgres_dsn.get_secret_value()
         self._settings, self._paths, self.holder = settings, paths, holder
         self.keepers: dict[str, LeaseKeeper] = {}
+        self.on_lost: Callable[[Callable[[Room], bool]], int] | None = None  # drops the lanes of the rooms named
         self._tasks: list[asyncio.Task[None]] = []
         self._lease_pool: database.Pool | None = None
         self.pool = database.open_sync_pool(self._dsn, ttl=settings.lease_ttl_seconds)
@@ -88,15 +94,18 @@ class PgStores:
         leases = PgLeases(self._lease_pool)
         for shard in tree_shards(self._settings):
             keeper = LeaseKeeper(leases, shard, self.holder, clock, renew=self._settings.lease_renew_seconds,
-                                 ttl=self._settings.lease_ttl_seconds, on_action=self._on_action)
+                                 ttl=self._settings.lease_ttl_seconds,
+                                 on_action=functools.partial(self._on_action, shard))
             self.keepers[shard] = keeper
             await keeper.step()
         self._tasks = [asyncio.create_task(k.run(), name=f"lease-{k.shard}") for k in self.keepers.values()]
 
-    def _on_action(self, action: Action) -> None:
+    def _on_action(self, shard: str, action: Action) -> None:
         if action.kind is Kind.STOP_SERVING:
-            log.warning("lease lost (%s) at epoch %d: this tree's writes for that shard are refused from now on",
-                        action.reason, action.epoch)
+            count = self._settings.discord_shard_count
+            dropped = 0 if self.on_lost is None else self.on_lost(lambda room: shard_name(*room_shard(room, count)) == shard)
+            log.warning("shard %s: lease lost (%s) at epoch %d: %d lanes dropped, its writes refused from now on",
+                        shard, action.reason, action.epoch, dropped)
 
     async def close(self) -> None:
         """Stop renewing, give every shard back at once (a handback need not wait for the TTL), close the pools."""

@@ -254,6 +254,17 @@ class Captain:
         """Take a poison delivery's messages out of its room for good (:func:`service.captain.lanes.dropped.drop`)."""
         dropped.drop(self.registry, room, author, message_ids, delivery_id)
 
+    def stop_serving(self, lost: Callable[[Room], bool]) -> int:
+        """This tree no longer holds the shard of the rooms ``lost`` names (the PostgreSQL profile's lease): each of
+        their lanes is fed :class:`ShutDown`, so its machine aborts a live run and drops it; the room's next message
+        reopens its lane from the store, with whatever another holder wrote meanwhile. Returns how many were fed."""
+        fed = 0
+        for lane in list(self.lanes.values()):
+            if lane.plan.room is not None and lost(lane.plan.room):
+                lane.feed(ShutDown())
+                fed += 1
+        return fed
+
     async def aclose(self) -> None:
         """Abort every live run and close every session tree.
 
