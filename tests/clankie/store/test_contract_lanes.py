@@ -159,6 +159,7 @@ def test_a_lane_keeps_exactly_max_files_segments_at_the_bound(backend: Backend) 
 
 
 def test_old_segments_go_by_age_but_never_the_current_one(backend: Backend) -> None:
+    """A segment that stopped being written more than ``max_age_seconds`` ago goes; the current one stays."""
     clock = FakeClock()
     month = Retention(max_age_seconds=30 * DAY, max_files=50)
     with backend.lanes() as lanes:
@@ -171,6 +172,7 @@ def test_old_segments_go_by_age_but_never_the_current_one(backend: Backend) -> N
 
 
 def test_lanes_keep_their_own_trees(backend: Backend) -> None:
+    """Two rooms' lanes in one store never see each other's entries."""
     clock = FakeClock()
     with backend.lanes() as lanes:
         one = SessionTree.create(lanes(LANE, SHARD), clock)

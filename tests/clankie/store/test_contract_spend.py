@@ -73,6 +73,8 @@ def test_a_days_spend_per_room_and_person_adds_up_the_same_in_either_store(backe
 
 
 def test_a_restart_reads_todays_totals_back_with_raises_resets_and_notices_in_order(backend: Backend) -> None:
+    """A new process with nothing but the store gets today's totals, the reset taking off what came before it,
+    the raise and the notice."""
     with backend.spend() as store:
         ledger = Ledger(store, keep_days=8)
         ledger.append(DAY, _call(1.0, [TREE, ROOM], 150, 0.5), (0, 2))
@@ -89,6 +91,7 @@ def test_a_restart_reads_todays_totals_back_with_raises_resets_and_notices_in_or
 
 
 def test_days_stay_apart(backend: Backend) -> None:
+    """Yesterday's spend is not today's: a day is replayed from its own lines only."""
     with backend.spend() as store:
         ledger = Ledger(store, keep_days=8)
         ledger.append("2027-01-14", _call(1.0, [TREE, ROOM], 999, 1.0), (0, 2))
@@ -110,6 +113,7 @@ def test_the_ledger_keeps_exactly_keep_days_days(backend: Backend) -> None:
 
 
 def test_the_file_adapter_writes_the_files_the_service_reads_today(tmp_path: Path) -> None:
+    """Same place, same format, same mode: ``<state>/captain/spend/<day>.jsonl``, 0600, one JSON line per line."""
     with FilesBackend(tmp_path).spend() as store:
         Ledger(store, keep_days=8).append(DAY, _call(1.0, [TREE], 10, 0.01), (0, 1))
     path = tmp_path / "captain" / "spend" / f"{DAY}.jsonl"
