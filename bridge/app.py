@@ -366,14 +366,14 @@ class BridgeApp:
     async def _hold_leases(self) -> ShardLeases:
         """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
         every renew period) and a keeper for each shard this bridge runs."""
-        from bridge.shard_leases import ShardLeases, holder_id
+        from bridge.shard_leases import ShardLeases
         from clankie.store.database import open_pool
-        from clankie.store.leases import PgLeases
+        from clankie.store.leases import PgLeases, tree_holder
 
         s = self.settings
         assert s.postgres_dsn is not None  # the settings refuse postgres without one
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
-        return ShardLeases(PgLeases(self._pool), self.shard_keys, holder_id(s.state_dir), self.clock,
+        return ShardLeases(PgLeases(self._pool), self.shard_keys, tree_holder(s.state_dir), self.clock,
                            renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds)
 
     async def _gateway(self) -> None:

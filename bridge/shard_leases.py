@@ -9,19 +9,17 @@ one tree at a time through its fenced lease (:mod:`clankie.store.leases`, docs/m
 * :attr:`ShardLeases.lost`: one lease stopped being ours (its renew was refused, or its local deadline passed before
   the lease could expire on the database), so the gateway must close at once: another tree may be taking the shard.
 
-A tree is named on its leases by :func:`holder_id`: its host and its state directory. The same tree's next bridge
-(after a crash, a restart, a spare's take-over) is the same holder and takes its leases back at once with the next
-epoch (:meth:`clankie.store.leases.PgLeases.acquire`); another tree waits for the TTL. The gateway closes whole on a
-loss (every shard this process runs), a coarser step than one shard's session; docs/multi-machine.md says so.
+A tree is named on its leases by :func:`clankie.store.leases.tree_holder`: its host and its state directory. Its
+service keeps the same leases under the same name (for the writes of its lanes and its ledger); the tree's next
+bridge (after a crash, a spare's take-over) is the same holder and takes a live lease back at once, epoch unchanged
+(:meth:`clankie.store.leases.PgLeases.acquire`); another tree waits for the TTL. The gateway closes whole on a loss
+(every shard this process runs), a coarser step than one shard's session; docs/multi-machine.md says so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import socket
-from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.metrics import METER, SHARD_LEASES
@@ -29,15 +27,6 @@ from clankie.store.lease import Action, Kind
 from clankie.store.leases import LeaseKeeper, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
-
-HOLDER_HOST_CHARS = 64  # a host name is at most 64 bytes on Linux; the lease row keeps what fits
-
-
-def holder_id(state_dir: Path, host: str | None = None) -> str:
-    """``<host>:<8 hex digits of the state directory>``: two trees on one host differ, one tree's processes agree."""
-    name = (host if host is not None else socket.gethostname())[:HOLDER_HOST_CHARS]
-    return f"{name}:{hashlib.blake2b(str(state_dir.resolve()).encode(), digest_size=4).hexdigest()}"
-
 
 class ShardLeases:
     """The leases of the shards one bridge runs; ``keys`` are ``(shard id, count)``."""

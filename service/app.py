@@ -19,6 +19,7 @@ import functools
 import logging
 import socket
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from clankie import ipc, spend
 from clankie.child import tree_id
@@ -60,8 +61,12 @@ from service.captain.deliveries import DeliveryStore, Evidence
 from service.captain.lanes import Captain, CaptainDeps, CaptainPaths, count_disk_lanes
 from service.captain.service import TurnService
 from service.captain.spend import Spending, budget_key
+from service.captain.stores import file_stores
 from service.captain.tools import HostClient, ImportingClient
 from service.observability import PARTS
+
+if TYPE_CHECKING:  # imported at run time only in the postgres profile (the driver)
+    from service.captain.pg_stores import PgStores
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +161,15 @@ class ServiceApp:
         self.learned = Learned(paths.root, self.clock)  # each route's learned window, across restarts
         self.governor = self._governor(PRIMARY)
         self.routes = make_routes(settings, self.provider, self.governor, self._governor)
-        self.spending = Spending(settings, self.clock, paths.root)
+        self.pg: PgStores | None = None
+        if settings.store == "postgres":  # the driver is loaded only in this profile
+            from clankie.store.leases import tree_holder
+            from service.captain.pg_stores import PgStores
+            self.pg = PgStores(settings, paths, tree_holder(settings.state_dir))  # the bridge's name on them too
+            stores = self.pg.stores()
+        else:
+            stores = file_stores(paths, settings.discord_shard_count)
+        self.spending = Spending(settings, self.clock, paths.root, ledger=stores.ledger, shard=stores.shard)
         self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
                                    max_retained=settings.delivery_max_retained, tree=tree_id(self.environ))
         self.captain = Captain(
@@ -170,8 +183,11 @@ class ServiceApp:
                 governor=self.governor,
                 spending=self.spending,
                 routes=self.routes,
+                lane_store=stores.lane,
             )
         )
+        if self.pg is not None:
+            self.pg.on_lost = self.captain.stop_serving  # a lease lost drops that shard's lanes
         evidence = Evidence(paths.evidence, self.clock)
         self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs)
         self.server: ipc.Server | None = None
@@ -186,6 +202,8 @@ class ServiceApp:
 
     async def start(self, listener: socket.socket | None = None) -> None:
         """Serve turns: on ``listener`` (inherited from the supervisor) or on a socket bound here."""
+        if self.pg is not None:
+            await self.pg.hold(self.clock)  # this tree's shards, before a turn writes for one
         await asyncio.to_thread(self.spending.load)  # today's totals, before the first turn is taken
         pruned = self.store.prune()
         if pruned:
@@ -227,6 +245,8 @@ class ServiceApp:
             await self.routes.aclose()  # the primary's provider and every fallback's
         elif self.provider is not None:
             await self.provider.aclose()
+        if self.pg is not None:
+            await self.pg.close()  # the shards handed back at once
         telemetry.shutdown()  # the spans still batched go out now
 
     @functools.cached_property

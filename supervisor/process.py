@@ -37,6 +37,7 @@ from clankie.errors import ChannelBroken, ChannelClosed
 from clankie.protocol import Empty, Heartbeat, Stopping
 from clankie.router import Router, ignore
 from clankie.secrets import ROUTE_PREFIX, hand_over
+from clankie.settings import Settings
 from supervisor.environment import for_child
 from supervisor.lifecycle import OPERATOR, Action, Event, Exit, Lifecycle
 from supervisor.metrics import Lives
@@ -48,6 +49,19 @@ from supervisor.spec import ChildSpec
 from supervisor.watchdog import Liveness, StallWatchdog
 
 log = logging.getLogger(__name__)
+
+
+def handed_secrets(names: tuple[str, ...], settings: Settings) -> dict[str, str]:
+    """The secrets among ``names`` (a spec's) that the settings hold, by field. The DSN only in the postgres
+    profile: in the files profile no child holds a database's password it might find set."""
+    values = {}
+    for name in names:
+        if name == "postgres_dsn" and settings.store != "postgres":
+            continue
+        secret = getattr(settings, name, None)
+        if secret is not None:
+            values[name] = secret.get_secret_value()
+    return values
 
 
 class Child:
@@ -164,11 +178,7 @@ class Child:
 
     def _secrets_fd(self) -> int | None:
         """A one-shot pipe with the secrets this child's spec names and the settings hold, or None."""
-        values = {}
-        for name in self.spec.secrets:
-            secret = getattr(self.tree.settings, name, None)
-            if secret is not None:
-                values[name] = secret.get_secret_value()
+        values = handed_secrets(self.spec.secrets, self.tree.settings)
         if "anthropic_api_key" in self.spec.secrets:  # the model's child holds the fallback routes' secrets too
             settings = self.tree.settings
             for route in settings.model_routes:

@@ -48,7 +48,7 @@ def module_argv(module: str) -> tuple[str, ...]:
 
 
 SECRETS_OF = {"service": ("anthropic_api_key",), "bridge": ("discord_token",)}
-"""Which child needs which secret; every other child gets none."""
+"""Which child needs which secret; every other child gets none (the DSN: :data:`STORE_USERS`)."""
 
 STORE_USERS = ("service", "bridge")
 """The children that keep durable state: in the postgres profile they get the DSN on their pipe too (the hosts keep

@@ -10,24 +10,11 @@ of a shard it serves, or None (then the write is refused here, before the databa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from clankie.store.leases import Fence, PgLeases, StaleEpoch, shard_name
+from clankie.store.leases import FenceFor, NotHeld, PgLeases, shard_name
+from clankie.store.leases import held_fence as _fence
 from clankie.store.ports import SeenAs, SessionRecord, Shard, fingerprint_key
 
-
-class NotHeld(StaleEpoch):
-    """Raised for a write for a shard this tree does not hold a lease on (it never reaches the database)."""
-
-
-FenceFor = Callable[[str], Fence | None]
-
-
-def _fence(fence_for: FenceFor, shard: str) -> Fence:
-    fence = fence_for(shard)
-    if fence is None:
-        raise NotHeld(f"shard {shard} is not held by this tree")
-    return fence
+__all__ = ["FenceFor", "NotHeld", "PgDedupe", "PgGatewaySessions"]
 
 
 class PgDedupe:

@@ -6,7 +6,8 @@ schema newer than this tree knows. Every failure is one :class:`~clankie.errors.
 the database by :func:`~clankie.settings_store.describe_dsn`, never with its password: libpq's own words are kept
 only for their first line, and the password is cut out of them as well.
 
-:func:`open_pool` gives the async shells (leases, the adapters) an autocommit pool whose sessions cannot hold a lock
+:func:`open_pool` gives the async shells (leases, the adapters) an autocommit pool (:func:`open_sync_pool` the
+synchronous ones, the lanes' session trees) whose sessions cannot hold a lock
 across a pause: ``idle_in_transaction_session_timeout`` ends the session of a client stopped inside a transaction
 (a SIGSTOPped tree holding a lease row's share lock would otherwise block the takeover until TCP noticed, hours),
 and ``lock_timeout`` keeps a statement from waiting longer than a lease's life.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from clankie.errors import ConfigError
 from clankie.settings_store import describe_dsn, parse_dsn
@@ -79,4 +80,24 @@ async def open_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 
         kwargs={"connect_timeout": CONNECT_TIMEOUT},
     )
     await pool.open(wait=wait, timeout=CONNECT_TIMEOUT * 2)
+    return pool
+
+
+SyncPool = ConnectionPool[psycopg.Connection[tuple[object, ...]]]
+
+
+def open_sync_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 2) -> SyncPool:
+    """:func:`open_pool` for synchronous callers (a lane's session tree appends between two awaits): the same
+    autocommit sessions with the same timeouts."""
+    statements = session_settings(ttl)
+
+    def configure(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        conn.autocommit = True
+        conn.execute(statements)
+
+    pool: SyncPool = ConnectionPool(
+        dsn, min_size=min_size, max_size=max_size, configure=configure, open=False, name="clankie-sync",
+        kwargs={"connect_timeout": CONNECT_TIMEOUT},
+    )
+    pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
     return pool

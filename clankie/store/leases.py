@@ -25,29 +25,32 @@ says it is, and stops serving at its next step instead of believing the seconds 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import psycopg
 
 from clankie.clock import Clock
 from clankie.metrics import METER, STALE_EPOCH_WRITES
-from clankie.store.database import Pool
+from clankie.store.database import Pool, SyncPool
 from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
+from clankie.store.ports import StaleEpoch
 
 log = logging.getLogger(__name__)
 
+__all__ = ["Fence", "FenceFor", "LeaseKeeper", "LeaseRow", "NotHeld", "PgLeases", "StaleEpoch", "SyncFencing", "shard_name", "tree_holder"]
+
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
+SyncConnection = psycopg.Connection[tuple[object, ...]]
 T = TypeVar("T")
 TRANSIENT = (psycopg.Error, OSError, TimeoutError)
 """What a database call may fail with and be tried again: an error, a dropped connection, a timeout."""
-
-
-class StaleEpoch(Exception):
-    """Raised by a fenced write whose lease epoch is stale (another tree took the shard) or whose lease expired."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,22 @@ class Fence:
     epoch: int
 
 
+class NotHeld(StaleEpoch):
+    """Raised for a write for a shard this tree does not hold a lease on (it never reaches the database)."""
+
+
+FenceFor = Callable[[str], Fence | None]
+"""A tree's view of its leases: the :class:`Fence` of a shard (by :func:`shard_name`) it serves, or None."""
+
+
+def held_fence(fence_for: FenceFor, shard: str) -> Fence:
+    """The fence to write ``shard`` with, or :class:`NotHeld` (not counted: the tree knew it could not write)."""
+    fence = fence_for(shard)
+    if fence is None:
+        raise NotHeld(f"shard {shard} is not held by this tree")
+    return fence
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseRow:
     """One shard's lease as the database sees it now: ``expires_in`` is seconds on its clock (negative: expired;
@@ -68,6 +87,16 @@ class LeaseRow:
     holder: str | None
     epoch: int
     expires_in: float
+
+
+HOLDER_HOST_CHARS = 64  # a host name is at most 64 bytes on Linux
+
+
+def tree_holder(state_dir: Path, host: str | None = None) -> str:
+    """A tree's name on its leases, ``<host>:<8 hex digits of its state directory>``: two trees on one host differ;
+    one tree's service and bridge, and their next processes, agree (docs/multi-machine.md, "Leases")."""
+    name = (host if host is not None else socket.gethostname())[:HOLDER_HOST_CHARS]
+    return f"{name}:{hashlib.blake2b(str(state_dir.resolve()).encode(), digest_size=4).hexdigest()}"
 
 
 def shard_name(shard_id: int, count: int) -> str:
@@ -85,9 +114,10 @@ class PgLeases:
         self.stale_writes = 0
 
     async def acquire(self, shard: str, holder: str, ttl: float) -> int | None:
-        """Take ``shard`` if it is free, expired or already ``holder``'s: the new epoch, or None while another tree
-        holds it. A holder taking its own lease again is the same tree's next process (a restarted bridge): it need
-        not wait out the TTL, and the raised epoch fences whatever its predecessor still had in flight.
+        """Take ``shard`` if it is free, expired or already ``holder``'s: its epoch, or None while another tree holds
+        it. A free or expired lease is taken with the next epoch. One still live under ``holder`` is this tree's own
+        (its service and its bridge both keep the tree's leases, and its next process after a crash takes them at
+        once, not after the TTL): its expiry is extended and its epoch kept, so the tree's other writers go on.
 
         The row is locked ``FOR UPDATE`` first: that waits for every fenced write in flight (each holds the row
         ``FOR KEY SHARE``), so no write with the old epoch can commit after the new epoch is granted.
@@ -98,8 +128,9 @@ class PgLeases:
             cur = await conn.execute(
                 """
                 UPDATE clankie_shard_lease
-                SET holder = %(holder)s, epoch = epoch + 1, expires_at = now() + make_interval(secs => %(ttl)s),
-                    acquired_at = now(), renewed_at = now()
+                SET epoch = CASE WHEN holder = %(holder)s AND expires_at > now() THEN epoch ELSE epoch + 1 END,
+                    acquired_at = CASE WHEN holder = %(holder)s AND expires_at > now() THEN acquired_at ELSE now() END,
+                    holder = %(holder)s, expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now()
                 WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now() OR holder = %(holder)s)
                 RETURNING epoch
                 """,
@@ -144,20 +175,52 @@ class PgLeases:
         commits with the check or not at all.
         """
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(
-                """
-                SELECT 1 FROM clankie_shard_lease
-                WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
-                FOR KEY SHARE
-                """,
-                {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch},
-            )
+            cur = await conn.execute(FENCE_SQL, fence_params(fence))
             if await cur.fetchone() is None:
                 self.stale_writes += 1
-                METER.count(STALE_EPOCH_WRITES.of())
-                log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
-                raise StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
+                raise refused(fence)
             yield conn
+
+
+FENCE_SQL = b"""
+SELECT 1 FROM clankie_shard_lease
+WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
+FOR KEY SHARE
+"""
+"""The first statement of every fenced write's transaction: a row only while ``fence`` is the live lease."""
+
+
+def fence_params(fence: Fence) -> dict[str, object]:
+    """:data:`FENCE_SQL`'s parameters for ``fence``."""
+    return {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch}
+
+
+def refused(fence: Fence) -> StaleEpoch:
+    """A write with ``fence`` was refused by the database's check: counted, logged, the error to raise."""
+    METER.count(STALE_EPOCH_WRITES.of())
+    log.warning("refused a write for shard %s at stale epoch %d", fence.shard, fence.epoch)
+    return StaleEpoch(f"shard {fence.shard}: epoch {fence.epoch} is not the live lease")
+
+
+class SyncFencing:
+    """:meth:`PgLeases.fenced` for synchronous adapters (a lane's session tree, the spend ledger), on a sync pool;
+    counts the stale writes it refused."""
+
+    def __init__(self, pool: SyncPool, fence_for: FenceFor) -> None:
+        self.pool, self.fence_for = pool, fence_for
+        self.stale_writes = 0
+
+    @contextmanager
+    def fenced(self, shard: str) -> Iterator[tuple[SyncConnection, int]]:
+        """A transaction for a write of ``shard``, open only while this tree holds the shard's live lease; yields the
+        connection and the epoch the rows written are stamped with. Raises :class:`NotHeld` (not counted) for a
+        shard this tree does not hold, :class:`StaleEpoch` (counted) when the database says the lease is not live."""
+        fence = held_fence(self.fence_for, shard)
+        with self.pool.connection() as conn, conn.transaction():
+            if conn.execute(FENCE_SQL, fence_params(fence)).fetchone() is None:
+                self.stale_writes += 1
+                raise refused(fence)
+            yield conn, fence.epoch
 
 
 ROWS_SQL = b"""

@@ -26,6 +26,13 @@ Shard = tuple[int, int]
 """(shard id, shard count); an unsharded bot is (0, 1)."""
 
 
+class StaleEpoch(Exception):
+    """Raised by a fenced write whose lease epoch is stale (another tree took the shard) or whose lease expired.
+
+    Defined here, with the ports, so that a caller can tell it apart without loading the driver
+    (:mod:`clankie.store.leases` raises it)."""
+
+
 def fingerprint_key(fingerprint: str) -> int:
     """64 bits of a body's fingerprint as a signed integer (a PostgreSQL ``bigint``); the file adapter keeps the
     same 64 bits unsigned (:func:`bridge.dedupe.fp_key`)."""

@@ -1,21 +1,17 @@
-"""One session file's branch: reading it from disk, the part of it the next request needs, and a dead run's tail.
+"""One session segment's branch: its path from the records its store read, the part the next request needs, a dead run's tail.
 
-A file is one branch: its path runs from the last line back along
-``parent_id``; lines off that path (a tail cut by :func:`unfinished_tail`'s
-caller, half a line a crash tore) are ignored. Everything here but
-:func:`load` is pure.
+A segment (a file, or rows: :mod:`clankie.store.lane_ports`) is one branch: its path runs from the last entry back
+along ``parent_id``; entries off that path (a tail cut by :func:`unfinished_tail`'s caller, half a line a crash tore)
+are ignored. Everything here is pure: reading the records is the store's job.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from clankie.errors import ClankieError
+from clankie.store.lane_ports import TreeUnreadable
 from service.agent.transcript import Entry
 
 log = logging.getLogger(__name__)
@@ -23,7 +19,7 @@ log = logging.getLogger(__name__)
 RUN_END = "run_end"  # the custom entry the agent writes as a run ends, whatever the outcome
 
 
-class SessionCorrupt(ClankieError):
+class SessionCorrupt(ClankieError, TreeUnreadable):
     """Raised when a session file has no readable header: it is not a session tree."""
 
 
@@ -62,21 +58,14 @@ def _is_run_end(entry: Entry) -> bool:
     return entry["type"] == "custom" and entry.get("custom_type") == RUN_END
 
 
-def load(path: Path) -> tuple[dict[str, Any], list[Entry]]:
-    """The header and the root→leaf path of ``path`` (a file is one branch; branches elsewhere are ignored)."""
-    data = path.read_bytes()
-    complete_end = data.rfind(b"\n") + 1
-    lines = list(_parse(path, data[:complete_end]))
-    if not lines or lines[0].get("type") != "session":  # checked first: a broken file is kept as it was
-        raise SessionCorrupt(f"{path.name} has no session header")
-    if complete_end < len(data):
-        log.warning("session %s: dropping a torn last line (%d bytes)", path.name, len(data) - complete_end)
-        with path.open("r+b") as f:
-            f.truncate(complete_end)
-            os.fsync(f.fileno())
-    entries = [e for e in lines[1:] if isinstance(e.get("id"), str) and isinstance(e.get("type"), str)]
-    if len(entries) < len(lines) - 1:
-        log.warning("session %s: skipping %d lines without an id or type", path.name, len(lines) - 1 - len(entries))
+def branch_of(records: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], list[Entry]]:
+    """The header and the root→leaf path of segment ``name``'s ``records`` (as its store read them, header first; a
+    segment is one branch, branches elsewhere are ignored). Raises :class:`SessionCorrupt` without a header."""
+    if not records or records[0].get("type") != "session":
+        raise SessionCorrupt(f"{name} has no session header")
+    entries = [e for e in records[1:] if isinstance(e.get("id"), str) and isinstance(e.get("type"), str)]
+    if len(entries) < len(records) - 1:
+        log.warning("session %s: skipping %d lines without an id or type", name, len(records) - 1 - len(entries))
     by_id = {e["id"]: e for e in entries}
     branch: list[Entry] = []
     current = entries[-1]["id"] if entries else None
@@ -87,17 +76,4 @@ def load(path: Path) -> tuple[dict[str, Any], list[Entry]]:
         branch.append(entry)
         current = entry.get("parent_id")
     branch.reverse()
-    return lines[0], branch
-
-
-def _parse(path: Path, data: bytes) -> Iterator[dict[str, Any]]:
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("session %s: skipping unreadable line %d", path.name, number)
-            continue
-        if isinstance(obj, dict):
-            yield obj
+    return records[0], branch

@@ -7,24 +7,22 @@ age is the time since the next file started (when it stopped being written),
 so no file-system time is mixed with the clock. Files older than
 ``max_age_seconds`` go, and beyond ``max_files`` the oldest go. The current
 file is never deleted; names that carry no stamp are left alone. :func:`choose` is the pure rule (names and
-``now`` in, names out); :func:`prune` is the thin shell that lists the directory and deletes.
+``now`` in, names out); :func:`prune` is the thin shell that lists the directory and deletes (through the file adapter,
+:mod:`service.agent.tree_files`; a session tree asks its own store, files or rows).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+from service.agent.tree_files import FileLaneTree
 
 DAY = 86_400.0
 STAMP = "%Y%m%dT%H%M%S%fZ"  # the stamp that starts a session file's name
 _STAMPED = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{6})Z_")
-KINDS = (".jsonl", ".broken", ".partial")  # every name a lane directory's session files may carry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,19 +66,5 @@ def choose(names: list[str], current: str, now: float, retention: Retention) -> 
 
 def prune(directory: Path, current: str, now: float, retention: Retention) -> list[str]:
     """Delete what :func:`choose` picks in ``directory``; returns the names deleted."""
-    try:
-        names = [name for name in os.listdir(directory) if name.endswith(KINDS)]
-    except OSError as exc:
-        log.warning("session retention: cannot list %s: %s", directory, exc.strerror)
-        return []
-    deleted: list[str] = []
-    for name in choose(names, current, now, retention):
-        try:
-            (directory / name).unlink()
-        except OSError as exc:
-            log.warning("session retention: cannot delete %s: %s", name, exc.strerror)
-            continue
-        deleted.append(name)
-    if deleted:
-        log.info("session retention: deleted %d old session files in %s", len(deleted), directory.name)
-    return deleted
+    store = FileLaneTree(directory)
+    return store.delete(choose(store.names(), current, now, retention))

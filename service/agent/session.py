@@ -1,9 +1,10 @@
-"""Durable session trees: append-only JSONL files, one lane's conversation, bounded in memory.
+"""Durable session trees: one lane's conversation, append-only, kept behind a store, bounded in memory.
 
-Line 1 of a file is a header (``type: "session"``, ``previous``: the file this
-one continues, ``model``: the model in use when it started); every later line
-is an entry with ``id``, ``parent_id``, ``type`` and an ISO ``timestamp``.
-Entry types:
+A tree is a chain of segments in a :class:`~clankie.store.lane_ports.LaneTreeStore`: the files of a lane's
+directory (:class:`~service.agent.tree_files.FileLaneTree`, the default profile) or rows in PostgreSQL
+(:mod:`clankie.store.lanes_pg`). A segment's first record is a header (``type: "session"``, ``previous``: the
+segment this one continues, ``model``: the model in use when it started); every later record is an entry with
+``id``, ``parent_id``, ``type`` and an ISO ``timestamp``. Entry types:
 
 ``message``       a conversation message (``message``), assistant ones with ``usage``/``stop_reason``
 ``model_change``  the model used from here on (``model``)
@@ -13,29 +14,24 @@ Entry types:
 
 **Memory.** A tree holds only the branch its next request needs: the entries
 from the last compaction's first kept entry to the leaf, plus its header and
-the current model. Older entries are on disk only.
+the current model. Older entries are in the store only.
 
 **Continuation.** At a compaction (:meth:`SessionTree.continue_with`) a new
-file is started: header naming the old one, the kept tail copied (without
-``usage``, so spend is counted once), then the compaction entry. It is
-written whole as ``<name>.partial``, fsynced and renamed, so a crash leaves
-either the old file current or the new one complete. Old files are pruned by
-:mod:`service.agent.retention`.
+segment is started: header naming the old one, the kept tail copied (without
+``usage``, so spend is counted once), then the compaction entry, written all
+or nothing. Old segments are pruned by the rule of :mod:`service.agent.retention`
+(by age and by count: the lane's bound on its tree).
 
-**Writing.** The file is not held open: each line is one open–append–close on
-``O_APPEND`` (:func:`clankie.appender.append_once`: a short write is continued,
-a failed one is cut back and raises ``OSError``); :meth:`sync` hands an fsync
-to the sync threads (:func:`clankie.disksync.sync_path_later`) at turn boundaries. Open descriptors therefore do
-not grow with the number of lanes.
+**Writing.** Each entry is one append to the store; :meth:`sync` asks the store to make them durable at turn
+boundaries (the file adapter hands an fsync to the sync threads).
 
 **A run that never ended** (its process died) is cut off the live branch
 when the lane is next opened (:meth:`SessionTree.drop_unfinished`): the
-branch continues from before its messages, in the same file.
+branch continues from before its messages, in the same segment.
 
-**Loading.** A torn last line (a crash mid-append) is cut off with a warning;
-unreadable complete lines and lines that are not entries are skipped with a
-warning. A file with no readable header raises :class:`SessionCorrupt`;
-:meth:`SessionTree.open_latest` moves such a file aside as ``.broken`` and
+**Loading.** The store returns a segment's records (the file adapter cuts a torn last line and skips unreadable
+ones, with warnings); entries without an id or type are skipped with a warning. A segment with no readable header
+raises :class:`SessionCorrupt`; :meth:`SessionTree.open_latest` sets it aside (a file becomes ``.broken``) and
 starts a new, empty tree (the lane starts cold).
 """
 
@@ -43,47 +39,50 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import secrets
 import uuid
 from pathlib import Path
 from typing import Any
 
-from clankie.appender import append_once
 from clankie.clock import Clock
-from clankie.disksync import sync_dir_later, sync_path_later
-from clankie.jsonl import encode_line, write_all
-from clankie.paths import make_private_dirs
-from service.agent.branch import SessionCorrupt, live_branch, load, unfinished_tail
+from clankie.store.lane_ports import SEGMENT_SUFFIX, LaneTreeStore, TreeUnreadable
+from service.agent.branch import SessionCorrupt, branch_of, live_branch, unfinished_tail
 from service.agent.branch import last_model as _last_model
 from service.agent.content import Message
-from service.agent.retention import STAMP, Retention, prune, stamp_of
+from service.agent.retention import STAMP, Retention, choose, stamp_of
 from service.agent.transcript import Entry, context_messages
+from service.agent.tree_files import FileLaneTree
 
 __all__ = ["SessionCorrupt", "SessionTree", "latest_session"]
 
 log = logging.getLogger(__name__)
 
 VERSION = 1
-SUFFIX = ".jsonl"
 
 
 def _iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat(timespec="milliseconds")
 
 
+def _store(where: Path | LaneTreeStore) -> LaneTreeStore:
+    """A directory means today's files."""
+    return FileLaneTree(where) if isinstance(where, Path) else where
+
+
 class SessionTree:
-    """One lane's current session file: the live branch in memory, lines appended to disk."""
+    """One lane's current segment: the live branch in memory, entries appended to the store."""
 
     def __init__(
         self,
-        path: Path,
+        store: LaneTreeStore,
+        name: str,
         header: dict[str, Any],
         entries: list[Entry],
         clock: Clock,
         retention: Retention | None = None,
     ) -> None:
-        self.path = path
+        self.store = store
+        self.name = name
         self.header = header
         self._clock = clock
         self._retention = retention or Retention()
@@ -92,58 +91,64 @@ class SessionTree:
         self._by_id = {e["id"]: e for e in self._entries}
         self._leaf: str | None = entries[-1]["id"] if entries else None
         self._closed = False
-        self._dirty = False  # lines written since the last sync was handed off
-        self._torn = False  # a failed write may have left half a line at the end of the file
+        self._dirty = False  # entries written since the last sync was asked for
 
     # -- opening -------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
-        """Start a new, empty session tree in ``directory`` (then prune the directory's old files)."""
-        make_private_dirs(directory)
-        path, header = _new_file(directory, clock.wall(), previous=None, model=None)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            write_all(fd, encode_line(header))
-        finally:
-            os.close(fd)
-        log.info("created session %s", path.name)
-        tree = cls(path, header, [], clock, retention)
-        tree._dirty = True  # the header's fsync goes with the first sync
+    def create(cls, where: Path | LaneTreeStore, clock: Clock, retention: Retention | None = None) -> SessionTree:
+        """Start a new, empty session tree in ``where`` (a directory: files), then prune the lane's old segments."""
+        store = _store(where)
+        name, header = _new_segment(store, clock.wall(), previous=None, model=None)
+        store.create(name, header)
+        log.info("created session %s", name)
+        tree = cls(store, name, header, [], clock, retention)
+        tree._dirty = True  # the header's sync goes with the first sync
         tree.prune()
         return tree
 
     @classmethod
     def open(cls, path: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
         """Load an existing session file, cutting off a torn last line (raises :class:`SessionCorrupt`)."""
-        header, entries = load(path)
-        return cls(path, header, entries, clock, retention)
+        return cls._load(FileLaneTree(path.parent), path.name, clock, retention)
 
     @classmethod
-    def open_latest(cls, directory: Path, clock: Clock, retention: Retention | None = None) -> SessionTree:
-        """Resume the most recent session tree in ``directory``, or create one.
+    def _load(cls, store: LaneTreeStore, name: str, clock: Clock, retention: Retention | None) -> SessionTree:
+        header, entries = branch_of(store.read(name), name)
+        return cls(store, name, header, entries, clock, retention)
 
-        A file without a readable header is renamed ``<name>.broken`` and a new
-        tree is started: the lane comes back cold instead of failing.
+    @classmethod
+    def open_latest(cls, where: Path | LaneTreeStore, clock: Clock, retention: Retention | None = None) -> SessionTree:
+        """Resume the most recent session tree in ``where``, or create one.
+
+        A segment without a readable header is set aside (a file is renamed
+        ``<name>.broken``) and a new tree is started: the lane comes back cold instead of failing.
         """
-        latest = latest_session(directory)
+        store = _store(where)
+        latest = store.newest()
         if latest is None:
-            return cls.create(directory, clock, retention)
+            return cls.create(store, clock, retention)
         try:
-            tree = cls.open(latest, clock, retention)
-        except SessionCorrupt as exc:
-            broken = latest.with_name(latest.name + ".broken")
-            os.replace(latest, broken)
-            log.error("session %s is unreadable (%s): moved aside as %s; the lane starts cold", latest.name, exc, broken.name)
-            return cls.create(directory, clock, retention)
+            tree = cls._load(store, latest, clock, retention)
+        except TreeUnreadable as exc:  # SessionCorrupt is one
+            broken = store.set_aside(latest)
+            log.error("session %s is unreadable (%s): moved aside as %s; the lane starts cold", latest, exc, broken)
+            return cls.create(store, clock, retention)
         tree.prune()
         return tree
 
     def close(self) -> None:
-        """Hand the last fsync to the sync threads; the tree is read-only afterwards."""
+        """Ask for the last sync; the tree is read-only afterwards."""
         if not self._closed:
             self.sync()
             self._closed = True
+
+    @property
+    def path(self) -> Path:
+        """The current segment's file (the file adapter only: raises TypeError for a tree kept elsewhere)."""
+        if not isinstance(self.store, FileLaneTree):
+            raise TypeError(f"session {self.name} is not kept in a file")
+        return self.store.path(self.name)
 
     # -- reading -------------------------------------------------------------
 
@@ -187,13 +192,7 @@ class SessionTree:
         if self._closed:
             raise ValueError("session tree is closed")
         entry = self._entry(entry_type, fields)
-        line = encode_line(entry)
-        try:
-            append_once(self.path, b"\n" + line if self._torn else line, create=False)  # created with its header
-        except OSError:
-            self._torn = True  # the next line starts fresh; this half one is skipped on load
-            raise
-        self._torn = False
+        self.store.append(self.name, entry)
         self._dirty = True
         self._adopt(entry)
         return entry
@@ -227,16 +226,15 @@ class SessionTree:
         if first is None:
             raise ValueError("first_kept_id is not on the live branch")
         carried = [{k: v for k, v in e.items() if k != "usage"} for e in self._entries[first:]]
-        directory = self.path.parent
-        path, header = _new_file(directory, self._clock.wall(), previous=self.path.name, model=self._model)
+        name, header = _new_segment(self.store, self._clock.wall(), previous=self.name, model=self._model)
         try:
-            _write_whole(path, [header, *carried, entry])
+            self.store.write_whole(name, [header, *carried, entry])
         except OSError as exc:
-            log.warning("session %s: cannot start a new file (%s); compacting in place", self.path.name, exc.strerror)
+            log.warning("session %s: cannot start a new file (%s); compacting in place", self.name, exc.strerror)
             return self.append("compaction", **compaction)
         self.sync()
-        log.info("session %s continues %s (%d entries carried)", path.name, self.path.name, len(carried))
-        self.path, self.header = path, header
+        log.info("session %s continues %s (%d entries carried)", name, self.name, len(carried))
+        self.name, self.header = name, header
         self._entries = carried
         self._by_id = {e["id"]: e for e in carried}
         self._dirty = False
@@ -268,19 +266,20 @@ class SessionTree:
             self.append(entry["type"], **{k: v for k, v in entry.items() if k not in ("type", "id", "parent_id", "usage")})
         cut = len(tail) - len(kept)
         self.append_custom("cut", {"messages": cut})
-        log.info("session %s: cut %d messages of a run that never ended", self.path.name, cut)
+        log.info("session %s: cut %d messages of a run that never ended", self.name, cut)
         return cut
 
     def sync(self) -> None:
-        """Make every appended line durable soon, off the event loop (called at turn boundaries)."""
+        """Make every appended entry durable soon, off the event loop (called at turn boundaries)."""
         if not self._dirty:
             return
         self._dirty = False
-        sync_path_later(self.path)  # opened on the sync thread: no descriptor waits in the queue
+        self.store.sync(self.name)
 
     def prune(self) -> list[str]:
-        """Delete this lane's session files past the retention bounds (never the current one)."""
-        return prune(self.path.parent, self.path.name, self._clock.wall(), self._retention)
+        """Delete this lane's segments past the retention bounds (never the current one)."""
+        doomed = choose(self.store.names(), self.name, self._clock.wall(), self._retention)
+        return self.store.delete(doomed) if doomed else []
 
     def _entry(self, entry_type: str, fields: dict[str, Any]) -> Entry:
         return {
@@ -312,17 +311,15 @@ class SessionTree:
 
 def latest_session(directory: Path) -> Path | None:
     """The newest session file in ``directory`` by its timestamped name, if any."""
-    if not directory.is_dir():
-        return None
-    files = sorted(p for p in directory.iterdir() if p.suffix == SUFFIX and p.is_file())
-    return files[-1] if files else None
+    name = FileLaneTree(directory).newest()
+    return None if name is None else directory / name
 
 
-def _new_file(directory: Path, now: float, *, previous: str | None, model: str | None) -> tuple[Path, dict[str, Any]]:
-    """A fresh file name that sorts after every session file in ``directory``, and its header."""
-    latest = latest_session(directory)
+def _new_segment(store: LaneTreeStore, now: float, *, previous: str | None, model: str | None) -> tuple[str, dict[str, Any]]:
+    """A fresh segment name that sorts after every segment of ``store``, and its header."""
+    latest = store.newest()
     if latest is not None:
-        stamp = stamp_of(latest.name)
+        stamp = stamp_of(latest)
         if stamp is not None:
             now = max(now, stamp + 1e-6)  # a clock that stood still or stepped back
     session_id = uuid.uuid4().hex
@@ -332,21 +329,4 @@ def _new_file(directory: Path, now: float, *, previous: str | None, model: str |
         header["previous"] = previous
     if model is not None:
         header["model"] = model
-    return directory / f"{name}_{session_id[:8]}{SUFFIX}", header
-
-
-def _write_whole(path: Path, records: list[dict[str, Any]]) -> None:
-    """Write ``records`` to ``<path>.partial``, fsync, rename to ``path`` (all or nothing)."""
-    partial = path.with_name(path.name + ".partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        try:
-            write_all(fd, b"".join(encode_line(r) for r in records))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(partial, path)
-    except OSError:
-        partial.unlink(missing_ok=True)
-        raise
-    sync_dir_later(path.parent)
+    return f"{name}_{session_id[:8]}{SEGMENT_SUFFIX}", header

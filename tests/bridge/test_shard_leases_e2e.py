@@ -23,9 +23,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from bridge.shard_leases import holder_id
 from clankie import paths
 from clankie.store import database
+from clankie.store.leases import tree_holder as holder_id
 from clankie.testing.fake_discord import FakeDiscord
 from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService
 from tests.polling import until

@@ -14,6 +14,8 @@ from clankie.errors import EX_CONFIG, ConfigError
 from clankie.secrets import hand_over, receive
 from clankie.settings_routes import MAX_ROUTES
 from supervisor.environment import minimal
+from supervisor.process import handed_secrets
+from supervisor.spec import default_specs
 
 REPO = Path(__file__).resolve().parents[2]
 BACKUP = {"name": "backup", "kind": "anthropic", "base_url": "http://127.0.0.1:9/", "credential": "CLANKIE_BACKUP_KEY"}
@@ -100,3 +102,26 @@ def test_only_known_secrets_and_route_secrets_are_handed_over() -> None:
     """A field that is neither a known secret nor a route's is refused before any pipe is made."""
     with pytest.raises(ValueError):
         hand_over({"CLANKIE_BACKUP_KEY": "x"})
+
+
+DSN = "host=/run/postgresql dbname=clankie user=clankie password=pg-secret-77"
+
+
+def test_the_dsn_rides_the_service_and_bridge_pipes_in_the_postgres_profile_only() -> None:
+    """The service and the bridge are handed the DSN on their secrets pipes when the store is PostgreSQL; the hosts
+    never are; in the files profile nobody is, though the variable is set (a spec naming it gets nothing either);
+    and the variable never reaches a child's environment."""
+    env = {"HOME": "/h", "CLANKIE_POSTGRES_DSN": DSN}
+    postgres = settings.load({**env, "CLANKIE_STORE": "postgres"})
+    files = settings.load(env)
+    secrets = {spec.name: spec.secrets for spec in default_specs(store="postgres")[0]}
+    assert handed_secrets(secrets["service"], postgres) == {"postgres_dsn": DSN}  # no model key set here
+    assert handed_secrets(secrets["bridge"], postgres) == {"postgres_dsn": DSN}
+    assert handed_secrets(secrets["browser"], postgres) == handed_secrets(secrets["tldraw"], postgres) == {}
+    assert handed_secrets(secrets["service"], files) == {}
+    assert all("postgres_dsn" not in spec.secrets for spec in default_specs()[0])
+    child = minimal({**env, "CLANKIE_STORE": "postgres"}, postgres)
+    assert "CLANKIE_POSTGRES_DSN" not in child and "pg-secret-77" not in json.dumps(child)
+    got = receive({**child, "CLANKIE_SECRETS_FD": str(hand_over({"postgres_dsn": DSN}))})
+    dsn = settings.load(got).postgres_dsn
+    assert dsn is not None and dsn.get_secret_value() == DSN

@@ -8,11 +8,15 @@ and need no database (before, every child read ``CLANKIE_STORE=postgres`` withou
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
 
+from clankie.store.leases import tree_holder
 from tests.hardening.test_secrets_scope import environ_of, variable
 from tests.integration.tree import real_tree
 from tests.postgres import postgres_cluster, postgres_dsn
@@ -24,10 +28,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 STORE_KEEPERS = (["-m", "service"], ["-m", "bridge"])
 
 
+def lease(dsn: str) -> tuple[object, ...] | None:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+
+
 def test_a_postgres_tree_answers_and_only_the_service_and_the_bridge_are_handed_the_dsn(
         tmp_path: Path, runtime_dir: Path, postgres_dsn: str) -> None:
     """Every child and spare runs; the service and the bridge (and their spares) read ``postgres`` and hold no DSN
-    in their environment; the hosts and what they start read no store setting at all."""
+    in their environment; the hosts and what they start read no store setting at all. The service and the bridge
+    keep the shard's one lease under the tree's name; a SIGKILLed bridge's spare takes it at once, epoch kept."""
 
     async def main() -> None:
         env = {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn, "CLANKIE_DISCORD_TOOL_CARD": "false"}
@@ -52,5 +62,16 @@ def test_a_postgres_tree_answers_and_only_the_service_and_the_bridge_are_handed_
             hosts = {k: v for k, v in seen.items() if k.split(" ")[1:] not in (["service"], ["bridge"])}
             assert "-m hosts.browser" in hosts and "-m hosts.tldraw" in hosts, seen
             assert all(store is None for stores in hosts.values() for store in stores), hosts
+
+            # the tree's one lease: its service and its bridge hold it under the tree's name, at one epoch
+            assert lease(postgres_dsn) == (tree_holder(t.state), 1)
+            bridge = await t.wait_child(lambda c: "leases: 0/1 held (epoch 1)" in c.detail, "bridge", 30)
+            # a killed bridge's spare is the same holder: it takes the live lease at once, the epoch kept
+            assert bridge.pid is not None
+            os.kill(bridge.pid, signal.SIGKILL)
+            await t.wait_child(lambda c: c.pid not in (None, bridge.pid) and "discord: connected" in c.detail, "bridge", 60)
+            assert lease(postgres_dsn) == (tree_holder(t.state), 1)
+            again = await t.ask("clankie, still there?")
+            assert again.content
 
     asyncio.run(main())

@@ -28,6 +28,7 @@ from clankie.journald import lane_hash
 from clankie.protocol import Author, LaneInfo, Room, RunReport, TurnResult, TurnSubmit
 from clankie.redact import Redactor
 from clankie.settings import Settings
+from clankie.store.lane_ports import LaneTreeStore
 from clankie.tasks import TaskSet
 from service.agent.agent import AgentConfig
 from service.agent.governor import Governor
@@ -74,6 +75,7 @@ class CaptainDeps:
     governor: Governor | None = None  # every lane's model calls pass it
     spending: Spending | None = None  # budgets before every model call, cache lifetimes by pace, cache health
     routes: Routes | None = None  # the model's routes, each with its governor (None: the provider alone, through governor)
+    lane_store: Callable[[LanePlan], Path | LaneTreeStore] | None = None  # a lane's tree (None: its directory's files)
 
 
 class Captain:
@@ -88,7 +90,7 @@ class Captain:
         self._tldraw = deps.tldraw
         self.paths = keys.CaptainPaths.under(deps.settings.state_dir)
         self.shutting_down = False
-        self.registry = LaneRegistry(deps.settings, deps.clock, self.paths)
+        self.registry = LaneRegistry(deps.settings, deps.clock, self.paths, deps.lane_store)
         self.redact = Redactor.of(deps.settings)  # the Anthropic key: never in a tool result or a text that leaves
         self.background = TaskSet("lane sends", BACKGROUND_MAX)  # the lanes' fire-and-forget sends, held until done
         self._kit = LaneKit(
@@ -251,6 +253,17 @@ class Captain:
     def drop_poison(self, room: Room, author: Author, message_ids: Sequence[str], delivery_id: str) -> None:
         """Take a poison delivery's messages out of its room for good (:func:`service.captain.lanes.dropped.drop`)."""
         dropped.drop(self.registry, room, author, message_ids, delivery_id)
+
+    def stop_serving(self, lost: Callable[[Room], bool]) -> int:
+        """This tree no longer holds the shard of the rooms ``lost`` names (the PostgreSQL profile's lease): each of
+        their lanes is fed :class:`ShutDown`, so its machine aborts a live run and drops it; the room's next message
+        reopens its lane from the store, with whatever another holder wrote meanwhile. Returns how many were fed."""
+        fed = 0
+        for lane in list(self.lanes.values()):
+            if lane.plan.room is not None and lost(lane.plan.room):
+                lane.feed(ShutDown())
+                fed += 1
+        return fed
 
     async def aclose(self) -> None:
         """Abort every live run and close every session tree.

@@ -55,6 +55,7 @@ class LanePlan:
     key: str
     directory: Path
     privileged: bool
+    room: Room | None = None  # whose messages the lane answers (its shard fences the lane's writes in PostgreSQL)
 
     @property
     def contained(self) -> bool:

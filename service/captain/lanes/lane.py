@@ -14,7 +14,8 @@ the state first: a run's end or start arriving after the lane moved on, or
 naming a run that is no longer the lane's (a stale ``run_id``), is ignored; an
 abort of a lane with no live run aborts nothing (its caller learns that from
 the actions: no :class:`AbortAgent`). A one-shot lane is dropped by the
-machine when its run ends; shutdown is an event fed to every lane; whether a
+machine when its run ends; shutdown is an event fed to every lane (and to the lanes of a shard whose
+lease this tree lost, in the PostgreSQL profile); whether a
 lane may be evicted is a question asked of the machine (:attr:`Lane.at_rest`).
 
 States::

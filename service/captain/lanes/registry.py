@@ -31,11 +31,13 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clankie.clock import Clock
 from clankie.protocol import Author, Room
 from clankie.settings import Settings
+from clankie.store.lane_ports import LaneTreeStore
 from service.agent.agent import AgentConfig
 from service.agent.session import SessionTree
 from service.agent.transcript import CONTEXT_NOTE
@@ -57,10 +59,12 @@ Build = Callable[[LanePlan, str, Room, SessionTree], "LaneShell"]
 class LaneRegistry:
     """Every live lane of this process, least recently used first."""
 
-    def __init__(self, settings: Settings, clock: Clock, paths: keys.CaptainPaths) -> None:
+    def __init__(self, settings: Settings, clock: Clock, paths: keys.CaptainPaths,
+                 store: Callable[[LanePlan], Path | LaneTreeStore] | None = None) -> None:
         self._s = settings
         self._clock = clock
         self.paths = paths
+        self._store = store or (lambda plan: plan.directory)  # where a lane's tree is kept (service.captain.stores)
         self.max_live = settings.lanes_max_live
         self._retention = AgentConfig.from_settings(settings).retention  # how long old session files are kept
         self.lanes: OrderedDict[str, LaneShell] = OrderedDict()
@@ -76,10 +80,10 @@ class LaneRegistry:
         room_key = keys.room_lane_key(self._s.character_id, room)
         if system and keys.is_trusted(room, self._s.discord_trusted_rooms):
             key = keys.system_lane_key(self._s.character_id, room, author.id)
-            return LanePlan("system", key, self.paths.system(key), True)
+            return LanePlan("system", key, self.paths.system(key), True, room)
         if system or not self._s.captain_durable:
-            return LanePlan("oneshot", room_key, self.paths.turns(room), system)
-        return LanePlan("room", room_key, self.paths.room(room_key), False)
+            return LanePlan("oneshot", room_key, self.paths.turns(room), system, room)
+        return LanePlan("room", room_key, self.paths.room(room_key), False, room)
 
     async def settled(self, key: str) -> None:
         """Wait until no teardown of ``key`` is under way."""
@@ -95,10 +99,10 @@ class LaneRegistry:
             return lane
         self._make_room()
         if plan.kind == "oneshot":
-            session = SessionTree.create(plan.directory, self._clock, self._retention)
+            session = SessionTree.create(self._store(plan), self._clock, self._retention)
         elif any(z.key == key for z in self.zombies.values()):
             log.warning("lane %s: an aborted run may still write its tree; starting a fresh tree", key)
-            session = SessionTree.create(plan.directory, self._clock, self._retention)
+            session = SessionTree.create(self._store(plan), self._clock, self._retention)
         else:
             session = self._resume(plan)
         lane = build(plan, key, room, session)
@@ -109,7 +113,7 @@ class LaneRegistry:
 
     def _resume(self, plan: LanePlan) -> SessionTree:
         """The lane's latest tree, less the messages of a run that never ended (its process died)."""
-        session = SessionTree.open_latest(plan.directory, self._clock, self._retention)
+        session = SessionTree.open_latest(self._store(plan), self._clock, self._retention)
         try:
             session.drop_unfinished()
         except OSError as exc:  # the branch is cut in memory; the dead lines stay on disk until the next append

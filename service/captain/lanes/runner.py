@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from clankie import ipc
 from clankie.errors import ChannelBroken, ChannelClosed, RemoteError, RequestTimeout
 from clankie.protocol import Code, HistoryMessage, HistoryReply, HistoryRequest, Room, TextUpdate, TextUpdateReply
+from clankie.store.ports import StaleEpoch
 from service.agent.agent import Agent
 from service.agent.content import UnsupportedImage, UserMessage
 from service.agent.outcome import OutcomeKind, RunOutcome
@@ -158,6 +159,9 @@ async def own(owner: Owner, slot: TurnSlot, run_id: str) -> str | None:
         else:
             log.error("lane %s: run %s of delivery %s ended: its session line was refused (%s: %s)",
                       key, run_id, slot.turn.delivery.delivery_id, code, exc.strerror)
+    except StaleEpoch:  # the PostgreSQL profile: another tree holds the room's shard now; nothing was written
+        log.warning("lane %s: run %s ended: this tree no longer holds the room's shard (its write was refused)", key, run_id)
+        code = SESSION_FAILED
     except Exception:
         log.exception("lane %s: run %s failed outside the model", key, run_id)
         code = SESSION_FAILED

@@ -1,4 +1,7 @@
-"""The spend ledger: one JSONL file per UTC day under ``<state>/captain/spend/``, and rebuilding a day from it.
+"""The spend ledger: each UTC day's lines, kept behind a store, and rebuilding a day from them.
+
+The store is today's JSONL file per day under ``<state>/captain/spend/`` (:mod:`.ledger_files`) or, in the
+PostgreSQL profile, rows (:mod:`clankie.store.spend_pg`); :class:`Ledger` holds the rules.
 
 Every answered model call appends one line (``call``: the keys it counts
 against, its tokens and dollars), and so does every operator move (``raise``,
@@ -8,7 +11,7 @@ loses nothing; a lost or short file (a machine that lost power, a deleted
 directory) is made good from the session trees, whose assistant entries
 carry their ``usage`` and who they were ``charged_to``: each key's total is
 the larger of what the ledger and the trees say (:func:`rebuild`). Resets
-and raises live only in the ledger. Files older than ``keep_days`` are
+and raises live only in the ledger. Days older than ``keep_days`` are
 deleted when a day is opened. Reading is synchronous file I/O; the service
 does it in a worker thread at start.
 """
@@ -23,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from clankie import spend
-from clankie.appender import append_once
-from clankie.jsonl import encode_line, read_lines
-from clankie.paths import ensure_private_dir
+from clankie.jsonl import read_lines
 from clankie.pricing import ModelPrice, price_of
 from clankie.quiet import Quiet
+from clankie.store.ports import Shard, StaleEpoch
+from clankie.store.spend_ports import SpendLedgerStore
 from service.captain.spend.budget import TREE, Amount, DayBudgets
+from service.captain.spend.ledger_files import FileSpendLedger
 
 log = logging.getLogger(__name__)
 
@@ -62,30 +66,30 @@ class DayRead:
 
 
 class Ledger:
-    """The day files: append one line, read a day back, prune old days."""
+    """The ledger's rules over its store: append one line, read a day back, prune old days."""
 
-    def __init__(self, directory: Path, keep_days: int) -> None:
-        self.directory = directory
+    def __init__(self, store: SpendLedgerStore | Path, keep_days: int) -> None:
+        self.store: SpendLedgerStore = FileSpendLedger(store) if isinstance(store, Path) else store  # a directory: files
         self.keep_days = keep_days
         self._quiet = Quiet("spend ledger line", " (the session trees still hold every call's usage)", logger=log)
 
-    def path(self, day: str) -> Path:
-        return self.directory / f"{day}.jsonl"
-
-    def append(self, day: str, record: dict[str, Any]) -> None:
-        """One line, in the kernel before this returns; a refused write is logged once a stretch, never raised."""
+    def append(self, day: str, record: dict[str, Any], shard: Shard | None = None) -> None:
+        """One line, kept before this returns; a refused write is logged once a stretch, never raised. ``shard`` is
+        the shard of the room the line is about, when the caller knows it (the PostgreSQL profile fences it)."""
         try:
-            ensure_private_dir(self.directory)
-            append_once(self.path(day), encode_line(record))
+            self.store.append(day, record, shard)
         except OSError as exc:
             self._quiet.refused(exc.strerror or type(exc).__name__)
+            return
+        except StaleEpoch:  # counted by the store: this tree no longer holds the room's shard
+            self._quiet.refused("stale lease epoch")
             return
         self._quiet.written()
 
     def replay(self, day: str, budgets: DayBudgets) -> DayRead:
         """Apply the day's lines to ``budgets`` (calls, raises, resets, in order); returns the notices."""
         read = DayRead()
-        for line in read_lines(self.path(day)):
+        for line in self.store.lines(day):
             read.lines += 1
             kind, key = line.get("kind"), str(line.get("key", ""))
             amount = Amount(int(line.get("tokens", 0) or 0), float(line.get("usd", 0.0) or 0.0))
@@ -101,17 +105,13 @@ class Ledger:
         return read
 
     def prune(self, today: str) -> int:
-        """Delete day files older than ``keep_days`` before ``today``; returns how many went."""
+        """Delete the days older than ``keep_days`` before ``today``; returns how many went."""
         oldest = dt.date.fromisoformat(today) - dt.timedelta(days=self.keep_days - 1)
         gone = 0
-        try:
-            names = sorted(p for p in self.directory.glob("*.jsonl"))
-        except OSError:
-            return 0
-        for p in names:
+        for day in self.store.days():
             try:
-                if dt.date.fromisoformat(p.stem) < oldest:
-                    p.unlink()
+                if dt.date.fromisoformat(day) < oldest:
+                    self.store.delete(day)
                     gone += 1
             except (ValueError, OSError):
                 continue

@@ -23,6 +23,8 @@ from clankie.clock import Clock
 from clankie.pricing import price_of
 from clankie.protocol import Caller, Room, Tokens
 from clankie.settings import Settings
+from clankie.store.ports import Shard
+from clankie.store.spend_ports import SpendLedgerStore
 from service.agent.model import CacheTtl
 from service.agent.outcome import OutcomeKind, Usage
 from service.captain.spend.budget import TREE, Amount, DayBudgets, Scope, Standing
@@ -63,12 +65,14 @@ def _amount(settings: Settings, scope: Scope) -> Amount:
 class Spending:
     """Budgets, ledger, paces and cache health for every lane of the service."""
 
-    def __init__(self, settings: Settings, clock: Clock, captain_root: Path) -> None:
+    def __init__(self, settings: Settings, clock: Clock, captain_root: Path, *,
+                 ledger: Path | SpendLedgerStore | None = None, shard: Callable[[Room], Shard] | None = None) -> None:
         self.settings = settings
         self.clock = clock
         self._root = captain_root
         self.limits = {scope: _amount(settings, scope) for scope in Scope}
-        self.ledger = Ledger(captain_root / "spend", settings.budget_ledger_days)
+        self.ledger = Ledger(captain_root / "spend" if ledger is None else ledger, settings.budget_ledger_days)
+        self.shard = shard  # the shard a room's lines are fenced by (the PostgreSQL profile); None: not said
         self.budgets = DayBudgets(self.limits, day=utc_day(clock.wall()), max_keys=settings.budget_max_keys)
         self.notices: OrderedDict[str, float] = OrderedDict()  # room key -> wall time of its last notice
         self.tree_pace = Pace(keep=settings.cache_pace_gaps)
@@ -146,8 +150,12 @@ class Spending:
         self.notices.move_to_end(key)
         while len(self.notices) > self.settings.budget_max_keys:
             self.notices.popitem(last=False)
-        self.ledger.append(self.budgets.day, {"at": now, "kind": "notice", "key": key})
+        self.ledger.append(self.budgets.day, {"at": now, "kind": "notice", "key": key}, self.shard_of(room))
         return True
+
+    def shard_of(self, room: Room) -> Shard | None:
+        """The shard ``room``'s ledger lines are written under, when this profile says."""
+        return None if self.shard is None else self.shard(room)
 
     # -- the operator ----------------------------------------------------------
 
@@ -292,7 +300,8 @@ class LaneMeter:
             log.warning("budget %s is 80%% spent: %d of %d tokens, $%.4f of $%.2f", crossed.key,
                         crossed.spent.tokens, crossed.limit.tokens, crossed.spent.usd, crossed.limit.usd)
         sp.ledger.append(sp.budgets.day, {"at": sp.clock.wall(), "kind": "call", "lane": self.lane,
-                                          "keys": list(self._keys), "tokens": amount.tokens, "usd": round(usd, 9)})
+                                          "keys": list(self._keys), "tokens": amount.tokens, "usd": round(usd, 9)},
+                         sp.shard_of(self.room))
         if summary:  # a compaction's summary call has its own prompt: not the lane's cache
             return
         total_input = usage.input + usage.cache_read + usage.cache_write

@@ -7,15 +7,23 @@ pool, the same tree still holding its leases).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 from bridge.store_files import FileDedupe, FileGatewaySessions
 from clankie.store import database
 from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
+from clankie.store.lane_ports import LaneTreeStore
+from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.leases import Fence, PgLeases
-from clankie.store.ports import DedupeStore, GatewaySessionStore
+from clankie.store.ports import DedupeStore, GatewaySessionStore, Shard
+from clankie.store.spend_pg import PgSpendLedger
+from clankie.store.spend_ports import SpendLedgerStore
+from service.agent.tree_files import FileLaneTree
+from service.captain.lanes.keys import CaptainPaths
+from service.captain.spend.ledger_files import FileSpendLedger
 
 RETENTION = 3600.0
 SHARDS = ("0/1", "0/2", "1/2")
@@ -40,6 +48,17 @@ class FilesBackend:
         yield store
         await store.close()
 
+    @contextmanager
+    def lanes(self) -> Iterator[LaneStores]:
+        """Each lane's tree in ``<state>/captain/rooms/<quoted key>/``, as the captain keeps it today."""
+        paths = CaptainPaths.under(self.state_dir)
+        yield lambda key, shard: FileLaneTree(paths.room(key))
+
+    @contextmanager
+    def spend(self) -> Iterator[SpendLedgerStore]:
+        """The day files in ``<state>/captain/spend/``, where the service keeps them today."""
+        yield FileSpendLedger(CaptainPaths.under(self.state_dir).root / "spend")
+
 
 class PostgresBackend:
     name = "postgres"
@@ -47,6 +66,8 @@ class PostgresBackend:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.fences: dict[str, Fence] = {}
+        self.lane_trees: PgLaneTrees | None = None  # the last opened, to read its count of stale writes
+        self.spend_ledger: PgSpendLedger | None = None  # the same
         database.prepare(dsn)
 
     @asynccontextmanager
@@ -77,5 +98,35 @@ class PostgresBackend:
             yield store
             await store.close()
 
+
+    @contextmanager
+    def lanes(self) -> Iterator[LaneStores]:
+        """Each lane's tree in the database (a new pool each time: a restart), written under this tree's leases."""
+        asyncio.run(self._hold())
+        pool = database.open_sync_pool(self.dsn, ttl=600.0)
+        try:
+            self.lane_trees = PgLaneTrees(pool, self.fences.get)
+            yield self.lane_trees.lane
+        finally:
+            pool.close()
+
+    @contextmanager
+    def spend(self) -> Iterator[SpendLedgerStore]:
+        """The ledger's rows (a new pool each time: a restart), lines about a shard written under this tree's lease."""
+        asyncio.run(self._hold())
+        pool = database.open_sync_pool(self.dsn, ttl=600.0)
+        try:
+            self.spend_ledger = PgSpendLedger(pool, self.fences.get)
+            yield self.spend_ledger
+        finally:
+            pool.close()
+
+    async def _hold(self) -> None:
+        async with self.leases():
+            pass
+
+
+LaneStores = Callable[[str, Shard], LaneTreeStore]
+"""A lane's store by its key and the shard its room is on."""
 
 Backend = FilesBackend | PostgresBackend

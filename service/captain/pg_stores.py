@@ -1,0 +1,115 @@
+"""The service's stores in the PostgreSQL profile: the lanes' trees and the spend ledger in the database, fenced.
+
+Imported only when ``CLANKIE_STORE=postgres`` (the default profile never loads the driver). The DSN reaches the
+service on its secrets pipe (:mod:`clankie.secrets`), never in its environment; the supervisor migrated the schema
+before any child started (``clankie run``).
+
+:class:`PgStores` opens a synchronous pool at construction (the lanes' and the ledger's ports are synchronous), and at
+:meth:`PgStores.hold` an async pool with a :class:`~clankie.store.leases.LeaseKeeper` for each shard of this tree
+(``CLANKIE_DISCORD_SHARD_IDS``, else every shard of the count; an unsharded bot is ``0/1``): each tries to take its
+shard once before the service takes turns, then keeps renewing it. A lane's writes, and a room's ledger lines,
+carry the fence of the room's shard: a shard this tree does not hold (another tree has it) is refused before the
+database (``NotHeld``), one whose lease went stale by the database's check (``StaleEpoch``, counted).
+
+A lease lost (``stop_serving``: the deadline passed without a renew, or another tree took the shard) is told to
+:attr:`PgStores.on_lost`, which the service points at the captain's ``stop_serving``: that shard's lanes are dropped from memory
+(their next message reopens them from the database, with whatever the other holder wrote). The service keeps the
+tree's leases beside its bridge (which opens a shard's gateway only while it holds them, bridge/shard_leases.py),
+under the one name of the tree (:func:`~clankie.store.leases.tree_holder`): whichever takes a lease first, the other
+joins it at the same epoch, and both renew it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+
+from clankie.clock import Clock
+from clankie.protocol import Room
+from clankie.settings import Settings
+from clankie.store import database
+from clankie.store.lane_ports import LaneTreeStore
+from clankie.store.lanes_pg import PgLaneTrees
+from clankie.store.lease import Action, Kind
+from clankie.store.leases import Fence, LeaseKeeper, PgLeases, shard_name
+from clankie.store.spend_pg import PgSpendLedger
+from service.captain.lanes import CaptainPaths, LanePlan
+from service.captain.stores import Stores, room_shard
+
+log = logging.getLogger(__name__)
+
+
+def tree_shards(settings: Settings) -> list[str]:
+    """The shards this tree prefers, as lease names."""
+    count = settings.discord_shard_count or 1
+    ids = settings.discord_shard_ids or tuple(range(count))
+    return [shard_name(i, count) for i in ids]
+
+
+class PgStores:
+    """The PostgreSQL profile's stores and the leases they write under."""
+
+    def __init__(self, settings: Settings, paths: CaptainPaths, holder: str) -> None:
+        if settings.postgres_dsn is None:
+            raise ValueError("the postgres profile needs its DSN")  # checked by the settings already
+        self._dsn = settings.postgres_dsn.get_secret_value()
+        self._settings, self._paths, self.holder = settings, paths, holder
+        self.keepers: dict[str, LeaseKeeper] = {}
+        self.on_lost: Callable[[Callable[[Room], bool]], int] | None = None  # drops the lanes of the rooms named
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lease_pool: database.Pool | None = None
+        self.pool = database.open_sync_pool(self._dsn, ttl=settings.lease_ttl_seconds)
+        self.lanes = PgLaneTrees(self.pool, self.fence)
+        self.spend = PgSpendLedger(self.pool, self.fence)
+
+    def fence(self, shard: str) -> Fence | None:
+        """The fence of ``shard`` while this tree serves it, else None."""
+        keeper = self.keepers.get(shard)
+        return None if keeper is None else keeper.fence
+
+    def stores(self) -> Stores:
+        count = self._settings.discord_shard_count
+        return Stores(lane=self._lane, ledger=self.spend, shard=lambda room: room_shard(room, count))
+
+    def _lane(self, plan: LanePlan) -> LaneTreeStore:
+        """A lane's tree, keyed as its directory is named under ``<state>/captain`` (``rooms/<quoted key>``,
+        ``system/…``, ``turns/…``: a one-shot's trees never mix with its room's lane), fenced by its room's shard."""
+        key = plan.directory.relative_to(self._paths.root).as_posix()
+        count = self._settings.discord_shard_count
+        shard = room_shard(plan.room, count) if plan.room is not None else (0, count or 1)
+        return self.lanes.lane(key, shard)
+
+    async def hold(self, clock: Clock) -> None:
+        """Take each of this tree's shards once (so turns find their fences), then keep them in the background."""
+        self._lease_pool = await database.open_pool(self._dsn, ttl=self._settings.lease_ttl_seconds, wait=False)
+        leases = PgLeases(self._lease_pool)
+        for shard in tree_shards(self._settings):
+            keeper = LeaseKeeper(leases, shard, self.holder, clock, renew=self._settings.lease_renew_seconds,
+                                 ttl=self._settings.lease_ttl_seconds,
+                                 on_action=functools.partial(self._on_action, shard))
+            self.keepers[shard] = keeper
+            await keeper.step()
+        self._tasks = [asyncio.create_task(k.run(), name=f"lease-{k.shard}") for k in self.keepers.values()]
+
+    def _on_action(self, shard: str, action: Action) -> None:
+        if action.kind is Kind.STOP_SERVING:
+            count = self._settings.discord_shard_count
+            dropped = 0 if self.on_lost is None else self.on_lost(lambda room: shard_name(*room_shard(room, count)) == shard)
+            log.warning("shard %s: lease lost (%s) at epoch %d: %d lanes dropped, its writes refused from now on",
+                        shard, action.reason, action.epoch, dropped)
+
+    async def close(self) -> None:
+        """Stop renewing, give every shard back at once (a handback need not wait for the TTL), close the pools."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for keeper in self.keepers.values():
+            await keeper.release()
+        if self._lease_pool is not None:
+            await self._lease_pool.close()
+        await asyncio.to_thread(self.pool.close)

@@ -1,0 +1,147 @@
+"""The real service in the PostgreSQL profile (``CLANKIE_STORE=postgres``) against a real PostgreSQL: it takes its
+shard's lease, keeps each lane's session tree and its spend ledger in the database and nothing of them on disk, and
+a restarted service (nothing in memory, no files) answers with what the room told it before; once another tree
+took the shard, it drops the shard's lanes and writes nothing more for it; the memory comes back with the shard."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from clankie.clock import SystemClock
+from clankie.store import database
+from clankie.store.lanes_pg import PgLaneTrees
+from clankie.store.leases import Fence
+from clankie.testing import fake_anthropic as fa
+from clankie.testing.fake_anthropic import FakeAnthropic
+from service.agent.session import SessionTree
+from tests.polling import until
+from tests.service.captain.harness import FakeBridge, msg, run, service
+
+LANE = "rooms/discord%3Aclankie%3Adiscord%3A1%3A2"  # the lane of msg()'s room (guild 1, channel 2) in the database
+
+
+def test_a_restarted_service_recalls_a_rooms_memory_from_postgresql(env: dict[str, str], postgres_dsn: str,
+                                                                    state_dir: Path) -> None:
+    database.prepare(postgres_dsn)  # what `clankie run` does before it starts any child
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn}
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            fake.script(fa.text("noted"), fa.text("it is 4711"))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                first = await bridge.submit(msg("m1", "remember: the door code is 4711"))
+                assert first.outcome == "settled"
+                with psycopg.connect(postgres_dsn) as conn:
+                    held = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+                assert app.pg is not None and held == (app.pg.holder, 1)  # the service holds its shard
+            async with service(pg_env, fake) as again:  # a new service: its lanes come back from the database only
+                bridge = FakeBridge()
+                await bridge.connect(again)
+                second = await bridge.submit(msg("m2", "what is the door code?"))
+                assert (second.outcome, second.text) == ("settled", "it is 4711")
+            asked = json.dumps(fake.requests[-1]["messages"])
+            assert "remember: the door code is 4711" in asked and "noted" in asked
+
+    run(body())
+    assert not (state_dir / "captain" / "rooms").exists(), "no lane's tree was written to the disk"
+    assert not (state_dir / "captain" / "spend").exists(), "no ledger line was written to the disk"
+    with psycopg.connect(postgres_dsn) as conn:
+        segments = conn.execute("SELECT lane, shard, written_epoch FROM clankie_lane_segment").fetchall()
+        calls = conn.execute("SELECT shard, written_epoch FROM clankie_spend_line "
+                             "WHERE record->>'kind' = 'call' ORDER BY id").fetchall()
+        lease = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+    assert {lane for lane, _, _ in segments} == {LANE}
+    assert {shard for _, shard, _ in segments} == {"0/1"}
+    assert calls == [("0/1", 1), ("0/1", 2)]  # each service wrote under its own lease's epoch
+    assert lease == (None, 2), "a service that stops hands its shard back at once"
+
+
+def test_a_service_whose_shard_was_taken_writes_nothing_for_it(env: dict[str, str], postgres_dsn: str,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Once another tree holds the room's shard at a higher epoch, the service's next turn in that room is not
+    answered and leaves nothing in the database: the run's first append to the tree (the room's message) is refused
+    by the database's check and counted, so the model is never asked and nothing is charged. (Renews are slow here,
+    so the service has not noticed the loss and dropped the lane: the refusal is the write's own.)"""
+    database.prepare(postgres_dsn)
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn,
+              "CLANKIE_LEASE_RENEW_SECONDS": "30", "CLANKIE_LEASE_TTL_SECONDS": "61"}
+
+    def rows() -> tuple[object, ...]:
+        with psycopg.connect(postgres_dsn) as conn:
+            found = conn.execute("SELECT (SELECT count(*) FROM clankie_lane_record), "
+                                 "(SELECT count(*) FROM clankie_spend_line)").fetchone()
+        assert found is not None
+        return tuple(found)
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            fake.script(fa.text("noted"), fa.text("never written"))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                assert (await bridge.submit(msg("m1", "remember: the door code is 4711"))).outcome == "settled"
+                before = rows()
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree B takes the shard over
+                    conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
+                                 "expires_at = now() + interval '1 minute' WHERE shard = '0/1'")
+                late = await bridge.submit(msg("m2", "what is the door code?"))
+                assert late.outcome != "settled" and late.text == ""
+                assert rows() == before
+                assert len(fake.requests) == 1
+                assert app.pg is not None and app.pg.lanes.stale_writes >= 1
+
+    with caplog.at_level(logging.WARNING):
+        run(body())
+    assert "no longer holds the room's shard" in caplog.text
+
+
+def test_a_lost_shard_drops_its_lanes_and_its_memory_comes_back_with_the_shard(env: dict[str, str],
+                                                                              postgres_dsn: str) -> None:
+    """Tree B takes the shard: the service's next renew is refused and it drops the room's lane from memory at once
+    (before it tried to write). What tree B's lane learned while it held the shard is in the database; when B hands
+    the shard back, the service takes it at a higher epoch and the room's next turn carries both what the service
+    was told and what B was told."""
+    database.prepare(postgres_dsn)
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn,
+              "CLANKIE_LEASE_RENEW_SECONDS": "0.5", "CLANKIE_LEASE_TTL_SECONDS": "2"}
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            fake.script(fa.text("noted"), fa.text("it is 9999 now"))
+            async with service(pg_env, fake) as app:
+                assert app.pg is not None
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                assert (await bridge.submit(msg("m1", "remember: the door code is 4711"))).outcome == "settled"
+                assert len(app.captain.lanes) == 1
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+                    row = conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
+                                       "expires_at = now() + interval '1 minute' WHERE shard = '0/1' RETURNING epoch").fetchone()
+                assert row is not None
+                b_epoch = int(str(row[0]))
+                await until(lambda: not app.captain.lanes, what="the lost shard's lane dropped from memory")
+                assert app.pg.fence("0/1") is None
+
+                tree_b = PgLaneTrees(app.pg.pool, {"0/1": Fence("0/1", "tree-b", b_epoch)}.get)
+                lane_b = SessionTree.open_latest(tree_b.lane(LANE, (0, 1)), SystemClock())
+                lane_b.append_message({"role": "user", "content": [{"type": "text", "text": "the code changed to 9999"}]})
+                lane_b.append_custom("run_end", {"outcome": "ok"})
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # B hands the shard back
+                    conn.execute("UPDATE clankie_shard_lease SET holder = NULL, expires_at = '-infinity' WHERE shard = '0/1'")
+                fence = await until(lambda: app.pg.fence("0/1") if app.pg else None, what="the shard taken back")
+                assert fence.epoch == b_epoch + 1
+
+                second = await bridge.submit(msg("m2", "what is the door code now?"))
+                assert (second.outcome, second.text) == ("settled", "it is 9999 now")
+                assert app.pg.lanes.stale_writes == 0, "the lane was dropped before it tried to write"
+            asked = json.dumps(fake.requests[-1]["messages"])
+            assert "the door code is 4711" in asked and "the code changed to 9999" in asked
+
+    run(body(), timeout=60)
