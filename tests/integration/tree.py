@@ -23,6 +23,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,22 +217,31 @@ class Tree:
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
 
+    async def answers(self) -> bool:
+        """Whether the control socket answers (a socket file left by a killed supervisor exists, but refuses)."""
+        assert self.proc.returncode is None, f"clankie run exited {self.proc.returncode}: {self.stderr()[-3000:]}"
+        try:
+            await self.status()
+        except (OSError, ChannelBroken):
+            return False
+        return True
+
     async def ready(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge has a Discord session and the service."""
-        async def answers() -> bool:  # a socket file left by a killed supervisor exists, but refuses
-            assert self.proc.returncode is None, f"clankie run exited {self.proc.returncode}: {self.stderr()[-3000:]}"
-            try:
-                await self.status()
-            except (OSError, ChannelBroken):
-                return False
-            return True
-
-        await until_probe(answers, 15, "the control socket to answer", step=0.02)
+        await until_probe(self.answers, 15, "the control socket to answer", step=0.02)
         external = self.env.get("CLANKIE_BROWSER_HOST") == "external"  # then not a child of the tree: its own unit
         for name in ("tldraw", "service") if external else ("browser", "tldraw", "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
         await self.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
                               "bridge", timeout)
+
+    async def standing_by(self, timeout: float = 60.0) -> None:
+        """Wait until every child runs and the bridge waits for its shard lease (postgres profile: another tree
+        serves the shard)."""
+        await until_probe(self.answers, 15, "the control socket to answer", step=0.02)
+        for name in ("browser", "tldraw", "service"):
+            await self.wait_child(lambda c: c.state == "running", name, timeout)
+        await self.wait_child(lambda c: "waiting for the shard lease" in c.detail, "bridge", timeout)
 
     async def kill_supervisor(self) -> None:
         """SIGKILL `clankie run` itself; its children die with it (PDEATHSIG), as under a crash."""
@@ -329,3 +339,33 @@ async def real_tree(
         await site.close()
         await anthropic.close()
         await discord.close()
+
+
+@contextlib.asynccontextmanager
+async def pg_tree(tmp: Path, discord: FakeDiscord, dsn: str, *, serving: bool,
+                  env: dict[str, str] | None = None) -> AsyncIterator[Tree]:
+    """`clankie run` in the postgres profile on ``discord`` (shared with other trees), with a model double of its own;
+    up when every child runs and the bridge either serves the shard (``serving``) or waits for its lease."""
+    anthropic = fa.FakeAnthropic()
+    site = Site()
+    await anthropic.start()
+    await site.start()
+    tmp.mkdir(mode=0o700)
+    (tmp / "state").mkdir(mode=0o700)
+    with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as rt:  # short: socket paths fit in 107 bytes
+        runtime = Path(rt)
+        runtime.chmod(0o700)
+        full = tree_env(tmp, runtime, discord, anthropic, {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn,
+                                                           "CLANKIE_DISCORD_TOOL_CARD": "false", **(env or {})})
+        err_path = tmp / "supervisor.stderr"
+        with err_path.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=full, stdin=asyncio.subprocess.DEVNULL,
+                                                        stdout=err, stderr=err, cwd=REPO)
+        t = Tree(proc, tmp / "state", runtime, discord, anthropic, site, err_path, full)
+        try:
+            await (t.ready(90) if serving else t.standing_by(90))
+            yield t
+        finally:
+            await stop_tree(t.proc)
+            await site.close()
+            await anthropic.close()
