@@ -19,6 +19,7 @@ bridge (after a crash, a spare's take-over) is the same holder and takes a live 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from clankie.clock import Clock
@@ -28,6 +29,7 @@ from clankie.store.leases import LeaseKeeper, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
 
+
 class ShardLeases:
     """The leases of the shards one bridge runs; ``keys`` are ``(shard id, count)``."""
 
@@ -36,17 +38,15 @@ class ShardLeases:
         self.holder = holder
         self.keepers = {
             shard_name(i, count): LeaseKeeper(leases, shard_name(i, count), holder, clock, renew=renew, ttl=ttl,
-                                              on_action=self._told(shard_name(i, count)))
+                                              on_action=functools.partial(self.on_action, shard_name(i, count)))
             for i, count in keys
         }
         self.serving: set[str] = set()
         self._all_held = asyncio.Event()
         self.lost = asyncio.Event()  # set when a held lease stops being ours; cleared when all are held again
 
-    def _told(self, shard: str) -> _Listener:
-        return _Listener(self, shard)
-
     def on_action(self, shard: str, action: Action) -> None:
+        """A keeper's word (it must not block): a shard served, or no longer ours (the gateway must close)."""
         if action.kind is Kind.SERVE:
             self.serving.add(shard)
             if len(self.serving) == len(self.keepers):
@@ -89,6 +89,7 @@ class ShardLeases:
         return "leases: " + ", ".join(parts)
 
     def report(self) -> dict[str, object]:
+        """For the heartbeat: this tree's holder name, each shard's state and epoch."""
         return {"holder": self.holder,
                 "shards": {s: {"state": "held" if s in self.serving else k.lease.state.value, "epoch": k.lease.epoch}
                            for s, k in self.keepers.items()}}
@@ -98,14 +99,3 @@ class ShardLeases:
             METER.set(SHARD_LEASES.of("held"), float(len(self.serving)))
             METER.set(SHARD_LEASES.of("unheld"), float(len(self.keepers) - len(self.serving)))
 
-
-class _Listener:
-    """One keeper's ``on_action``: the shard's name bound (a small callable, typed)."""
-
-    __slots__ = ("leases", "shard")
-
-    def __init__(self, leases: ShardLeases, shard: str) -> None:
-        self.leases, self.shard = leases, shard
-
-    def __call__(self, action: Action) -> None:
-        self.leases.on_action(self.shard, action)
