@@ -56,6 +56,7 @@ async def ask(discord: FakeDiscord, text: str) -> str:
 
 async def postgres_rounds(root: Path, dsn: str, kills: int, window: float) -> tuple[list[float | None], int]:
     """``kills`` SIGKILLs of the serving tree, alternating; the kill → answer times (None: unanswered), recalled."""
+    root.mkdir(parents=True, mode=0o700)
     discord = FakeDiscord(guilds={GUILD: [CHAN]})
     await discord.start()
     times: list[float | None] = []
