@@ -40,12 +40,11 @@ from clankie.testing.postgres import Cluster
 from tests.integration.tree import CHAN, GUILD, PERSON, pg_tree, real_tree
 
 
-async def answer_within(discord: FakeDiscord, asked: str, window: float) -> float | None:
-    """Seconds until a reply to ``asked`` is posted, or None within ``window``."""
-    start = time.monotonic()
-    while time.monotonic() - start < window:
-        if any((p.message_reference or {}).get("message_id") == asked for p in discord.posts_in(CHAN)):
-            return time.monotonic() - start
+async def answer_within(discord: FakeDiscord, answer: str, since: float, window: float) -> float | None:
+    """Seconds from ``since`` until a post saying ``answer`` is in the room, or None after ``window``."""
+    while time.monotonic() - since < window:
+        if any(p.content == answer for p in discord.posts_in(CHAN)):
+            return time.monotonic() - since
         await asyncio.sleep(0.02)
     return None
 
@@ -71,9 +70,10 @@ async def postgres_rounds(root: Path, dsn: str, kills: int, window: float) -> tu
                 standby.anthropic.script(fa.text(f"it is {4700 + n}"))
                 await serving.ask(f"clankie, remember: {fact}", 60)
                 before = len(standby.anthropic.requests)
+                killed = time.monotonic()
                 await serving.kill_supervisor()
-                asked = await ask(discord, "clankie, what is the door code?")
-                took = await answer_within(discord, asked, window)
+                await ask(discord, "clankie, what is the door code?")
+                took = await answer_within(discord, f"it is {4700 + n}", killed, window)
                 times.append(took)
                 if took is not None and len(standby.anthropic.requests) > before:
                     recalled += fact in json.dumps(standby.anthropic.requests[-1]["messages"])
@@ -95,11 +95,12 @@ async def files_rounds(root: Path, kills: int, window: float) -> list[float | No
             runtime.chmod(0o700)
             (root / f"files{n}").mkdir(parents=True, mode=0o700)
             async with real_tree(root / f"files{n}", runtime, {"CLANKIE_DISCORD_TOOL_CARD": "false"}) as t:
-                t.anthropic.script(fa.text("noted"))
+                t.anthropic.script(fa.text("noted"), fa.text(f"it is {4800 + n}"))
                 await t.ask(f"clankie, remember: the door code is {4800 + n}", 60)
+                killed = time.monotonic()
                 await t.kill_supervisor()
-                asked = await ask(t.discord, "clankie, what is the door code?")
-                took = await answer_within(t.discord, asked, window)
+                await ask(t.discord, "clankie, what is the door code?")
+                took = await answer_within(t.discord, f"it is {4800 + n}", killed, window)
                 times.append(took)
                 print(f"  files kill {n + 1}: answered in {took} s (window {window:g} s)", flush=True)
     return times

@@ -115,6 +115,12 @@ class Cluster:
         hba.write_text(f"local all +{PASSWORD_GROUP} scram-sha-256\nlocal all all trust\n", encoding="utf-8")
         if self.user is not None:
             os.chown(hba, self.user.pw_uid, self.user.pw_gid)
+        self._launch()
+        with self.connect() as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(PASSWORD_GROUP)))
+
+    def _launch(self) -> None:
+        """The server on the cluster's data and socket; returns once it takes connections."""
         options: list[str] = []
         for key, value in {**SETTINGS, "unix_socket_directories": str(self.socket_dir), "port": str(PORT)}.items():
             options += ["-c", f"{key}={value}"]
@@ -128,8 +134,18 @@ class Cluster:
         finally:
             log.close()
         self._wait_ready()
-        with self.connect() as conn:
-            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(PASSWORD_GROUP)))
+
+    def halt(self) -> None:
+        """Stop the server (fast shutdown: every session cut), keeping its data: the database is down until
+        :meth:`resume`. A test of what the tree does without its database."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(timeout=30)
+
+    def resume(self) -> None:
+        """Start a halted server again, on the same data and socket."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._launch()
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT

@@ -27,6 +27,7 @@ from clankie import paths
 from clankie.store import database
 from clankie.store.leases import tree_holder as holder_id
 from clankie.testing.fake_discord import FakeDiscord
+from clankie.testing.postgres import Cluster
 from tests.bridge.harness import CHAN, GUILD, PERSON, FakeService
 from tests.polling import until
 from tests.postgres import postgres_cluster, postgres_dsn
@@ -137,6 +138,41 @@ def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a
                     b.proc.send_signal(signal.SIGTERM)  # a planned stop releases the lease: no TTL to wait out
                     assert await b.proc.wait() == 0
                     assert lease(postgres_dsn) == (None, 4)
+        finally:
+            await fake.close()
+
+    asyncio.run(main())
+
+
+def test_without_its_database_the_bridge_stops_admitting_and_answers_the_gap_once_it_is_back(
+        tmp_path: Path, postgres_cluster: Cluster, postgres_dsn: str) -> None:
+    """PostgreSQL stopped under a serving bridge: its renews fail, and before its lease can expire on the database it
+    closes its gateway (nothing admitted that another tree might also admit); a message said meanwhile waits with
+    Discord. The database back, the bridge takes the lease again, RESUMEs, and answers it once."""
+
+    async def main() -> None:
+        database.prepare(postgres_dsn)
+        fake = FakeDiscord(guilds={GUILD: [CHAN]})
+        await fake.start()
+        try:
+            async with bridge(tmp_path / "a", fake, postgres_dsn) as a:
+                await until(lambda: fake.readies == 1, 30, "A's gateway session")
+                first = str((await fake.message(CHAN, "clankie, before", author_id=PERSON))["id"])
+                await until(lambda: len(fake.posts_in(CHAN)) == 1, 30, "the answer before")
+                postgres_cluster.halt()
+                try:
+                    await until(lambda: "lease no longer ours" in a.log(), 30, "A's lease deadline")
+                    await until(lambda: fake.gateway.shards() == [], 30, "A's gateway closed")
+                    during = str((await fake.message(CHAN, "clankie, while the database is down", author_id=PERSON))["id"])
+                    assert len(fake.posts_in(CHAN)) == 1 and [s.delivery_id for s in a.service.submits] == [first]
+                finally:
+                    postgres_cluster.resume()
+                await until(lambda: len(fake.posts_in(CHAN)) == 2, 60, "the message said during the outage answered")
+                assert [s.delivery_id for s in a.service.submits] == [first, during]
+                assert (fake.identifies, fake.resumes) == (1, 1)  # RESUMEd: Discord replayed what was said
+                # A's again: at epoch 1 if it was back before the lease expired on the database's clock (the local
+                # deadline comes a margin earlier), else at epoch 2
+                assert lease(postgres_dsn)[0] == holder_id(a.state)
         finally:
             await fake.close()
 
