@@ -271,8 +271,6 @@ class BridgeApp:
         except* ConfigError as group:
             raise group.exceptions[0] from None
         finally:
-            if self.leases is not None:
-                await self.leases.release()  # after the gateway closed: the next holder need not wait for the TTL
             if self._pool is not None:
                 await self._pool.close()
             await self.bridge.aclose()
@@ -366,7 +364,7 @@ class BridgeApp:
     async def _hold_leases(self) -> ShardLeases:
         """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
         every renew period) and a keeper for each shard this bridge runs."""
-        from bridge.shard_leases import ShardLeases
+        from bridge.shard_leases import TENURES_FILE, ShardLeases
         from clankie.store.database import open_pool
         from clankie.store.leases import PgLeases, tree_holder
 
@@ -374,7 +372,15 @@ class BridgeApp:
         assert s.postgres_dsn is not None  # the settings refuse postgres without one
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
         return ShardLeases(PgLeases(self._pool), self.shard_keys, tree_holder(s.state_dir), self.clock,
-                           renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds)
+                           renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
+                           tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE,
+                           on_new_tenure=self._new_tenure)
+
+    def _new_tenure(self, shard: str) -> None:
+        """A shard's lease taken anew (not the tenure this bridge's stored session was made in): no RESUME of it."""
+        if self.keeper is not None:
+            number, count = shard.split("/")
+            self.keeper.forget((int(number), int(count)))
 
     async def _gateway(self) -> None:
         assert self.settings.discord_token is not None

@@ -165,6 +165,15 @@ class SessionKeeper:
     def dropped(self, shard: Shard) -> None:
         self._move(shard, Move.DROPPED)
 
+    def forget(self, shard: Shard) -> None:
+        """Give up the stored session of ``shard`` without a RESUME (the postgres profile: another tree may have
+        served the shard since it was stored, and Discord would replay what that tree answered)."""
+        if self.book.sessions.pop(shard, None) is not None:
+            self.seqs.pop(shard, None)
+            log.info("gateway: the stored session of shard %d/%d is not resumed: the shard's lease was taken anew",
+                     *shard)
+            self.flush()
+
     def journaled(self, shard: Shard, seq: int | None) -> None:
         """An event up to ``seq`` is journaled (or needs no journal): a RESUME may start after it."""
         if seq is not None and seq > self.seqs.get(shard, -1):

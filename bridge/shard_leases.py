@@ -9,6 +9,10 @@ one tree at a time through its fenced lease (:mod:`clankie.store.leases`, docs/m
 * :attr:`ShardLeases.lost`: one lease stopped being ours (its renew was refused, or its local deadline passed before
   the lease could expire on the database), so the gateway must close at once: another tree may be taking the shard.
 
+The bridge does not release its leases when it stops: the tree's service keeps them (a bridge restarted alone
+joins them at the same epoch and RESUMEs), and releases them when the tree stops. A lease taken at another epoch
+than the one this bridge last served at (:data:`TENURES_FILE`) forgets the stored gateway session first.
+
 A tree is named on its leases by :func:`clankie.store.leases.tree_holder`: its host and its state directory. Its
 service keeps the same leases under the same name (for the writes of its lanes and its ledger); the tree's next
 bridge (after a crash, a spare's take-over) is the same holder and takes a live lease back at once, epoch unchanged
@@ -20,22 +24,35 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
+from collections.abc import Callable
+from pathlib import Path
 
 from clankie.clock import Clock
+from clankie.jsonl import replace_file
 from clankie.metrics import METER, SHARD_LEASES
 from clankie.store.lease import Action, Kind
 from clankie.store.leases import LeaseKeeper, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
 
+TENURES_FILE = "lease-epochs.json"
+"""Under ``<state>/bridge``: the epoch this bridge last served each shard at. A lease taken at another epoch was
+another tenure: another tree may have served the shard in between, so the stored gateway session is not RESUMEd
+(Discord would replay what that tree answered); the bridge IDENTIFYs and reads the gap back, skipping what was
+answered. A lease joined at the same epoch (the tree's service held it, or it had not expired) RESUMEs."""
+
 
 class ShardLeases:
     """The leases of the shards one bridge runs; ``keys`` are ``(shard id, count)``."""
 
     def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
-                 ttl: float) -> None:
+                 ttl: float, tenures: Path | None = None, on_new_tenure: Callable[[str], None] | None = None) -> None:
         self.holder = holder
+        self.tenures = tenures  # the epoch this bridge last served each shard at (a file of its state), or None
+        self.on_new_tenure = on_new_tenure
+        self._served_at = _read_tenures(tenures)
         self.keepers = {
             shard_name(i, count): LeaseKeeper(leases, shard_name(i, count), holder, clock, renew=renew, ttl=ttl,
                                               on_action=functools.partial(self.on_action, shard_name(i, count)))
@@ -48,6 +65,11 @@ class ShardLeases:
     def on_action(self, shard: str, action: Action) -> None:
         """A keeper's word (it must not block): a shard served, or no longer ours (the gateway must close)."""
         if action.kind is Kind.SERVE:
+            if self._served_at.get(shard) != action.epoch:  # taken anew: another tree may have served it since
+                if self.on_new_tenure is not None:
+                    self.on_new_tenure(shard)
+                self._served_at[shard] = action.epoch
+                _write_tenures(self.tenures, self._served_at)
             self.serving.add(shard)
             if len(self.serving) == len(self.keepers):
                 self.lost.clear()
@@ -75,11 +97,6 @@ class ShardLeases:
             for shard, keeper in self.keepers.items():
                 tg.create_task(keeper.run(), name=f"lease-{shard}")
 
-    async def release(self) -> None:
-        """Give every held lease up now (a planned stop: the next holder need not wait for the TTL)."""
-        for keeper in self.keepers.values():
-            await keeper.release()
-
     def detail(self) -> str:
         """``leases: 0/1 held (epoch 3)`` or ``leases: 0/2 held (epoch 1), 1/2 unheld``: for the status line."""
         parts = []
@@ -99,3 +116,28 @@ class ShardLeases:
             METER.set(SHARD_LEASES.of("held"), float(len(self.serving)))
             METER.set(SHARD_LEASES.of("unheld"), float(len(self.keepers) - len(self.serving)))
 
+
+MAX_TENURES_BYTES = 65536  # a few thousand shards' epochs; a bigger file is not ours to trust
+
+
+def _read_tenures(path: Path | None) -> dict[str, int]:
+    """The epochs this bridge last served at, by shard (empty: none kept, or unreadable: each shard taken anew)."""
+    if path is None:
+        return {}
+    try:
+        data = path.read_bytes()[:MAX_TENURES_BYTES + 1]
+        raw = json.loads(data) if len(data) <= MAX_TENURES_BYTES else None
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _write_tenures(path: Path | None, epochs: dict[str, int]) -> None:
+    if path is None:
+        return
+    try:
+        replace_file(path, json.dumps(epochs, separators=(",", ":")).encode())
+    except OSError as exc:  # the next start then takes each shard as new: an IDENTIFY, nothing worse
+        log.warning("shard leases: the served epochs were not written (%s)", type(exc).__name__)

@@ -38,7 +38,8 @@ def lease(dsn: str) -> tuple[object, ...] | None:
 def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_told(tmp_path: Path,
                                                                                    postgres_dsn: str) -> None:
     """Tree A serves and is told a door code; tree B stands by. SIGKILL of A (every process): B takes the shard at
-    epoch 2 and answers the room's next question with the code, from the lane A wrote to the database."""
+    epoch 2 and answers the room's next question with the code, from the lane A wrote to the database. A comes back
+    as the standby and B dies: A takes the shard back and answers the next question once, running nothing again."""
 
     async def main() -> None:
         discord = FakeDiscord(guilds={GUILD: [CHAN]})
@@ -61,6 +62,18 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     assert len(b.anthropic.requests) == 1  # the question alone: A's answered message not run again
                     assert lease(postgres_dsn) == (tree_holder(b.state), 2)
                     assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711"]
+
+                    # A's machine comes back, as the standby; then B dies: A takes the shard back (epoch 3). Its
+                    # gateway session from before it died is not RESUMEd: Discord would replay what B answered
+                    a.anthropic.script(fa.text("it is still 4711"))
+                    await a.respawn()
+                    await a.standing_by(90)
+                    await b.kill_supervisor()
+                    again = await discord.message(CHAN, "clankie, the code once more?", author_id=PERSON)
+                    assert (await a.reply_to(str(again["id"]), 90)).content == "it is still 4711"
+                    assert lease(postgres_dsn) == (tree_holder(a.state), 3)
+                    assert len(a.anthropic.requests) == 2  # the question alone: nothing B answered is run again
+                    assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711", "it is still 4711"]
         finally:
             await discord.close()
 
