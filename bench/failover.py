@@ -17,7 +17,8 @@ The lease settings are the defaults (renew 2 s, TTL 6 s): a kill is noticed when
 database's clock, at most TTL after the dead tree's last renew, and taken at the standby's next try (every renew).
 
 Last line: ``bench failover: kills=… postgres_answered=k/n postgres_p50_ms=… postgres_max_ms=… postgres_recalled=k/n
-files_answered=k/n answered_ratio=…``
+postgres_duplicates=… files_answered=k/n answered_ratio=…`` (duplicates: posts beyond one "noted" and one answer a
+round, so a message answered twice shows).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ async def ask(discord: FakeDiscord, text: str) -> str:
     return str((await discord.message(CHAN, text, author_id=PERSON))["id"])
 
 
-async def postgres_rounds(root: Path, dsn: str, kills: int, window: float) -> tuple[list[float | None], int]:
-    """``kills`` SIGKILLs of the serving tree, alternating; the kill → answer times (None: unanswered), recalled."""
+async def postgres_rounds(root: Path, dsn: str, kills: int, window: float) -> tuple[list[float | None], int, int]:
+    """``kills`` SIGKILLs of the serving tree, alternating; the kill → answer times (None: unanswered), how many
+    answers recalled the fact, and the posts beyond the two each round should make (a message answered twice)."""
     root.mkdir(parents=True, mode=0o700)
     discord = FakeDiscord(guilds={GUILD: [CHAN]})
     await discord.start()
@@ -81,9 +83,10 @@ async def postgres_rounds(root: Path, dsn: str, kills: int, window: float) -> tu
                 await serving.respawn()  # the dead machine comes back: the new standby
                 await serving.standing_by(120)
                 serving, standby = standby, serving
+        extra = len(discord.posts_in(CHAN)) - 2 * kills  # "noted" and the answer, each round
     finally:
         await discord.close()
-    return times, recalled
+    return times, recalled, extra
 
 
 async def files_rounds(root: Path, kills: int, window: float) -> list[float | None]:
@@ -124,7 +127,7 @@ async def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
             root = Path(tmp)
             print(f"postgres: {args.kills} kills of the serving tree, a standby tree on the same database", flush=True)
-            pg_times, recalled = await postgres_rounds(root / "pg", dsn, args.kills, args.window)
+            pg_times, recalled, extra = await postgres_rounds(root / "pg", dsn, args.kills, args.window)
             print(f"files: {args.kills} kills of the one tree", flush=True)
             files_times = await files_rounds(root / "files", args.kills, args.window)
     finally:
@@ -136,10 +139,11 @@ async def main() -> None:
     worst = round(max(ms)) if ms else "none"
     ratio = f"{len(answered) / len(files_answered):.1f}" if files_answered else ("inf" if answered else "n/a")
     print(f"postgres: answered {len(answered)}/{len(pg_times)}, kill → answer p50 {p50} ms, max {worst} ms, "
-          f"recalled the fact {recalled}/{len(pg_times)}")
+          f"recalled the fact {recalled}/{len(pg_times)}, posts beyond one answer each {extra}")
     print(f"files: answered {len(files_answered)}/{len(files_times)} within {args.window:g} s")
     print(f"bench failover: kills={args.kills} window_s={args.window:g} postgres_answered={len(answered)}/{len(pg_times)} "
           f"postgres_p50_ms={p50} postgres_max_ms={worst} postgres_recalled={recalled}/{len(pg_times)} "
+          f"postgres_duplicates={extra} "
           f"files_answered={len(files_answered)}/{len(files_times)} answered_ratio={ratio}")
 
 
