@@ -132,6 +132,7 @@ class BridgeApp:
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._read_back: ReadBack = frozenset()  # the rooms new sessions owe a read-back, not yet read (None: all)
         self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
+        self._unleased_gap = False  # a message came past the lease's deadline since the gateway last opened
         self._pool: Pool | None = None
         self._again = False
         # no gateway session yet: messages since start (or since a gap the last bridge never read back) may be missing
@@ -347,6 +348,7 @@ class BridgeApp:
             if not self.leases.held:
                 self.set_status("waiting for the shard lease")
                 await self.leases.wait_held()
+            self._unleased_gap = False
             gateway = asyncio.create_task(self._gateway(), name="gateway")
             lost = asyncio.create_task(self.leases.lost.wait(), name="lease-lost")
             try:
@@ -375,6 +377,22 @@ class BridgeApp:
                            renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
                            tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE,
                            on_new_tenure=self._new_tenure)
+
+    def _unleased(self) -> bool:
+        """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
+        its local deadline: a pause, or renews that have not landed). The first such message gives up the stored
+        sessions and marks a gap: the next session is new and reads back whatever another tree did not answer."""
+        if self.leases is None or self.leases.current(self.clock.boottime()):
+            return False
+        if not self._unleased_gap:
+            self._unleased_gap = True
+            log.warning("a message came past the shard lease's deadline: not admitted; the next session reads back")
+            self._on_quiet_at(self.clock.wall())
+            self._read_back = None
+            for key in self.shard_keys:
+                if self.keeper is not None:
+                    self.keeper.forget(key)
+        return True
 
     def _new_tenure(self, shard: str) -> None:
         """A shard's lease taken anew (not the tenure this bridge's stored session was made in): no RESUME of it."""
@@ -451,6 +469,8 @@ class BridgeApp:
                                       keeper=self.keeper)
 
     def _on_message(self, message: Any) -> None:
+        if self._unleased():
+            return
         client = self.port.client
         self_id = client.user.id if client is not None and client.user is not None else None
         try:

@@ -86,6 +86,12 @@ class ShardLeases:
         """Every lease is ours."""
         return self._all_held.is_set()
 
+    def current(self, now: float) -> bool:
+        """Every lease is ours and inside its local deadline at ``now`` (the keepers' clock, ``boottime``): checked
+        for each message before it is admitted. A tree paused past its deadline wakes with its gateway's buffered
+        messages read before its keeper's timer runs; those may be another tree's to answer by now."""
+        return self.held and all(now < k.lease.deadline for k in self.keepers.values())
+
     async def wait_held(self) -> None:
         """Until every lease is ours."""
         await self._all_held.wait()

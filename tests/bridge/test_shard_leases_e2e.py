@@ -181,3 +181,39 @@ def test_without_its_database_the_bridge_stops_admitting_and_answers_the_gap_onc
             await fake.close()
 
     asyncio.run(main())
+
+
+def test_a_bridge_paused_past_its_lease_wakes_and_admits_nothing_the_other_tree_answered(
+        tmp_path: Path, postgres_dsn: str) -> None:
+    """A serves and is SIGSTOPped (a hung VM); its socket stays open, so Discord goes on sending it the room's
+    messages. B takes the shard once A's lease expires and answers one. A is SIGCONTed: the message waiting in its
+    socket is read before its keeper's timer says the lease is gone, and is not admitted (past the local deadline);
+    A's gateway closes. The message has one answer, B's; A submitted nothing after its pause."""
+
+    async def main() -> None:
+        database.prepare(postgres_dsn)
+        fake = FakeDiscord(guilds={GUILD: [CHAN]})
+        await fake.start()
+        try:
+            async with bridge(tmp_path / "a", fake, postgres_dsn) as a:
+                await until(lambda: fake.readies == 1, 30, "A's gateway session")
+                async with bridge(tmp_path / "b", fake, postgres_dsn) as b:
+                    await until(lambda: "held by another tree" in b.log(), 30, "B standing by")
+                    a.proc.send_signal(signal.SIGSTOP)
+                    try:
+                        await until(lambda: fake.readies == 2, 30, "B's gateway session once A's lease expired")
+                        said = str((await fake.message(CHAN, "clankie, who is awake?", author_id=PERSON))["id"])
+                        await until(lambda: len(fake.posts_in(CHAN)) == 1, 30, "B's answer")
+                    finally:
+                        a.proc.send_signal(signal.SIGCONT)
+                    await until(lambda: "lease no longer ours" in a.log(), 30, "A noticing its lease is gone")
+                    a.proc.send_signal(signal.SIGTERM)
+                    assert await a.proc.wait() == 0  # A's last word is in: its submits and its journal are final
+                    assert "not admitted" in a.log()
+                    assert a.service.submits == [] and [s.delivery_id for s in b.service.submits] == [said]
+                    assert len(fake.posts_in(CHAN)) == 1
+                    assert lease(postgres_dsn) == (holder_id(b.state), 2)
+        finally:
+            await fake.close()
+
+    asyncio.run(main())
