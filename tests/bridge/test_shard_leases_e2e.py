@@ -79,6 +79,18 @@ async def bridge(root: Path, fake: FakeDiscord, dsn: str) -> AsyncIterator[Tree]
             await service.close()
 
 
+@asynccontextmanager
+async def one_room(dsn: str) -> AsyncIterator[FakeDiscord]:
+    """The loopback Discord (one guild, one room) every bridge of a test dials, on a migrated database."""
+    database.prepare(dsn)  # what `clankie run` does at start, before its bridge
+    fake = FakeDiscord(guilds={GUILD: [CHAN]})
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.close()
+
+
 def lease(dsn: str) -> tuple[str | None, int]:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
@@ -99,10 +111,7 @@ def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a
     RESUME its old session: it IDENTIFYs and reads back what was said meanwhile."""
 
     async def main() -> None:
-        database.prepare(postgres_dsn)  # what `clankie run` does at start, before its bridge
-        fake = FakeDiscord(guilds={GUILD: [CHAN]})
-        await fake.start()
-        try:
+        async with one_room(postgres_dsn) as fake:
             async with bridge(tmp_path / "a", fake, postgres_dsn) as a:
                 await until(lambda: fake.readies == 1, 30, "A's gateway session")
                 assert lease(postgres_dsn) == (holder_id(a.state), 1)
@@ -140,8 +149,6 @@ def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a
                     b.proc.send_signal(signal.SIGTERM)  # a bridge stopped alone leaves the lease to its tree's service
                     assert await b.proc.wait() == 0
                     assert lease(postgres_dsn) == (holder_id(b.state), 4)
-        finally:
-            await fake.close()
 
     asyncio.run(main())
 
@@ -150,13 +157,10 @@ def test_without_its_database_the_bridge_stops_admitting_and_answers_the_gap_onc
         tmp_path: Path, postgres_cluster: Cluster, postgres_dsn: str) -> None:
     """PostgreSQL stopped under a serving bridge: its renews fail, and before its lease can expire on the database it
     closes its gateway (nothing admitted that another tree might also admit); a message said meanwhile waits with
-    Discord. The database back, the bridge takes the lease again, RESUMEs, and answers it once."""
+    Discord. The database back, the bridge takes the lease again and answers it once."""
 
     async def main() -> None:
-        database.prepare(postgres_dsn)
-        fake = FakeDiscord(guilds={GUILD: [CHAN]})
-        await fake.start()
-        try:
+        async with one_room(postgres_dsn) as fake:
             async with bridge(tmp_path / "a", fake, postgres_dsn) as a:
                 await until(lambda: fake.readies == 1, 30, "A's gateway session")
                 first = str((await fake.message(CHAN, "clankie, before", author_id=PERSON))["id"])
@@ -177,8 +181,6 @@ def test_without_its_database_the_bridge_stops_admitting_and_answers_the_gap_onc
                 # A's again: at epoch 1 if it was back before the lease expired on the database's clock (the local
                 # deadline comes a margin earlier), else at epoch 2
                 assert lease(postgres_dsn)[0] == holder_id(a.state)
-        finally:
-            await fake.close()
 
     asyncio.run(main())
 
@@ -191,10 +193,7 @@ def test_a_bridge_paused_past_its_lease_wakes_and_admits_nothing_the_other_tree_
     A's gateway closes. The message has one answer, B's; A submitted nothing after its pause."""
 
     async def main() -> None:
-        database.prepare(postgres_dsn)
-        fake = FakeDiscord(guilds={GUILD: [CHAN]})
-        await fake.start()
-        try:
+        async with one_room(postgres_dsn) as fake:
             async with bridge(tmp_path / "a", fake, postgres_dsn) as a:
                 await until(lambda: fake.readies == 1, 30, "A's gateway session")
                 async with bridge(tmp_path / "b", fake, postgres_dsn) as b:
@@ -213,7 +212,5 @@ def test_a_bridge_paused_past_its_lease_wakes_and_admits_nothing_the_other_tree_
                     assert a.service.submits == [] and [s.delivery_id for s in b.service.submits] == [said]
                     assert len(fake.posts_in(CHAN)) == 1
                     assert lease(postgres_dsn) == (holder_id(b.state), 2)
-        finally:
-            await fake.close()
 
     asyncio.run(main())

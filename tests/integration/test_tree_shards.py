@@ -21,7 +21,7 @@ import pytest
 from clankie.shards import shard_of
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord
-from tests.integration.tree import CLANKIE, PERSON, REPO, Site, Tree, stop_tree, tree_env
+from tests.integration.tree import PERSON, Tree, tree_on
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -33,30 +33,10 @@ OWNER = "900000000000000002"  # the fake application's owner: DMs from them are 
 @contextlib.asynccontextmanager
 async def shard_tree(tmp: Path, runtime: Path, discord: FakeDiscord, shard_ids: str) -> AsyncIterator[Tree]:
     """`clankie run` on shards ``shard_ids`` of 2, against the shared fake Discord and a fake Anthropic of its own."""
-    anthropic = fa.FakeAnthropic()
-    site = Site()
-    await anthropic.start()
-    await site.start()
-    tmp.mkdir(mode=0o700)
-    (tmp / "state").mkdir(mode=0o700)
-    env = tree_env(tmp, runtime, discord, anthropic, {
-        "CLANKIE_DISCORD_GUILD_IDS": f"{G0},{G1}",
-        "CLANKIE_DISCORD_SHARD_COUNT": "2",
-        "CLANKIE_DISCORD_SHARD_IDS": shard_ids,
-    })
-    err_path = tmp / "supervisor.stderr"
-    with err_path.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO
-        )
-    t = Tree(proc, tmp / "state", runtime, discord, anthropic, site, err_path, env)
-    try:
-        await t.ready(90)
+    extra = {"CLANKIE_DISCORD_GUILD_IDS": f"{G0},{G1}", "CLANKIE_DISCORD_SHARD_COUNT": "2",
+             "CLANKIE_DISCORD_SHARD_IDS": shard_ids}
+    async with tree_on(tmp, runtime, discord, extra, lambda t: t.ready(90)) as t:
         yield t
-    finally:
-        await stop_tree(t.proc)
-        await site.close()
-        await anthropic.close()
 
 
 def seen_by_model(t: Tree) -> str:

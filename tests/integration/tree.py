@@ -24,7 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -342,30 +342,40 @@ async def real_tree(
 
 
 @contextlib.asynccontextmanager
-async def pg_tree(tmp: Path, discord: FakeDiscord, dsn: str, *, serving: bool,
-                  env: dict[str, str] | None = None) -> AsyncIterator[Tree]:
-    """`clankie run` in the postgres profile on ``discord`` (shared with other trees), with a model double of its own;
-    up when every child runs and the bridge either serves the shard (``serving``) or waits for its lease."""
+async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[str, str],
+                  up: Callable[[Tree], Awaitable[None]]) -> AsyncIterator[Tree]:
+    """`clankie run` with ``extra`` settings on ``discord`` (shared with other trees), with a model double and a web
+    site of its own; yielded once ``up`` says so (:meth:`Tree.ready`, :meth:`Tree.standing_by`)."""
     anthropic = fa.FakeAnthropic()
     site = Site()
     await anthropic.start()
     await site.start()
     tmp.mkdir(mode=0o700)
     (tmp / "state").mkdir(mode=0o700)
+    env = tree_env(tmp, runtime, discord, anthropic, extra)
+    err_path = tmp / "supervisor.stderr"
+    with err_path.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=err, stderr=err, cwd=REPO)
+    t = Tree(proc, tmp / "state", runtime, discord, anthropic, site, err_path, env)
+    try:
+        await up(t)
+        yield t
+    finally:
+        await stop_tree(t.proc)
+        await site.close()
+        await anthropic.close()
+
+
+@contextlib.asynccontextmanager
+async def pg_tree(tmp: Path, discord: FakeDiscord, dsn: str, *, serving: bool,
+                  env: dict[str, str] | None = None) -> AsyncIterator[Tree]:
+    """`clankie run` in the postgres profile on ``discord`` (shared with other trees); up when every child runs and
+    the bridge either serves the shard (``serving``) or waits for its lease."""
+    extra = {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn, "CLANKIE_DISCORD_TOOL_CARD": "false", **(env or {})}
     with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as rt:  # short: socket paths fit in 107 bytes
         runtime = Path(rt)
         runtime.chmod(0o700)
-        full = tree_env(tmp, runtime, discord, anthropic, {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn,
-                                                           "CLANKIE_DISCORD_TOOL_CARD": "false", **(env or {})})
-        err_path = tmp / "supervisor.stderr"
-        with err_path.open("wb") as err:
-            proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=full, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=err, stderr=err, cwd=REPO)
-        t = Tree(proc, tmp / "state", runtime, discord, anthropic, site, err_path, full)
-        try:
-            await (t.ready(90) if serving else t.standing_by(90))
+        async with tree_on(tmp, runtime, discord, extra,
+                           lambda t: t.ready(90) if serving else t.standing_by(90)) as t:
             yield t
-        finally:
-            await stop_tree(t.proc)
-            await site.close()
-            await anthropic.close()
