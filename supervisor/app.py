@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade", "status"],
                     help="upgrade: apply the schema migrations the database lacks; status: the schema and each shard's lease")
     db.add_argument("--json", action="store_true", help="status as JSON")
+    migrate = sub.add_parser("migrate", help="copy this tree's file state (lanes, spend) into PostgreSQL")
+    migrate.add_argument("--to", choices=["postgres"], required=True, help="the store to copy into")
     return p
 
 
@@ -96,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_log: selflog.FileHandler | None = None
     if args.command == "db":
         return dbcli.main(args.action, as_json=args.json)
+    if args.command == "migrate":  # the file adapters are the service's: its own process, never an import
+        return subprocess.run([sys.executable, "-m", "service.migrate", "--to", args.to], check=False).returncode
     try:
         settings = load()
         redact = Redactor.of(settings)
