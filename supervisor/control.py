@@ -132,9 +132,19 @@ def status(tree: Tree) -> StatusReply:
             ready=tree.ready_sent,
             stderr_dropped=tree.stderr.dropped if tree.stderr is not None else 0,
             disk=tree.disk_problem(),
+            store=store_line(tree.settings),
         ),
         children=tuple(child_status(tree, tree.children[n]) for n in tree.order),
     )
+
+
+def store_line(settings: Settings) -> str:
+    """The status's store: "" for files, else ``postgres (<parameters>)``, never the password."""
+    if settings.store != "postgres" or settings.postgres_dsn is None:
+        return ""
+    from clankie.settings_store import describe_dsn
+
+    return f"postgres ({describe_dsn(settings.postgres_dsn.get_secret_value())})"[:300]
 
 
 CONTROL_MAX_INFLIGHT = 8

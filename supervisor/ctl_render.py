@@ -49,6 +49,8 @@ def format_status(reply: StatusReply, now: float) -> str:
     if sup.stderr_dropped:
         head += f"; stderr too slow, {sup.stderr_dropped} lines dropped (the log files have them)"
     lines = [head]
+    if sup.store:  # the shards' leases and epochs are on the bridge's row
+        lines.append(f"store: {sup.store}")
     if sup.disk:
         lines.append(f"!! disk: {sup.disk}")
     lines.append(f"{'NAME':<9}{'STATE':<10}{'PID':>8} {'UPTIME':>8} {'RESTARTS':>8} {'CPU%':>6} {'RSS':>8} {'FDS':>4}  DETAIL")

@@ -54,6 +54,7 @@ class SupervisorInfo(Record):
     ready: bool = False
     stderr_dropped: int = 0  # forwarded lines dropped because the supervisor's stderr was too slow
     disk: str = ""  # the state filesystem is full or a child's log cannot be written; "" when all is well
+    store: str = Field(default="", max_length=300)  # "" (files) or "postgres (<the DSN without its password>)"
 
 
 class StatusReply(Record):

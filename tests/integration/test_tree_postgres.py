@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from clankie.store.leases import tree_holder
+from supervisor.ctl_render import format_status
 from tests.hardening.test_secrets_scope import environ_of, variable
 from tests.integration.tree import real_tree
 from tests.postgres import postgres_cluster, postgres_dsn
@@ -63,6 +64,9 @@ def test_a_postgres_tree_answers_and_only_the_service_and_the_bridge_are_handed_
             assert "-m hosts.browser" in hosts and "-m hosts.tldraw" in hosts, seen
             assert all(store is None for stores in hosts.values() for store in stores), hosts
 
+            # the operator's view: the store (never the password), the lease on the bridge's row
+            shown = format_status(await t.status(), 0.0)
+            assert "store: postgres (" in shown and "dbname=" in shown and "leases: 0/1 held (epoch 1)" in shown
             # the tree's one lease: its service and its bridge hold it under the tree's name, at one epoch
             assert lease(postgres_dsn) == (tree_holder(t.state), 1)
             bridge = await t.wait_child(lambda c: "leases: 0/1 held (epoch 1)" in c.detail, "bridge", 30)
