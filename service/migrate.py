@@ -17,7 +17,6 @@ unreachable or newer than this release.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -26,13 +25,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from clankie.errors import EX_CONFIG, ConfigError
+from clankie.paths import process_environment
 from clankie.protocol import Room
 from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings, load
 from clankie.store.lane_ports import SEGMENT_SUFFIX, TreeUnreadable
 from service.agent.tree_files import FileLaneTree
 from service.captain.lanes import CaptainPaths
-from service.captain.spend.ledger_files import FileSpendLedger
+from service.captain.spend import FileSpendLedger
 from service.captain.stores import room_shard
 
 if TYPE_CHECKING:  # the driver is imported only when a migration runs
@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
         return 2
     out: list[str] = []
     try:
-        report = migrate(load(receive_secrets(os.environ)), out)
+        report = migrate(load(receive_secrets(process_environment())), out)
     except ConfigError as exc:
         print(f"clankie: {exc}", file=sys.stderr, flush=True)
         return EX_CONFIG
