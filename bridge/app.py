@@ -389,8 +389,8 @@ class BridgeApp:
             log.warning("a message came past the shard lease's deadline: not admitted; the next session reads back")
             self._on_quiet_at(self.clock.wall())
             self._read_back = None
-            for key in self.shard_keys:
-                if self.keeper is not None:
+            if self.keeper is not None:
+                for key in self.shard_keys:
                     self.keeper.forget(key)
         return True
 
