@@ -5,6 +5,7 @@ took the shard, it drops the shard's lanes and writes nothing more for it; the m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from pathlib import Path
@@ -130,9 +131,15 @@ def test_a_lost_shard_drops_its_lanes_and_its_memory_comes_back_with_the_shard(e
                 assert app.pg.fence("0/1") is None
 
                 tree_b = PgLaneTrees(app.pg.pool, {"0/1": Fence("0/1", "tree-b", b_epoch)}.get)
-                lane_b = SessionTree.open_latest(tree_b.lane(LANE, (0, 1)), SystemClock())
-                lane_b.append_message({"role": "user", "content": [{"type": "text", "text": "the code changed to 9999"}]})
-                lane_b.append_custom("run_end", {"outcome": "ok"})
+
+                def b_is_told() -> None:  # tree B's process, not this loop: the service's keeper keeps asking for the
+                    # shard meanwhile, and its acquire holds the row FOR UPDATE across awaits; a synchronous write on
+                    # this loop would wait for that lock while blocking the loop that would release it
+                    lane_b = SessionTree.open_latest(tree_b.lane(LANE, (0, 1)), SystemClock())
+                    lane_b.append_message({"role": "user", "content": [{"type": "text", "text": "the code changed to 9999"}]})
+                    lane_b.append_custom("run_end", {"outcome": "ok"})
+
+                await asyncio.to_thread(b_is_told)
                 with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # B hands the shard back
                     conn.execute("UPDATE clankie_shard_lease SET holder = NULL, expires_at = '-infinity' WHERE shard = '0/1'")
                 fence = await until(lambda: app.pg.fence("0/1") if app.pg else None, what="the shard taken back")
