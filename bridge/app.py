@@ -33,8 +33,8 @@ from clankie.metrics import DISCORD_CONNECTED, DISCORD_SHARD_COUNT, DISCORD_SHAR
 from clankie.protocol import Heartbeat, Room
 from clankie.redact import Redactor
 from clankie.settings import Settings
-from clankie.shards import DM_SHARD, shard_of
 from clankie.shards import describe as describe_shards
+from clankie.shards import room_shard
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
@@ -338,7 +338,7 @@ class BridgeApp:
         count = self.settings.discord_shard_count
         if shards is None or count is None:
             return None
-        return lambda room: (DM_SHARD if room.guild_id is None else shard_of(room.guild_id, count)) in shards
+        return lambda room: room_shard(room, count)[0] in shards
 
     async def _discord(self) -> None:
         """The gateway; in the postgres profile only while every shard's lease is ours (bridge/shard_leases.py)."""
@@ -376,7 +376,7 @@ class BridgeApp:
         return ShardLeases(PgLeases(self._pool), self.shard_keys, tree_holder(s.state_dir), self.clock,
                            renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
                            tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE,
-                           on_new_tenure=self._new_tenure)
+                           on_new_tenure=self.keeper.forget if self.keeper is not None else None)
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
@@ -393,12 +393,6 @@ class BridgeApp:
                 for key in self.shard_keys:
                     self.keeper.forget(key)
         return True
-
-    def _new_tenure(self, shard: str) -> None:
-        """A shard's lease taken anew (not the tenure this bridge's stored session was made in): no RESUME of it."""
-        if self.keeper is not None:
-            number, count = shard.split("/")
-            self.keeper.forget((int(number), int(count)))
 
     async def _gateway(self) -> None:
         assert self.settings.discord_token is not None

@@ -48,15 +48,17 @@ class ShardLeases:
     """The leases of the shards one bridge runs; ``keys`` are ``(shard id, count)``."""
 
     def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
-                 ttl: float, tenures: Path | None = None, on_new_tenure: Callable[[str], None] | None = None) -> None:
+                 ttl: float, tenures: Path | None = None,
+                 on_new_tenure: Callable[[tuple[int, int]], None] | None = None) -> None:
         self.holder = holder
         self.tenures = tenures  # the epoch this bridge last served each shard at (a file of its state), or None
         self.on_new_tenure = on_new_tenure
         self._served_at = _read_tenures(tenures)
+        self.keys = {shard_name(*key): key for key in keys}  # a lease's name -> the (id, count) it is for
         self.keepers = {
-            shard_name(i, count): LeaseKeeper(leases, shard_name(i, count), holder, clock, renew=renew, ttl=ttl,
-                                              on_action=functools.partial(self.on_action, shard_name(i, count)))
-            for i, count in keys
+            name: LeaseKeeper(leases, name, holder, clock, renew=renew, ttl=ttl,
+                              on_action=functools.partial(self.on_action, name))
+            for name in self.keys
         }
         self.serving: set[str] = set()
         self._all_held = asyncio.Event()
@@ -67,7 +69,7 @@ class ShardLeases:
         if action.kind is Kind.SERVE:
             if self._served_at.get(shard) != action.epoch:  # taken anew: another tree may have served it since
                 if self.on_new_tenure is not None:
-                    self.on_new_tenure(shard)
+                    self.on_new_tenure(self.keys[shard])
                 self._served_at[shard] = action.epoch
                 _write_tenures(self.tenures, self._served_at)
             self.serving.add(shard)
@@ -105,11 +107,8 @@ class ShardLeases:
 
     def detail(self) -> str:
         """``leases: 0/1 held (epoch 3)`` or ``leases: 0/2 held (epoch 1), 1/2 unheld``: for the status line."""
-        parts = []
-        for shard, keeper in self.keepers.items():
-            state = "held" if shard in self.serving else keeper.lease.state.value
-            parts.append(f"{shard} {state} (epoch {keeper.lease.epoch})" if shard in self.serving else f"{shard} {state}")
-        return "leases: " + ", ".join(parts)
+        return "leases: " + ", ".join(f"{s} held (epoch {k.lease.epoch})" if s in self.serving else f"{s} {k.lease.state.value}"
+                                      for s, k in self.keepers.items())
 
     def report(self) -> dict[str, object]:
         """For the heartbeat: this tree's holder name, each shard's state and epoch."""

@@ -11,6 +11,11 @@ Discord (dispatch) need it; the bridge's gateway bookkeeping is in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clankie.protocol import Room
+
 DM_SHARD = 0
 """Discord delivers every direct message on shard 0."""
 
@@ -23,6 +28,16 @@ def shard_of(guild_id: int | str, count: int) -> int:
     if count < 1:
         raise ValueError("the shard count must be at least 1")
     return (int(guild_id) >> 22) % count
+
+
+def room_shard(room: Room, count: int | None) -> tuple[int, int]:
+    """(shard id, count) of the shard that carries ``room``'s messages: its guild's, or shard 0 for a direct message
+    or an operator's local room (``say``); an unsharded bot is (0, 1)."""
+    total = count or 1
+    guild = room.guild_id
+    if guild is None or not guild.isdigit():
+        return DM_SHARD, total
+    return shard_of(guild, total), total
 
 
 def parse_ids(text: str) -> tuple[int, ...]:

@@ -29,11 +29,11 @@ from clankie.paths import process_environment
 from clankie.protocol import Room
 from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings, load
+from clankie.shards import room_shard
 from clankie.store.lane_ports import SEGMENT_SUFFIX, TreeUnreadable
 from service.agent.tree_files import FileLaneTree
 from service.captain.lanes import CaptainPaths
 from service.captain.spend import FileSpendLedger
-from service.captain.stores import room_shard
 
 if TYPE_CHECKING:  # the driver is imported only when a migration runs
     from clankie.store.lanes_pg import PgLaneTree

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from clankie.clock import Clock
 from clankie.protocol import Room
 from clankie.settings import Settings
+from clankie.shards import room_shard
 from clankie.store import database
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.lanes_pg import PgLaneTrees
@@ -37,7 +38,7 @@ from clankie.store.lease import Action, Kind
 from clankie.store.leases import Fence, LeaseKeeper, PgLeases, shard_name
 from clankie.store.spend_pg import PgSpendLedger
 from service.captain.lanes import CaptainPaths, LanePlan
-from service.captain.stores import Stores, room_shard
+from service.captain.stores import Stores
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 tree (a directory means today's files, :mod:`service.agent.tree_files`), and the ledger's store (a directory: the
 day files, :mod:`service.captain.spend.ledger_files`). :func:`file_stores` is the default profile, exactly as
 before; the PostgreSQL profile's are built by :mod:`service.captain.pg_stores`, imported only in that profile so
-the default never loads the driver. :func:`room_shard` is which shard a room's writes are fenced by (pure).
+the default never loads the driver. :func:`clankie.shards.room_shard` is which shard a room's writes are fenced by.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clankie.protocol import Room
-from clankie.shards import DM_SHARD, shard_of
+from clankie.shards import room_shard
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.ports import Shard
 from clankie.store.spend_ports import SpendLedgerStore
@@ -34,13 +34,3 @@ def file_stores(paths: CaptainPaths, shard_count: int | None) -> Stores:
     """Today's files under ``<state>/captain``: each lane's own directory, the day files in ``spend/``."""
     return Stores(lane=lambda plan: plan.directory, ledger=paths.root / "spend",
                   shard=lambda room: room_shard(room, shard_count))
-
-
-def room_shard(room: Room, count: int | None) -> Shard:
-    """(shard id, count) of the shard that carries ``room``'s messages: its guild's, or shard 0 for a direct message
-    or an operator's local room (``say``); an unsharded bot is (0, 1)."""
-    total = count or 1
-    guild = room.guild_id
-    if guild is None or not guild.isdigit():
-        return DM_SHARD, total
-    return shard_of(guild, total), total

@@ -39,7 +39,7 @@ def test_a_lease_taken_at_another_epoch_than_last_served_forgets_the_session_and
     """The epoch each shard was last served at outlives the process: the next bridge joining the same tenure keeps
     its stored session (RESUME); one taking the shard at another epoch (another tree may have served it) does not."""
     path = tmp_path / "lease-epochs.json"
-    new: list[str] = []
+    new: list[tuple[int, int]] = []
 
     def bridge() -> ShardLeases:
         never_called = cast(PgLeases, cast(Any, object()))
@@ -47,11 +47,11 @@ def test_a_lease_taken_at_another_epoch_than_last_served_forgets_the_session_and
                            on_new_tenure=new.append)
 
     bridge().on_action("0/1", Action(Kind.SERVE, 1))
-    assert new == ["0/1"]  # nothing served before: whatever session is stored was not made in this tenure
+    assert new == [(0, 1)]  # nothing served before: whatever session is stored was not made in this tenure
     bridge().on_action("0/1", Action(Kind.SERVE, 1))
-    assert new == ["0/1"]  # the same tenure (a restarted bridge joining its tree's lease): the session is resumable
+    assert new == [(0, 1)]  # the same tenure (a restarted bridge joining its tree's lease): the session is resumable
     bridge().on_action("0/1", Action(Kind.SERVE, 3))
-    assert new == ["0/1", "0/1"]
+    assert new == [(0, 1), (0, 1)]
     path.write_bytes(b"{" + b" " * 70_000 + b"}")  # over the bound: not trusted, every shard taken anew
     bridge().on_action("0/1", Action(Kind.SERVE, 3))
-    assert new == ["0/1", "0/1", "0/1"]
+    assert new == [(0, 1), (0, 1), (0, 1)]
