@@ -189,7 +189,8 @@ class ServiceApp:
         if self.pg is not None:
             self.pg.on_lost = self.captain.stop_serving  # a lease lost drops that shard's lanes
         evidence = Evidence(paths.evidence, self.clock)
-        self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs)
+        self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs,
+                                 held=stores.held)
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
         self._on_disk_at: float | None = None  # when clankie_lanes_on_disk was last counted

@@ -263,6 +263,8 @@ class LeaseKeeper:
         self._abandoned: set[asyncio.Future[object]] = set()
         self._said_taken = False  # "held by another tree" is logged once per wait, not at every try
         self._said_failed = ""  # the last acquire failure logged (its exception's name)
+        self._serving = asyncio.Event()  # set while the lease is ours (between SERVE and STOP_SERVING)
+        self._nudged = asyncio.Event()  # someone waits for the shard: try again now, not at the next period
 
     @property
     def fence(self) -> Fence | None:
@@ -275,6 +277,10 @@ class LeaseKeeper:
             if action.kind in (Kind.SERVE, Kind.STOP_SERVING):
                 log.info("shard %s: %s at epoch %d%s", self.shard, action.kind.value, action.epoch,
                          f" ({action.reason})" if action.reason else "")
+                if action.kind is Kind.SERVE:
+                    self._serving.set()
+                else:
+                    self._serving.clear()
                 if self.on_action is not None:
                     self.on_action(action)
         return actions
@@ -320,7 +326,8 @@ class LeaseKeeper:
                     log.info("shard %s: held by another tree; asking again every %gs", self.shard, lease.renew)
                 self._said_taken = epoch is None
             if epoch is None:
-                await self.clock.sleep(lease.renew)
+                await self._first(self._nudged, lease.renew)
+                self._nudged.clear()
             return
         due = lease.due(self.clock.boottime())
         if due is LeaseEvent.DEADLINE:
@@ -343,6 +350,29 @@ class LeaseKeeper:
         wake = lease.wake_at()
         if wake is not None:
             await self.clock.sleep(wake - self.clock.boottime())
+
+    async def _first(self, event: asyncio.Event, within: float) -> bool:
+        """Wait for ``event`` or for ``within`` seconds on the clock, whichever comes first; whether it was set."""
+        if event.is_set():
+            return True
+        waiter = asyncio.ensure_future(event.wait())
+        sleeper = asyncio.ensure_future(self.clock.sleep(within))
+        try:
+            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            sleeper.cancel()
+        return event.is_set()
+
+    async def served(self, within: float) -> Fence | None:
+        """The fence once the shard is ours, waiting at most ``within`` seconds for it: the tree's other process
+        (its bridge) may have taken the lease a moment ago, and :meth:`run` is asked to join it now rather than at
+        its next period. None when the shard is still not ours then (another tree holds it, or the database is
+        away)."""
+        if self.fence is None and self.wanted:
+            self._nudged.set()
+            await self._first(self._serving, within)
+        return self.fence
 
     async def run(self) -> None:
         """Keep the lease until cancelled."""

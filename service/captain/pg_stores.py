@@ -71,9 +71,22 @@ class PgStores:
         keeper = self.keepers.get(shard)
         return None if keeper is None else keeper.fence
 
+    async def held(self, room: Room) -> bool:
+        """Whether this tree may write for ``room``'s shard, waiting at most a lease's time-to-live for it.
+
+        The bridge opens a shard's gateway only once the tree holds its lease, and this process joins that lease at
+        its keeper's next try; a message that arrives in between waits here for the join (asked for now) instead
+        of running into a refused write. False: still not ours (another tree holds it, or the database is away);
+        the turn runs and its first write is refused."""
+        count = self._settings.discord_shard_count
+        keeper = self.keepers.get(shard_name(*room_shard(room, count)))
+        if keeper is None or keeper.fence is not None:
+            return True
+        return await keeper.served(self._settings.lease_ttl_seconds) is not None
+
     def stores(self) -> Stores:
         count = self._settings.discord_shard_count
-        return Stores(lane=self._lane, ledger=self.spend, shard=lambda room: room_shard(room, count))
+        return Stores(lane=self._lane, ledger=self.spend, shard=lambda room: room_shard(room, count), held=self.held)
 
     def _lane(self, plan: LanePlan) -> LaneTreeStore:
         """A lane's tree, keyed as its directory is named under ``<state>/captain`` (``rooms/<quoted key>``,

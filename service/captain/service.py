@@ -26,6 +26,7 @@ import asyncio
 import functools
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import assert_never
 
@@ -34,7 +35,7 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.errors import RemoteError
 from clankie.metrics import METER, TURN_DURATION, TURNS
-from clankie.protocol import Author, Code, SayRequest, Trigger, TurnOutcome, TurnResult, TurnSubmit
+from clankie.protocol import Author, Code, Room, SayRequest, Trigger, TurnOutcome, TurnResult, TurnSubmit
 from clankie.router import Router
 from service import telemetry
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Evidence, Poison, Retained, fingerprint, reckon
@@ -60,8 +61,10 @@ class InFlight:
 class TurnService:
     """Accepts turns from the bridge (and the operator) and answers each exactly once per delivery."""
 
-    def __init__(self, captain: Captain, store: DeliveryStore, evidence: Evidence, clock: Clock, *, poison_runs: int) -> None:
+    def __init__(self, captain: Captain, store: DeliveryStore, evidence: Evidence, clock: Clock, *, poison_runs: int,
+                 held: Callable[[Room], Awaitable[bool]] | None = None) -> None:
         self.captain = captain
+        self.held = held  # the PostgreSQL profile: waits (bounded) until this tree may write for a room
         self.store = store
         self.evidence = evidence
         self._clock = clock
@@ -153,6 +156,8 @@ class TurnService:
 
     async def _turn(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str, started: float) -> TurnResult:
         did = submit.delivery_id
+        if self.held is not None and not await self.held(submit.room):
+            log.warning("delivery %s: this tree does not hold its room's shard; its first write will be refused", did)
         try:
             with telemetry.invoke_agent(self.captain.character, lane, did, self.captain.model) as span:
                 try:

@@ -9,7 +9,7 @@ the default never loads the driver. :func:`clankie.shards.room_shard` is which s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,9 @@ class Stores:
     lane: Callable[[LanePlan], Path | LaneTreeStore]
     ledger: Path | SpendLedgerStore
     shard: Callable[[Room], Shard]
+    held: Callable[[Room], Awaitable[bool]] | None = None
+    """Whether this tree may write for a room now, waiting a bounded while (the PostgreSQL profile's leases);
+    None: always (one machine's files)."""
 
 
 def file_stores(paths: CaptainPaths, shard_count: int | None) -> Stores:

@@ -5,6 +5,7 @@ reporting the lease lost while the database still holds it for it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from clankie.store.database import Pool
 from clankie.store.lease import Action, Kind, LeaseState
 from clankie.store.leases import Fence, LeaseKeeper, PgLeases, StaleEpoch, shard_name
 from clankie.testing.clock import FakeClock
-from tests.polling import until_probe
+from tests.polling import until, until_probe
 
 REPO = Path(__file__).resolve().parents[3]
 SHARD = "0/2"
@@ -277,5 +278,32 @@ def test_a_keeper_takes_a_free_shard_renews_it_and_releases_it(dsn: str) -> None
             assert seen == [Action(Kind.SERVE, 1), Action(Kind.STOP_SERVING, 1, "released")]
             assert state_of(keeper) is LeaseState.RELEASED
             assert await leases.acquire(SHARD, "tree-b", 6.0) == 2
+
+    asyncio.run(main())
+
+
+def test_a_keeper_waiting_out_another_tree_joins_its_own_trees_lease_when_asked_not_at_its_next_period(dsn: str) -> None:
+    """The service's keeper found the shard held by another tree and sleeps a renew period; the tree's bridge takes
+    the shard once that lease is gone. A message for the shard asks the keeper to serve: it tries at once and joins
+    its tree's lease at the bridge's epoch, though its clock never moved."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        async with leases_on(dsn) as leases:
+            assert await leases.acquire(SHARD, "other-tree", 6.0) == 1
+            keeper = LeaseKeeper(leases, SHARD, "our-tree", clock, renew=2.0, ttl=6.0)
+            started = clock.monotonic()
+            running = asyncio.create_task(keeper.run())
+            try:
+                await until(lambda: clock.sleepers == 1, 10, "the keeper waiting out its renew period")
+                assert keeper.fence is None
+                await leases.release(Fence(SHARD, "other-tree", 1))
+                assert await leases.acquire(SHARD, "our-tree", 6.0) == 2  # our bridge takes it
+                assert await keeper.served(6.0) == Fence(SHARD, "our-tree", 2)
+                assert clock.monotonic() == started  # asked, not woken by its period
+            finally:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
 
     asyncio.run(main())
