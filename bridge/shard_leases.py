@@ -33,7 +33,7 @@ from clankie.clock import Clock
 from clankie.jsonl import replace_file
 from clankie.metrics import METER, SHARD_LEASES
 from clankie.store.lease import Action, Kind
-from clankie.store.leases import LeaseKeeper, PgLeases, shard_name
+from clankie.store.leases import TRANSIENT, LeaseKeeper, LeaseRow, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,9 @@ class ShardLeases:
             for name in self.keys
         }
         self.serving: set[str] = set()
+        self.leases, self.clock = leases, clock
+        self.takeover: tuple[LeaseRow, float] | None = None  # the last takeover of one of ours, read at (monotonic)
+        self._look = asyncio.Event()  # a shard was taken anew: read who had it before
         self._all_held = asyncio.Event()
         self.lost = asyncio.Event()  # set when a held lease stops being ours; cleared when all are held again
 
@@ -72,6 +75,7 @@ class ShardLeases:
                     self.on_new_tenure(self.keys[shard])
                 self._served_at[shard] = action.epoch
                 _write_tenures(self.tenures, self._served_at)
+                self._look.set()
             self.serving.add(shard)
             if len(self.serving) == len(self.keepers):
                 self.lost.clear()
@@ -104,17 +108,44 @@ class ShardLeases:
         async with asyncio.TaskGroup() as tg:
             for shard, keeper in self.keepers.items():
                 tg.create_task(keeper.run(), name=f"lease-{shard}")
+            tg.create_task(self._takeovers(), name="lease-takeovers")
+
+    async def _takeovers(self) -> None:
+        """After each new tenure, read the rows once for the newest takeover of one of this bridge's shards."""
+        while True:
+            await self._look.wait()
+            self._look.clear()
+            try:
+                rows = await self.leases.rows()
+            except TRANSIENT as exc:  # the status line goes without it; the next tenure reads again
+                log.info("shard leases: the takeovers were not read (%s)", type(exc).__name__)
+                continue
+            taken = [r for r in rows if r.shard in self.keepers and r.taken_ago is not None]
+            if taken:
+                self.takeover = (min(taken, key=lambda r: r.taken_ago or 0.0), self.clock.monotonic())
 
     def detail(self) -> str:
-        """``leases: 0/1 held (epoch 3)`` or ``leases: 0/2 held (epoch 1), 1/2 unheld``: for the status line."""
-        return "leases: " + ", ".join(f"{s} held (epoch {k.lease.epoch})" if s in self.serving else f"{s} {k.lease.state.value}"
+        """``leases: 0/1 held (epoch 3)`` or ``leases: 0/2 held (epoch 1), 1/2 unheld``, then the last takeover of one
+        of them (``last takeover: 0/1 from host:1a2b3c4d, 42s ago``): for the status line."""
+        line = "leases: " + ", ".join(f"{s} held (epoch {k.lease.epoch})" if s in self.serving else f"{s} {k.lease.state.value}"
                                       for s, k in self.keepers.items())
+        if self.takeover is not None:
+            row, read_at = self.takeover
+            ago = (row.taken_ago or 0.0) + self.clock.monotonic() - read_at
+            line += f"; last takeover: {row.shard} from {row.taken_from}, {ago:.0f}s ago"
+        return line
 
     def report(self) -> dict[str, object]:
         """For the heartbeat: this tree's holder name, each shard's state and epoch."""
-        return {"holder": self.holder,
-                "shards": {s: {"state": "held" if s in self.serving else k.lease.state.value, "epoch": k.lease.epoch}
-                           for s, k in self.keepers.items()}}
+        report: dict[str, object] = {
+            "holder": self.holder,
+            "shards": {s: {"state": "held" if s in self.serving else k.lease.state.value, "epoch": k.lease.epoch}
+                       for s, k in self.keepers.items()}}
+        if self.takeover is not None:
+            row, read_at = self.takeover
+            report["takeover"] = {"shard": row.shard, "from": row.taken_from,
+                                  "ago_s": round((row.taken_ago or 0.0) + self.clock.monotonic() - read_at, 1)}
+        return report
 
     def _gauge(self) -> None:
         if METER.enabled:

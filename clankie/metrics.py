@@ -278,6 +278,12 @@ STALE_EPOCH_WRITES = Counter(
     doc="writes for a shard refused because they carried a stale lease epoch: a tree that lost a shard's lease "
     "(paused past it, or cut off from the database) tried to write for it; the PostgreSQL profile only, "
     "docs/multi-machine.md")
+LEASE_TAKEOVERS = Counter(
+    "clankie_lease_takeovers_total",
+    "Shards this tree took over from another tree whose lease had expired (the PostgreSQL profile, "
+    "docs/multi-machine.md).", unlabelled,
+    doc="shards this tree took from another tree whose lease had expired (it died, hung or was cut off from the "
+    "database); a release handed on is not counted; the PostgreSQL profile only, docs/multi-machine.md")
 GATEWAY_SESSION_STARTS_REMAINING = Gauge(
     "clankie_gateway_session_starts_remaining", "Session starts Discord says are left today (GET /gateway/bot).",
     unlabelled, doc="session starts Discord says are left today (`GET /gateway/bot`, read at each bridge start)")
@@ -296,7 +302,7 @@ SHARD_LEASES = Gauge(
 
 BRIDGE_FAMILIES: tuple[Family, ...] = (
     INGRESS_MESSAGES, DISCORD_REQUESTS, JOURNAL_WAITING, REFUSAL_SIGNS, DISCORD_CONNECTED, GATEWAY_RESUMES,
-    GATEWAY_IDENTIFIES, STALE_EPOCH_WRITES, GATEWAY_SESSION_STARTS_REMAINING, DISCORD_SHARD_UP, DISCORD_SHARD_COUNT,
+    GATEWAY_IDENTIFIES, STALE_EPOCH_WRITES, LEASE_TAKEOVERS, GATEWAY_SESSION_STARTS_REMAINING, DISCORD_SHARD_UP, DISCORD_SHARD_COUNT,
     SHARD_LEASES,
 )
 """What the bridge counts, in the order the endpoint exposes them."""

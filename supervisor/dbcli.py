@@ -64,13 +64,16 @@ def _status(dsn: str, as_json: bool) -> int:
         rows = read_rows_sync(conn) if version >= 1 else []
     if as_json:
         leases = [{"shard": r.shard, "holder": r.holder, "epoch": r.epoch,
-                   "expires_in_s": round(r.expires_in, 3) if math.isfinite(r.expires_in) else None} for r in rows]
+                   "expires_in_s": round(r.expires_in, 3) if math.isfinite(r.expires_in) else None,
+                   "taken_from": r.taken_from,
+                   "taken_ago_s": None if r.taken_ago is None else round(r.taken_ago, 3)} for r in rows]
         print(json.dumps({"schema": {"version": version, "known": migrations.latest()}, "leases": leases}))
         return 0
     print(f"schema version {version} (this tree knows {migrations.latest()})")
     for r in rows:
         expiry = f"expires in {r.expires_in:.1f}s" if r.expires_in > 0 else "expired" if math.isfinite(r.expires_in) else "free"
-        print(f"shard {r.shard}: {r.holder or '-'} at epoch {r.epoch}, {expiry}")
+        taken = "" if r.taken_ago is None else f"; last taken over from {r.taken_from} {r.taken_ago:.0f}s ago"
+        print(f"shard {r.shard}: {r.holder or '-'} at epoch {r.epoch}, {expiry}{taken}")
     if not rows:
         print("no shard has a lease yet")
     return 0

@@ -37,7 +37,7 @@ from typing import TypeVar
 import psycopg
 
 from clankie.clock import Clock
-from clankie.metrics import METER, STALE_EPOCH_WRITES
+from clankie.metrics import LEASE_TAKEOVERS, METER, STALE_EPOCH_WRITES
 from clankie.store.database import Pool, SyncPool
 from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
 from clankie.store.ports import StaleEpoch
@@ -87,6 +87,8 @@ class LeaseRow:
     holder: str | None
     epoch: int
     expires_in: float
+    taken_from: str | None = None  # the last takeover: whose expired lease this shard was taken from
+    taken_ago: float | None = None  # and how many seconds ago, on the database's clock
 
 
 HOLDER_HOST_CHARS = 64  # a host name is at most 64 bytes on Linux
@@ -121,6 +123,10 @@ class PgLeases:
 
         The row is locked ``FOR UPDATE`` first: that waits for every fenced write in flight (each holds the row
         ``FOR KEY SHARE``), so no write with the old epoch can commit after the new epoch is granted.
+
+        Taking a shard whose lease **another** tree let expire is a takeover: the row keeps whose it was and when
+        (``taken_from``, ``taken_at``; a release handed on, or a tree's own expired lease taken back, is not one), and
+        it is counted in ``clankie_lease_takeovers_total`` by the process that took it.
         """
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute("INSERT INTO clankie_shard_lease (shard) VALUES (%s) ON CONFLICT (shard) DO NOTHING", (shard,))
@@ -130,14 +136,22 @@ class PgLeases:
                 UPDATE clankie_shard_lease
                 SET epoch = CASE WHEN holder = %(holder)s AND expires_at > now() THEN epoch ELSE epoch + 1 END,
                     acquired_at = CASE WHEN holder = %(holder)s AND expires_at > now() THEN acquired_at ELSE now() END,
+                    taken_from = CASE WHEN holder <> %(holder)s THEN holder ELSE taken_from END,
+                    taken_at = CASE WHEN holder <> %(holder)s THEN now() ELSE taken_at END,
                     holder = %(holder)s, expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now()
                 WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now() OR holder = %(holder)s)
-                RETURNING epoch
+                RETURNING epoch, taken_at = now() AND taken_from IS DISTINCT FROM %(holder)s, taken_from
                 """,
                 {"shard": shard, "holder": holder, "ttl": ttl},
             )
             row = await cur.fetchone()
-        return None if row is None else int(str(row[0]))
+        if row is None:
+            return None
+        epoch = int(str(row[0]))
+        if row[1]:  # another tree's lease had expired: it died, hung or was cut off, and this tree took its shard
+            METER.count(LEASE_TAKEOVERS.of())
+            log.warning("shard %s: taken over at epoch %d from %s, whose lease had expired", shard, epoch, row[2])
+        return epoch
 
     async def renew(self, fence: Fence, ttl: float) -> bool:
         """Extend the lease by ``ttl`` from the database's now; False when it is no longer ours at this epoch."""
@@ -223,15 +237,18 @@ class SyncFencing:
             yield conn, fence.epoch
 
 
+# taken_from and taken_at came with migration 0005: read through to_jsonb, an older schema answers None for them
 ROWS_SQL = b"""
 SELECT shard, holder, epoch,
-       CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE '-Infinity'::float8 END
-FROM clankie_shard_lease ORDER BY split_part(shard, '/', 2)::int, split_part(shard, '/', 1)::int
+       CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE '-Infinity'::float8 END,
+       to_jsonb(l) ->> 'taken_from', extract(epoch FROM now() - (to_jsonb(l) ->> 'taken_at')::timestamptz)::float8
+FROM clankie_shard_lease l ORDER BY split_part(shard, '/', 2)::int, split_part(shard, '/', 1)::int
 """
 
 
 def _row(raw: tuple[object, ...]) -> LeaseRow:
-    return LeaseRow(str(raw[0]), None if raw[1] is None else str(raw[1]), int(str(raw[2])), float(str(raw[3])))
+    return LeaseRow(str(raw[0]), None if raw[1] is None else str(raw[1]), int(str(raw[2])), float(str(raw[3])),
+                    None if raw[4] is None else str(raw[4]), None if raw[5] is None else float(str(raw[5])))
 
 
 async def read_rows(pool: Pool) -> list[LeaseRow]:

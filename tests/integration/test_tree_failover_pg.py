@@ -35,6 +35,13 @@ def lease(dsn: str) -> tuple[object, ...] | None:
         return conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
 
 
+def taken_from(dsn: str) -> object:
+    """Whose expired lease the shard was last taken over from."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT taken_from FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
+        return None if row is None else row[0]
+
+
 def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_told(tmp_path: Path,
                                                                                    postgres_dsn: str) -> None:
     """Tree A serves and is told a door code; tree B stands by. SIGKILL of A (every process): B takes the shard at
@@ -61,6 +68,9 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     assert "remember: the door code is 4711" in seen and "noted" in seen  # A's lane, from the database
                     assert len(b.anthropic.requests) == 1  # the question alone: A's answered message not run again
                     assert lease(postgres_dsn) == (tree_holder(b.state), 2)
+                    assert taken_from(postgres_dsn) == tree_holder(a.state)  # a takeover, and from whom
+                    bridge = await b.wait_child(lambda c: "last takeover" in c.detail, "bridge")
+                    assert f"last takeover: 0/1 from {tree_holder(a.state)}" in bridge.detail
                     assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711"]
 
                     # A's machine comes back, as the standby; then B dies: A takes the shard back (epoch 3). Its
@@ -72,6 +82,7 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     again = await discord.message(CHAN, "clankie, the code once more?", author_id=PERSON)
                     assert (await a.reply_to(str(again["id"]), 90)).content == "it is still 4711"
                     assert lease(postgres_dsn) == (tree_holder(a.state), 3)
+                    assert taken_from(postgres_dsn) == tree_holder(b.state)
                     assert len(a.anthropic.requests) == 2  # the question alone: nothing B answered is run again
                     assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711", "it is still 4711"]
         finally:

@@ -19,6 +19,7 @@ import pytest
 
 from clankie.store import database
 from clankie.store.database import Pool
+from clankie.metrics import METER
 from clankie.store.lease import Action, Kind, LeaseState
 from clankie.store.leases import Fence, LeaseKeeper, PgLeases, StaleEpoch, shard_name
 from clankie.testing.clock import FakeClock
@@ -307,3 +308,37 @@ def test_a_keeper_waiting_out_another_tree_joins_its_own_trees_lease_when_asked_
                     await running
 
     asyncio.run(main())
+
+
+def test_only_a_shard_taken_from_another_trees_expired_lease_is_a_takeover_and_the_row_says_from_whom(dsn: str) -> None:
+    """A tree taking back its own expired lease, or taking a released one, is no takeover; taking one another tree
+    let expire is: counted once in ``clankie_lease_takeovers_total`` and kept on the row for ``clankie db status``."""
+
+    def takeovers() -> float:
+        report = METER.report()
+        assert report is not None
+        return sum(s.value for s in report.counters.get("clankie_lease_takeovers_total", ()))
+
+    async def expired(leases: PgLeases) -> bool:
+        return all(r.expires_in < 0 for r in await leases.rows())
+
+    async def main() -> None:
+        async with leases_on(dsn) as leases:
+            assert await leases.acquire(SHARD, "a", 0.05) == 1
+            await until_probe(lambda: expired(leases), 10, "a's lease expired")
+            assert await leases.acquire(SHARD, "a", 0.05) == 2  # its own, back: no takeover
+            assert (takeovers(), (await leases.rows())[0].taken_from) == (0.0, None)
+            await until_probe(lambda: expired(leases), 10, "a's lease expired again")
+            assert await leases.acquire(SHARD, "b", 600.0) == 3  # a's, expired: a takeover
+            row = (await leases.rows())[0]
+            assert (takeovers(), row.taken_from) == (1.0, "a") and row.taken_ago is not None and 0 <= row.taken_ago < 60
+            assert await leases.acquire(SHARD, "b", 600.0) == 3 and takeovers() == 1.0  # b joining its own: no second
+            assert await leases.release(Fence(SHARD, "b", 3))
+            assert await leases.acquire(SHARD, "c", 600.0) == 4  # handed on: no takeover, the last one still a's
+            assert (takeovers(), (await leases.rows())[0].taken_from) == (1.0, "a")
+
+    METER.enabled = True
+    try:
+        asyncio.run(main())
+    finally:
+        METER.reset()
