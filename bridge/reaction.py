@@ -10,6 +10,11 @@ flight, a notice in its room instead: :mod:`bridge.refusal_notice`). Discord's a
 PUT: adding the same emoji twice leaves one reaction, which is what makes
 the reaction idempotent across a bridge restart (the journal's close is
 written after the reaction, so a crash in between reacts again, harmlessly).
+
+A turn that failed ``captain_shard_moved`` gets no reaction: in the PostgreSQL
+profile its room's shard is another tree's now (this one paused past its lease,
+or lost the database), and that tree answers the message; a warning sign after
+its answer would say something went wrong when nothing did.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ from __future__ import annotations
 import logging
 
 from bridge.port import DiscordPort, PostError
-from clankie.protocol import TurnOutcome
+from clankie.protocol import Code, TurnOutcome
 
 log = logging.getLogger(__name__)
 
 
-def wants_reaction(outcome: TurnOutcome, *, unprompted: bool, catching_up: bool, emoji: str) -> bool:
-    """Whether a turn's end earns the failure reaction (pure)."""
-    return outcome is TurnOutcome.FAILED and not unprompted and not catching_up and bool(emoji)
+def wants_reaction(outcome: TurnOutcome, *, unprompted: bool, catching_up: bool, emoji: str, code: str | None = None
+                   ) -> bool:
+    """Whether a turn's end (its outcome and failure ``code``) earns the failure reaction (pure)."""
+    moved = code == Code.CAPTAIN_SHARD_MOVED  # another tree has the room: it answers, this one says nothing
+    return outcome is TurnOutcome.FAILED and not moved and not unprompted and not catching_up and bool(emoji)
 
 
 async def react(port: DiscordPort, channel_id: str, message_id: str, emoji: str) -> str | None:

@@ -141,7 +141,7 @@ class TurnHolder:
         delivered = await self._post(held, result) if result.outcome.visible else Delivered(())
         held.stop_typing()
         if wants_reaction(result.outcome, unprompted=held.submit.trigger.unprompted, catching_up=held.catching_up,
-                          emoji=emoji):
+                          emoji=emoji, code=result.code):
             if await react(self.posting.port, room.channel_id, held.trigger_id, emoji) is None:
                 receipts.record("reacted", reason=result.code, turn_id=result.turn_id, **_ids(held))
         held.move(Phase.DONE)

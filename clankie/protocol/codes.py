@@ -34,6 +34,7 @@ class Code(StrEnum):
     CAPTAIN_TURN_STALLED = "captain_turn_stalled"
     CAPTAIN_BUDGET_EXHAUSTED = "captain_budget_exhausted"  # a day budget (tree, room, person) is spent: no model call
     CAPTAIN_RUN_BUDGET_EXCEEDED = "captain_run_budget_exceeded"  # a per-run cap was reached, with no words to post
+    CAPTAIN_SHARD_MOVED = "captain_shard_moved"  # the PostgreSQL profile: the room's shard is another tree's now
     INVALID_BUDGET = "invalid_budget"  # clankiectl budget: an unknown key or action
     # bridge
     BRIDGE_INTERNAL_ERROR = "bridge_internal_error"

@@ -100,6 +100,24 @@ def test_an_empty_failure_reaction_setting_turns_the_reaction_off(env: dict[str,
     asyncio.run(main())
 
 
+def test_a_turn_whose_shard_moved_to_another_tree_shows_nothing_in_the_room(env: dict[str, str]) -> None:
+    """``captain_shard_moved``: another tree holds the room's shard now and answers the mention; this bridge closes
+    the delivery failed with that code and adds no warning sign after the other tree's answer."""
+
+    async def moved(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        return TurnResult.failed("captain_shard_moved", turn_id="t1")
+
+    async def main() -> None:
+        h: Harness
+        async with running(env, script=moved) as h:
+            mention = await speak(h, "are you there", mention_bot=True)
+            assert h.outcomes(mention) == ["accepted", "failed"]
+            assert h.fake.reactions == {} and h.fake.posts == []
+            assert [r.get("reason") for r in h.receipts() if r["outcome"] == "failed"] == ["captain_shard_moved"]
+
+    asyncio.run(main())
+
+
 def tool(sub: TurnSubmit, call_id: str, name: str, host: str | None = None, *, active: bool = True) -> ToolActivity:
     return ToolActivity(delivery_id=sub.delivery_id, call_id=call_id, tool=name, host=host, active=active)
 

@@ -261,7 +261,7 @@ class Captain:
         fed = 0
         for lane in list(self.lanes.values()):
             if lane.plan.room is not None and lost(lane.plan.room):
-                lane.feed(ShutDown())
+                lane.feed(ShutDown("moved"))  # its turns fail captain_shard_moved: no sign in the room, no retry here
                 fed += 1
         return fed
 

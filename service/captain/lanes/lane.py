@@ -103,7 +103,10 @@ class AbortRequested:
 
 @dataclass(frozen=True, slots=True)
 class ShutDown:
-    """The service is stopping: abort the live run, if any, and forget the lane."""
+    """Abort the live run, if any, and forget the lane: the service is stopping (``shutdown``), or this tree no
+    longer holds the room's shard (``moved``: another tree answers the room now)."""
+
+    reason: Literal["shutdown", "moved"] = "shutdown"
 
 
 Event = TurnArrived | RunStreaming | RunEnded | AbortRequested | ShutDown
@@ -178,7 +181,9 @@ def joining(action: Action) -> tuple[str, ...]:
 
 
 SHUTDOWN = "shutdown"
-"""The abort reason of a run cut by :class:`ShutDown` (its outcome's ``abort_reason``)."""
+"""The abort reason of a run cut by :class:`ShutDown` as the service stops (its outcome's ``abort_reason``)."""
+MOVED = "moved"
+"""The abort reason of a run cut by :class:`ShutDown` because the room's shard is another tree's now."""
 
 
 @dataclass
@@ -299,8 +304,8 @@ class Lane:
     def _shutdown(self, event: ShutDown, now: float) -> list[Action]:
         """Abort the live run and drop the lane; its turns stay attached and settle when the run ends."""
         assert self.run_id is not None  # a starting or running lane has its run
-        self.state, self.aborted_for = LaneState.CLOSING, SHUTDOWN
-        return [AbortAgent(self.run_id, SHUTDOWN), DropLane()]
+        self.state, self.aborted_for = LaneState.CLOSING, event.reason
+        return [AbortAgent(self.run_id, event.reason), DropLane()]
 
     def _shutdown_idle(self, event: ShutDown, now: float) -> list[Action]:
         self.state = LaneState.DROPPED

@@ -70,6 +70,8 @@ def failure_code(outcome: RunOutcome) -> str | None:
         return None  # stopped at a run cap: the room gets the words written so far
     if outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "shutdown":
         return SHUTDOWN_CODE
+    if outcome.kind is OutcomeKind.ABORTED and outcome.abort_reason == "moved":
+        return Code.CAPTAIN_SHARD_MOVED  # the room's shard was lost mid-run: another tree answers it
     return FAILURE_CODES[outcome.kind]
 
 
@@ -161,7 +163,7 @@ async def own(owner: Owner, slot: TurnSlot, run_id: str) -> str | None:
                       key, run_id, slot.turn.delivery.delivery_id, code, exc.strerror)
     except StaleEpoch:  # the PostgreSQL profile: another tree holds the room's shard now; nothing was written
         log.warning("lane %s: run %s ended: this tree no longer holds the room's shard (its write was refused)", key, run_id)
-        code = SESSION_FAILED
+        code = Code.CAPTAIN_SHARD_MOVED
     except Exception:
         log.exception("lane %s: run %s failed outside the model", key, run_id)
         code = SESSION_FAILED

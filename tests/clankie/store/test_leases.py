@@ -17,9 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from clankie.metrics import METER
 from clankie.store import database
 from clankie.store.database import Pool
-from clankie.metrics import METER
 from clankie.store.lease import Action, Kind, LeaseState
 from clankie.store.leases import Fence, LeaseKeeper, PgLeases, StaleEpoch, shard_name
 from clankie.testing.clock import FakeClock

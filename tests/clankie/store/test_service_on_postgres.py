@@ -93,7 +93,7 @@ def test_a_service_whose_shard_was_taken_writes_nothing_for_it(env: dict[str, st
                     conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
                                  "expires_at = now() + interval '1 minute' WHERE shard = '0/1'")
                 late = await bridge.submit(msg("m2", "what is the door code?"))
-                assert late.outcome != "settled" and late.text == ""
+                assert (late.outcome, late.code, late.text) == ("failed", "captain_shard_moved", "")
                 assert rows() == before
                 assert len(fake.requests) == 1
                 assert app.pg is not None and app.pg.lanes.stale_writes >= 1
@@ -150,5 +150,33 @@ def test_a_lost_shard_drops_its_lanes_and_its_memory_comes_back_with_the_shard(e
                 assert app.pg.lanes.stale_writes == 0, "the lane was dropped before it tried to write"
             asked = json.dumps(fake.requests[-1]["messages"])
             assert "the door code is 4711" in asked and "the code changed to 9999" in asked
+
+    run(body(), timeout=60)
+
+
+def test_a_run_live_when_the_shard_is_lost_fails_as_moved_at_once(env: dict[str, str], postgres_dsn: str) -> None:
+    """The model is still answering when another tree takes the room's shard: the service's next renew is refused, the
+    lane is dropped and its live run aborted. The turn fails ``captain_shard_moved`` (the bridge shows no sign for it:
+    the other tree answers the room), not ``shutting_down``, which would leave the bridge waiting for a restart of a
+    service that is not stopping."""
+    database.prepare(postgres_dsn)
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn,
+              "CLANKIE_LEASE_RENEW_SECONDS": "0.5", "CLANKIE_LEASE_TTL_SECONDS": "2"}
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            never = asyncio.Event()
+            fake.script(fa.text("too late", stall_after=2, stall_until=never))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                turn = bridge.start(msg("m1", "what is the door code?"))
+                await until(lambda: len(fake.requests) == 1, what="the model asked")
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree B takes the shard over
+                    conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
+                                 "expires_at = now() + interval '1 minute' WHERE shard = '0/1'")
+                result = await asyncio.wait_for(turn, 30)
+                assert (result.outcome, result.code, result.text) == ("failed", "captain_shard_moved", "")
+                never.set()
 
     run(body(), timeout=60)

@@ -169,6 +169,16 @@ def test_shutdown_drops_the_lane_and_its_turns_settle_when_the_run_ends() -> Non
     assert _settled(lane) == (LaneState.DROPPED, ())
 
 
+def test_a_lost_shard_aborts_the_run_as_moved_and_its_turns_fail_with_the_runs_code() -> None:
+    """The tree lost the room's shard (the PostgreSQL profile): the same as a shutdown, but the run's abort says
+    ``moved``, so its turns fail ``captain_shard_moved`` and are not left for a restart that is not coming."""
+    lane = Lane("k")
+    lane.handle(TurnArrived("m1", "r1"), 0)
+    lane.handle(RunStreaming(), 1)
+    assert lane.handle(ShutDown("moved"), 2) == [AbortAgent("r1", "moved"), DropLane()]
+    assert lane.handle(RunEnded("captain_shard_moved", "r1"), 3) == [Fail(("turn-1-m1",), "captain_shard_moved")]
+
+
 def _settled(lane: Lane) -> tuple[LaneState, tuple[str, ...]]:
     """The lane's state and attached turns, read through a call (mypy narrows the attributes after an assert)."""
     return lane.state, lane.attached
