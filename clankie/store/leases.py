@@ -91,6 +91,9 @@ class LeaseRow:
     taken_ago: float | None = None  # and how many seconds ago, on the database's clock
 
 
+EXPIRY_SLACK = 0.05
+"""Seconds a standby waits past the moment the holder's lease is due to expire before asking again (the database
+measured that moment; the slack covers the round trip)."""
 HOLDER_HOST_CHARS = 64  # a host name is at most 64 bytes on Linux
 
 
@@ -116,6 +119,10 @@ class PgLeases:
         self.stale_writes = 0
 
     async def acquire(self, shard: str, holder: str, ttl: float) -> int | None:
+        """:meth:`try_acquire`'s epoch: the shard's, or None while another tree holds it."""
+        return (await self.try_acquire(shard, holder, ttl))[0]
+
+    async def try_acquire(self, shard: str, holder: str, ttl: float) -> tuple[int | None, float]:
         """Take ``shard`` if it is free, expired or already ``holder``'s: its epoch, or None while another tree holds
         it. A free or expired lease is taken with the next epoch. One still live under ``holder`` is this tree's own
         (its service and its bridge both keep the tree's leases, and its next process after a crash takes them at
@@ -127,6 +134,10 @@ class PgLeases:
         Taking a shard whose lease **another** tree let expire is a takeover: the row keeps whose it was and when
         (``taken_from``, ``taken_at``; a release handed on, or a tree's own expired lease taken back, is not one), and
         it is counted in ``clankie_lease_takeovers_total`` by the process that took it.
+
+        The second value is, while another tree holds the shard, the seconds until its lease expires on the database's
+        clock (if it is not renewed by then): a standby asks again then rather than at its next period, so a dead
+        holder's shard is taken within a moment of its expiry. 0 when the shard was taken.
         """
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute("INSERT INTO clankie_shard_lease (shard) VALUES (%s) ON CONFLICT (shard) DO NOTHING", (shard,))
@@ -145,13 +156,17 @@ class PgLeases:
                 {"shard": shard, "holder": holder, "ttl": ttl},
             )
             row = await cur.fetchone()
-        if row is None:
-            return None
+            if row is None:
+                cur = await conn.execute(
+                    "SELECT greatest(extract(epoch FROM expires_at - now()), 0)::float8 FROM clankie_shard_lease "
+                    "WHERE shard = %s", (shard,))
+                left = await cur.fetchone()
+                return None, float(str(left[0])) if left is not None else 0.0
         epoch = int(str(row[0]))
         if row[1]:  # another tree's lease had expired: it died, hung or was cut off, and this tree took its shard
             METER.count(LEASE_TAKEOVERS.of())
             log.warning("shard %s: taken over at epoch %d from %s, whose lease had expired", shard, epoch, row[2])
-        return epoch
+        return epoch, 0.0
 
     async def renew(self, fence: Fence, ttl: float) -> bool:
         """Extend the lease by ``ttl`` from the database's now; False when it is no longer ours at this epoch."""
@@ -326,9 +341,11 @@ class LeaseKeeper:
                 await self.clock.sleep(lease.renew)
                 return
             self._feed(LeaseEvent.WANT)
+            expires_in = lease.renew
             try:
-                epoch = await self._bounded(asyncio.ensure_future(self.leases.acquire(self.shard, self.holder, self.ttl)),
+                taken = await self._bounded(asyncio.ensure_future(self.leases.try_acquire(self.shard, self.holder, self.ttl)),
                                             self.clock.boottime() + lease.ttl - lease.margin)
+                epoch, expires_in = taken if taken is not None else (None, lease.renew)
             except TRANSIENT as exc:
                 why = type(exc).__name__
                 if why != self._said_failed:  # once per cause, not every renew period of an outage
@@ -342,8 +359,8 @@ class LeaseKeeper:
                 if epoch is None and not self._said_taken:
                     log.info("shard %s: held by another tree; asking again every %gs", self.shard, lease.renew)
                 self._said_taken = epoch is None
-            if epoch is None:
-                await self._first(self._nudged, lease.renew)
+            if epoch is None:  # again at the next period, or as the holder's lease expires if that comes first
+                await self._first(self._nudged, min(lease.renew, expires_in + EXPIRY_SLACK))
                 self._nudged.clear()
             return
         due = lease.due(self.clock.boottime())

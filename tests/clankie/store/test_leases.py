@@ -342,3 +342,36 @@ def test_only_a_shard_taken_from_another_trees_expired_lease_is_a_takeover_and_t
         asyncio.run(main())
     finally:
         METER.reset()
+
+
+def test_a_standby_asks_again_as_the_holders_lease_expires_not_a_whole_period_later(dsn: str) -> None:
+    """The holder stopped renewing (it died): its lease runs out in under a renew period, so the standby's next try is
+    aimed at that moment (as the database measured it), not at its next period; a lease renewed in time is asked
+    for again a period later, as before."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        async with leases_on(dsn) as leases:
+            keeper = LeaseKeeper(leases, SHARD, "standby", clock, renew=2.0, ttl=6.0)
+            assert await leases.acquire(SHARD, "holder", 6.0) == 1
+            stepping = asyncio.create_task(keeper.step())
+            await until(lambda: clock.sleepers == 1, 10, "the standby waiting")
+            assert clock.slept[-1] == 2.0  # a live lease with 6 s left: the next period
+            clock.advance(2.0)
+            await stepping
+            await leases.release(Fence(SHARD, "holder", 1))
+            assert await leases.acquire(SHARD, "holder", 1.0) == 2  # renewed for 1 s, then never again
+            stepping = asyncio.create_task(keeper.step())
+            await until(lambda: clock.sleepers == 1, 10, "the standby waiting")
+            assert 0.0 < clock.slept[-1] <= 1.05  # at its expiry (plus the slack), not 2 s on
+            clock.advance(clock.slept[-1])
+            await stepping
+
+            async def expired() -> bool:  # the database's clock, not the fake one, says when it has
+                return all(r.expires_in < 0 for r in await leases.rows())
+
+            await until_probe(expired, 10, "the holder's lease expired")
+            await keeper.step()
+            assert keeper.fence == Fence(SHARD, "standby", 3)
+
+    asyncio.run(main())
