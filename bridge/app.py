@@ -35,9 +35,11 @@ from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
 from clankie.shards import room_shard
+from clankie.waits import within
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
+    from bridge.store_writer import StoreWriter
     from clankie.store.database import Pool
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,7 @@ class BridgeApp:
         self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
         self._unleased_gap = False  # a message came past the lease's deadline since the gateway last opened
         self._pool: Pool | None = None
+        self.store: StoreWriter | None = None  # the postgres profile: the session and dedupe changes, to the database
         self._again = False
         # no gateway session yet: messages since start (or since a gap the last bridge never read back) may be missing
         started = self.clock.wall()
@@ -262,6 +265,8 @@ class BridgeApp:
                 if self.settings.store == "postgres" and self.settings.discord_token is not None:
                     self.leases = await self._hold_leases()
                     tg.create_task(self.leases.run(), name="shard-leases")
+                    if self.store is not None:
+                        tg.create_task(self.store.run(), name="store-writer")
                 if self.settings.discord_token is not None:
                     tg.create_task(self._discord(), name="discord")
                 else:
@@ -272,6 +277,13 @@ class BridgeApp:
         except* ConfigError as group:
             raise group.exceptions[0] from None
         finally:
+            if self.store is not None:  # what the last moments changed (a planned stop: the lease is still the tree's)
+                if self.keeper is not None:
+                    self.keeper.flush()
+                try:
+                    await within(self.store.write_pending(), self.settings.lease_ttl_seconds)
+                except self.store.failing as exc:  # stopping anyway: the next holder reads what landed
+                    log.warning("store: changes not written at the stop (%s)", type(exc).__name__)
             if self._pool is not None:
                 await self._pool.close()
             await self.bridge.aclose()
@@ -349,6 +361,7 @@ class BridgeApp:
                 self.set_status("waiting for the shard lease")
                 await self.leases.wait_held()
             self._unleased_gap = False
+            await self._adopt()
             gateway = asyncio.create_task(self._gateway(), name="gateway")
             lost = asyncio.create_task(self.leases.lost.wait(), name="lease-lost")
             try:
@@ -366,17 +379,36 @@ class BridgeApp:
     async def _hold_leases(self) -> ShardLeases:
         """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
         every renew period) and a keeper for each shard this bridge runs."""
-        from bridge.shard_leases import TENURES_FILE, ShardLeases
+        from bridge.shard_leases import ShardLeases
+        from bridge.store_writer import StoreWriter
+        from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
         from clankie.store.database import open_pool
-        from clankie.store.leases import PgLeases, tree_holder
+        from clankie.store.leases import TRANSIENT, PgLeases, tree_holder
 
         s = self.settings
         assert s.postgres_dsn is not None  # the settings refuse postgres without one
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
-        return ShardLeases(PgLeases(self._pool), self.shard_keys, tree_holder(s.state_dir), self.clock,
-                           renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
-                           tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE,
-                           on_new_tenure=self.keeper.forget if self.keeper is not None else None)
+        pg = PgLeases(self._pool)
+        leases = ShardLeases(pg, self.shard_keys, tree_holder(s.state_dir), self.clock,
+                             renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds)
+        self.store = StoreWriter(lambda fence_for: PgGatewaySessions(pg, fence_for),
+                                 lambda shard, fence_for: PgDedupe(pg, shard, fence_for), leases.fence_for, self.clock,
+                                 transient=TRANSIENT, retry=s.lease_renew_seconds)
+        if self.keeper is not None:
+            self.keeper.mirror = self.store
+        return leases
+
+    async def _adopt(self) -> None:
+        """The postgres profile, each time the gateway is about to open: each shard's gateway session as the database
+        keeps it (a taken shard's last holder's: RESUMEd from the sequence that holder journaled)."""
+        if self.keeper is None or self.store is None:
+            return
+        try:
+            await within(self.keeper.adopt(self.shard_keys), self.settings.lease_ttl_seconds)
+        except self.store.failing as exc:  # the database's (or slow): a new session is safe, if dearer
+            log.warning("gateway: the shards' sessions could not be read from the database (%s); identifying",
+                        type(exc).__name__)
+            self.keeper.set_aside(self.shard_keys)
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
