@@ -400,7 +400,8 @@ class BridgeApp:
 
     async def _adopt(self) -> None:
         """The postgres profile, each time the gateway is about to open: each shard's gateway session as the database
-        keeps it (a taken shard's last holder's: RESUMEd from the sequence that holder journaled)."""
+        keeps it (a taken shard's last holder's: RESUMEd from the sequence that holder journaled), and the ids its
+        holders admitted (a replayed one that the last holder admitted is a duplicate here too)."""
         if self.keeper is None or self.store is None:
             return
         try:
@@ -409,6 +410,16 @@ class BridgeApp:
             log.warning("gateway: the shards' sessions could not be read from the database (%s); identifying",
                         type(exc).__name__)
             self.keeper.set_aside(self.shard_keys)
+        now, bound = self.clock.wall(), self.ingress.policy.max_retained
+        for shard in self.shard_keys:
+            try:
+                recalled = self.ingress.dedupe.recall(await within(self.store.recent(shard, now, bound),
+                                                                   self.settings.lease_ttl_seconds))
+            except self.store.failing as exc:  # a replay may be answered again: what a files-profile taker risks
+                log.warning("dedupe: shard %d/%d's admitted ids not read (%s)", *shard, type(exc).__name__)
+                continue
+            log.info("dedupe: %d admitted ids of shard %d/%d recalled from the database", recalled, *shard)
+            self.store.prune(shard, now)
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
@@ -504,5 +515,10 @@ class BridgeApp:
         except ValueError:
             log.warning("could not read message %s; dropped", getattr(message, "id", "?"))
             return
+        fresh = self.store is not None and not self.ingress.seen(inbound.message_id)
         self.bridge.on_message(inbound, room, trigger)
+        if fresh and self.store is not None and self.ingress.seen(inbound.message_id):  # admitted: the shard's now
+            # queued before its sequence can move (after its journal line): a stored sequence covers stored ids only
+            self.store.retain(room_shard(room, self.settings.discord_shard_count), inbound.message_id,
+                              inbound.fingerprint, self.clock.wall() + self.ingress.policy.retention_s)
 

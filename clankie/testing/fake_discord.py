@@ -11,7 +11,8 @@ dispatches MESSAGE_CREATE for messages a test injects with
 :meth:`FakeDiscord.message`. Faults are scripted per route
 (:meth:`FakeDiscord.fail`): 429 with ``retry_after`` (and ``Via: 1.1 google``),
 503, 500; a route can also be held until the test releases it
-(:meth:`FakeDiscord.hold`). Every accepted RESUME's session id is in :attr:`FakeDiscord.resumed`. Every REST call is recorded in :attr:`FakeDiscord.calls`, every
+(:meth:`FakeDiscord.hold`). Every accepted RESUME's session id is in :attr:`FakeDiscord.resumed`.
+Every REST call is recorded in :attr:`FakeDiscord.calls`, every
 posted message in :attr:`FakeDiscord.posts` (content, reference, allowed
 mentions, nonce, file bytes); :meth:`FakeDiscord.delivered_to` says which shards a
 message was sent to. Responses say exactly ``Content-Type: application/json``.
