@@ -35,7 +35,6 @@ from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
 from clankie.shards import room_shard
-from clankie.waits import within
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
@@ -278,12 +277,7 @@ class BridgeApp:
             raise group.exceptions[0] from None
         finally:
             if self.store is not None:  # what the last moments changed (a planned stop: the lease is still the tree's)
-                if self.keeper is not None:
-                    self.keeper.flush()
-                try:
-                    await within(self.store.write_pending(), self.settings.lease_ttl_seconds)
-                except self.store.failing as exc:  # stopping anyway: the next holder reads what landed
-                    log.warning("store: changes not written at the stop (%s)", type(exc).__name__)
+                await self.store.stop(self.keeper, self.settings.lease_ttl_seconds)
             if self._pool is not None:
                 await self._pool.close()
             await self.bridge.aclose()
@@ -361,7 +355,8 @@ class BridgeApp:
                 self.set_status("waiting for the shard lease")
                 await self.leases.wait_held()
             self._unleased_gap = False
-            await self._adopt()
+            if self.store is not None:
+                await self.store.adopt(self.keeper, self.ingress.dedupe, self.shard_keys, self.settings.lease_ttl_seconds)
             gateway = asyncio.create_task(self._gateway(), name="gateway")
             lost = asyncio.create_task(self.leases.lost.wait(), name="lease-lost")
             try:
@@ -398,33 +393,11 @@ class BridgeApp:
             self.keeper.mirror = self.store
         return leases
 
-    async def _adopt(self) -> None:
-        """The postgres profile, each time the gateway is about to open: each shard's gateway session as the database
-        keeps it (a taken shard's last holder's: RESUMEd from the sequence that holder journaled), and the ids its
-        holders admitted (a replayed one that the last holder admitted is a duplicate here too)."""
-        if self.keeper is None or self.store is None:
-            return
-        try:
-            await within(self.keeper.adopt(self.shard_keys), self.settings.lease_ttl_seconds)
-        except self.store.failing as exc:  # the database's (or slow): a new session is safe, if dearer
-            log.warning("gateway: the shards' sessions could not be read from the database (%s); identifying",
-                        type(exc).__name__)
-            self.keeper.set_aside(self.shard_keys)
-        now, bound = self.clock.wall(), self.ingress.policy.max_retained
-        for shard in self.shard_keys:
-            try:
-                recalled = self.ingress.dedupe.recall(await within(self.store.recent(shard, now, bound),
-                                                                   self.settings.lease_ttl_seconds))
-            except self.store.failing as exc:  # a replay may be answered again: what a files-profile taker risks
-                log.warning("dedupe: shard %d/%d's admitted ids not read (%s)", *shard, type(exc).__name__)
-                continue
-            log.info("dedupe: %d admitted ids of shard %d/%d recalled from the database", recalled, *shard)
-            self.store.prune(shard, now)
-
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
-        its local deadline: a pause, or renews that have not landed). The first such message gives up the stored
-        sessions and marks a gap: the next session is new and reads back whatever another tree did not answer."""
+        its local deadline: a pause, or renews that have not landed). The first such message sets this process's copy
+        of the sessions aside (no sequence moves past a message not admitted) and marks a gap; the gateway's next
+        opening adopts each shard's session as its holder left it in the database: Discord replays from there."""
         if self.leases is None or self.leases.current(self.clock.boottime()):
             return False
         if not self._unleased_gap:
@@ -518,7 +491,7 @@ class BridgeApp:
         fresh = self.store is not None and not self.ingress.seen(inbound.message_id)
         self.bridge.on_message(inbound, room, trigger)
         if fresh and self.store is not None and self.ingress.seen(inbound.message_id):  # admitted: the shard's now
-            # queued before its sequence can move (after its journal line): a stored sequence covers stored ids only
+            # queued before its sequence can be reported (journaled_soon): a stored sequence covers stored ids only
             self.store.retain(room_shard(room, self.settings.discord_shard_count), inbound.message_id,
                               inbound.fingerprint, self.clock.wall() + self.ingress.policy.retention_s)
 

@@ -31,8 +31,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from clankie.clock import Clock
 from clankie.store.ports import DedupeStore, GatewaySessionStore, SessionRecord, Shard, StaleEpoch
+from clankie.waits import within
 
 if TYPE_CHECKING:  # the driver's module is imported only in the postgres profile
+    from bridge.dedupe import Dedupe
+    from bridge.gateway_session import SessionKeeper
     from clankie.store.leases import Fence, FenceFor
 
 log = logging.getLogger(__name__)
@@ -169,6 +172,41 @@ class StoreWriter:
     async def recent(self, shard: Shard, now: float, limit: int) -> list[tuple[str, int, float]]:
         """``shard``'s admitted ids unexpired at ``now`` (whichever tree admitted them), at most ``limit``."""
         return await self.dedupe(shard).recent(now, limit)
+
+    # ------------------------------------------------------------ the gateway opening, the stop
+
+    async def adopt(self, keeper: SessionKeeper | None, memory: Dedupe, shards: list[Shard], bound_s: float) -> None:
+        """Each time the gateway is about to open: each shard's session as the database keeps it, whichever tree
+        wrote it last (a taken shard's dead holder's: RESUMEd from the sequence it journaled), and the ids its holders
+        admitted, into ``memory`` (a replayed message the last holder admitted is a duplicate here too). Each read is
+        bounded by ``bound_s``; a database that does not answer costs a new session (``keeper.set_aside``: the copy
+        in memory may be older than what another holder resumed and advanced since) or a replay answered again."""
+        if keeper is not None:
+            try:
+                await within(keeper.adopt(shards), bound_s)
+            except self.failing as exc:  # the database's fault (or slowness): a new session is safe, if dearer
+                log.warning("gateway: the shards' sessions could not be read from the database (%s); identifying",
+                            type(exc).__name__)
+                keeper.set_aside(shards)
+        now = self.clock.wall()
+        for shard in shards:
+            try:
+                recalled = memory.recall(await within(self.recent(shard, now, memory.bound), bound_s))
+            except self.failing as exc:
+                log.warning("dedupe: shard %d/%d's admitted ids not read (%s)", shard[0], shard[1], type(exc).__name__)
+                continue
+            log.info("dedupe: %d admitted ids of shard %d/%d recalled from the database", recalled, *shard)
+            self.prune(shard, now)
+
+    async def stop(self, keeper: SessionKeeper | None, bound_s: float) -> None:
+        """At the stop (:meth:`run` already cancelled): write what the last moments changed, within ``bound_s`` (a
+        planned stop leaves the lease to the tree's service, so these writes are still fenced good)."""
+        if keeper is not None:
+            keeper.flush()
+        try:
+            await within(self.write_pending(), bound_s)
+        except self.failing as exc:  # stopping anyway: the next holder reads what did land
+            log.warning("store: %d changes not written at the stop (%s)", len(self.pending), type(exc).__name__)
 
     # ------------------------------------------------------------ writing
 
