@@ -8,10 +8,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 
+from bridge import gateway_link as gl
 from bridge.dedupe import Dedupe, Seen
+from bridge.gateway_session import SessionKeeper
 from bridge.store_writer import StoreWriter
 from clankie.store import database
 from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
@@ -148,6 +151,42 @@ def test_past_its_bound_a_new_change_is_dropped_and_counted(postgres_dsn: str) -
             for i in range(3):
                 t.store.retain(SHARD, str(1000 + i), "fp", 1_900_000_000.0)
             assert (len(t.store.pending), t.store.dropped) == (2, 1)
+
+    asyncio.run(main())
+
+
+def test_the_keeper_writes_each_session_change_and_a_taking_tree_adopts_the_session_as_its_holder_left_it(
+        tmp_path: Path, postgres_dsn: str) -> None:
+    """Tree A's keeper: READY saves the session, a journaled sequence is written when the keeper flushes it (not
+    before). A lets the shard go; tree B takes it and adopts A's session with A's sequence, in place of what its own
+    file held (nothing): it will RESUME. B's RESUME refused, its IDENTIFY gives the session up in the database too."""
+
+    async def main() -> None:
+        clock = FakeClock()
+        async with tree(postgres_dsn) as a, tree(postgres_dsn) as b:
+            fence = await a.take("tree-a")
+            keeper_a = SessionKeeper(tmp_path / "a", clock)
+            keeper_a.mirror = a.store
+            keeper_a.link(SHARD).move(gl.Move.IDENTIFY)
+            keeper_a.ready(SHARD, "a-session", "wss://gateway.example/", 3)
+            keeper_a.journaled(SHARD, 8)  # within FLUSH_EVERY of the last write: kept for the next flush
+            await a.store.write_pending()
+            assert (await a.store.load(SHARD) or SESSION).seq == 3
+            keeper_a.tick()  # the heartbeat's flush: the journaled sequence, to the file and the database alike
+            await a.store.write_pending()
+            assert (await a.store.load(SHARD) or SESSION).seq == 8
+            await a.leases.release(fence)
+
+            await b.take("tree-b")
+            keeper_b = SessionKeeper(tmp_path / "b", clock)
+            keeper_b.mirror = b.store
+            assert keeper_b.stored(SHARD) is None  # B's own file: nothing
+            await keeper_b.adopt([SHARD])
+            assert keeper_b.stored(SHARD) == gl.Stored("a-session", "wss://gateway.example/", 8, clock.wall())
+            keeper_b.resuming(SHARD)
+            await keeper_b.identifying(SHARD)  # Discord refused the RESUME: a new session follows
+            await b.store.write_pending()
+            assert await b.store.load(SHARD) is None and b.store.refused == 0
 
     asyncio.run(main())
 
