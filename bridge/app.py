@@ -38,6 +38,7 @@ from clankie.shards import room_shard
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
+    from bridge.store_writer import StoreWriter
     from clankie.store.database import Pool
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ class BridgeApp:
         self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
         self._unleased_gap = False  # a message came past the lease's deadline since the gateway last opened
         self._pool: Pool | None = None
+        self.store: StoreWriter | None = None  # the postgres profile: the session and dedupe changes, to the database
         self._again = False
         # no gateway session yet: messages since start (or since a gap the last bridge never read back) may be missing
         started = self.clock.wall()
@@ -262,6 +264,8 @@ class BridgeApp:
                 if self.settings.store == "postgres" and self.settings.discord_token is not None:
                     self.leases = await self._hold_leases()
                     tg.create_task(self.leases.run(), name="shard-leases")
+                    if self.store is not None:
+                        tg.create_task(self.store.run(), name="store-writer")
                 if self.settings.discord_token is not None:
                     tg.create_task(self._discord(), name="discord")
                 else:
@@ -272,6 +276,8 @@ class BridgeApp:
         except* ConfigError as group:
             raise group.exceptions[0] from None
         finally:
+            if self.store is not None:  # what the last moments changed (a planned stop: the lease is still the tree's)
+                await self.store.stop(self.keeper, self.settings.lease_ttl_seconds)
             if self._pool is not None:
                 await self._pool.close()
             await self.bridge.aclose()
@@ -349,6 +355,8 @@ class BridgeApp:
                 self.set_status("waiting for the shard lease")
                 await self.leases.wait_held()
             self._unleased_gap = False
+            if self.store is not None:
+                await self.store.adopt(self.keeper, self.ingress.dedupe, self.shard_keys, self.settings.lease_ttl_seconds)
             gateway = asyncio.create_task(self._gateway(), name="gateway")
             lost = asyncio.create_task(self.leases.lost.wait(), name="lease-lost")
             try:
@@ -366,22 +374,30 @@ class BridgeApp:
     async def _hold_leases(self) -> ShardLeases:
         """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
         every renew period) and a keeper for each shard this bridge runs."""
-        from bridge.shard_leases import TENURES_FILE, ShardLeases
+        from bridge.shard_leases import ShardLeases
+        from bridge.store_writer import StoreWriter
+        from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
         from clankie.store.database import open_pool
-        from clankie.store.leases import PgLeases, tree_holder
+        from clankie.store.leases import TRANSIENT, PgLeases, tree_holder
 
         s = self.settings
         assert s.postgres_dsn is not None  # the settings refuse postgres without one
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
-        return ShardLeases(PgLeases(self._pool), self.shard_keys, tree_holder(s.state_dir), self.clock,
-                           renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
-                           tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE,
-                           on_new_tenure=self.keeper.forget if self.keeper is not None else None)
+        pg = PgLeases(self._pool)
+        leases = ShardLeases(pg, self.shard_keys, tree_holder(s.state_dir), self.clock,
+                             renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds)
+        self.store = StoreWriter(lambda fence_for: PgGatewaySessions(pg, fence_for),
+                                 lambda shard, fence_for: PgDedupe(pg, shard, fence_for), leases.fence_for, self.clock,
+                                 transient=TRANSIENT, retry=s.lease_renew_seconds)
+        if self.keeper is not None:
+            self.keeper.mirror = self.store
+        return leases
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
-        its local deadline: a pause, or renews that have not landed). The first such message gives up the stored
-        sessions and marks a gap: the next session is new and reads back whatever another tree did not answer."""
+        its local deadline: a pause, or renews that have not landed). The first such message sets this process's copy
+        of the sessions aside (no sequence moves past a message not admitted) and marks a gap; the gateway's next
+        opening adopts each shard's session as its holder left it in the database: Discord replays from there."""
         if self.leases is None or self.leases.current(self.clock.boottime()):
             return False
         if not self._unleased_gap:
@@ -472,5 +488,10 @@ class BridgeApp:
         except ValueError:
             log.warning("could not read message %s; dropped", getattr(message, "id", "?"))
             return
+        fresh = self.store is not None and not self.ingress.seen(inbound.message_id)
         self.bridge.on_message(inbound, room, trigger)
+        if fresh and self.store is not None and self.ingress.seen(inbound.message_id):  # admitted: the shard's now
+            # queued before its sequence can be reported (journaled_soon): a stored sequence covers stored ids only
+            self.store.retain(room_shard(room, self.settings.discord_shard_count), inbound.message_id,
+                              inbound.fingerprint, self.clock.wall() + self.ingress.policy.retention_s)
 

@@ -41,6 +41,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 
 MAX_ID = (1 << 64) - 1
+MAX_FP = (1 << 64) - 1  # a fingerprint's 64 bits, unsigned (PostgreSQL keeps them signed: clankie.store.ports.fingerprint_key)
 COMPACT_AT = 4096
 """The arrays are cut down once this many ids (and an eighth of them) have left from the front."""
 MAGIC = b"clankie-dedupe\x00\x01"
@@ -148,6 +149,16 @@ class Dedupe:
             ids.insert(i, key)
             self._fps.insert(i, fp)
             self._expires.insert(i, expires)
+
+    def recall(self, entries: list[tuple[str, int, float]]) -> int:
+        """Remember ids another holder of their shard admitted (the postgres profile, as a shard is taken): (id, the
+        fingerprint's 64 bits as stored, signed or not, expiry), then keep the bound; returns how many."""
+        numeric = sorted((e for e in entries if id_key(e[0]) is not None), key=lambda e: id_key(e[0]) or 0)
+        for delivery_id, fp, expires in (*numeric, *(e for e in entries if id_key(e[0]) is None)):
+            if self._expiry(delivery_id) < expires:
+                self._put(delivery_id, fp & MAX_FP, expires)
+        self._keep_bound()
+        return len(entries)
 
     def discard(self, delivery_id: str) -> None:
         """Forget one id (its turn could not be run, so a re-delivery may try again)."""

@@ -25,6 +25,14 @@ metrics) around the pure :mod:`bridge.gateway_link` (each shard's
 :class:`~bridge.gateway_link.Book` the file holds). It has no timer of its own: a
 moved sequence is written with the next event at least :data:`FLUSH_EVERY`
 after the last write, or at the next heartbeat, or at the stop.
+
+In the postgres profile (``CLANKIE_STORE=postgres``) each shard's session is the shard's, not the machine's: the
+keeper's :attr:`SessionKeeper.mirror` (:class:`bridge.store_writer.StoreWriter`) writes each new session, each moved
+sequence (the same journaled one, at the same moments) and each session given up to the database, fenced by the
+shard's lease; and before the gateway opens, :meth:`SessionKeeper.adopt` takes each shard's session from the
+database in place of the file's. So a tree that takes a dead tree's shard RESUMEs the session that tree held, from
+the sequence it last journaled. The file is still written (the day's counts, the crash-loop backoff are this
+machine's); without a mirror (the files profile) nothing here changes.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.gateway_link import (
     MAX_ID_CHARS,
@@ -51,6 +59,10 @@ from clankie.clock import Clock
 from clankie.jsonl import replace_file
 from clankie.metrics import GATEWAY_IDENTIFIES, GATEWAY_RESUMES, GATEWAY_SESSION_STARTS_REMAINING, METER
 from clankie.paths import ensure_private_dir
+from clankie.store.ports import SessionRecord
+
+if TYPE_CHECKING:
+    from bridge.store_writer import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +95,7 @@ class SessionKeeper:
         self._flushed = clock.monotonic()
         self._due = asyncio.Event()  # a moved sequence waits for :meth:`write_behind`
         self._warned_low = False
+        self.mirror: StoreWriter | None = None  # the postgres profile: each session change also to the database
         self.book.roll(utc_day(self.started_at))
 
     def _read(self) -> Book:
@@ -133,6 +146,8 @@ class SessionKeeper:
         self.book.roll(utc_day(self.clock.wall()))
         if self.book.sessions.pop(shard, None) is not None:  # a session we held is given up: refused, or too old
             self.book.refused += 1
+            if self.mirror is not None:
+                self.mirror.forget(shard)
         self.seqs.pop(shard, None)
         self.flush()
 
@@ -148,7 +163,10 @@ class SessionKeeper:
     def ready(self, shard: Shard, session_id: str, resume_url: str, seq: int | None) -> None:
         """READY: a new session to keep."""
         self._move(shard, Move.READY)
-        self.book.sessions[shard] = Stored(session_id[:MAX_ID_CHARS], resume_url[:MAX_URL_CHARS], seq, self.clock.wall())
+        kept = self.book.sessions[shard] = Stored(session_id[:MAX_ID_CHARS], resume_url[:MAX_URL_CHARS], seq,
+                                                  self.clock.wall())
+        if self.mirror is not None:
+            self.mirror.save(shard, SessionRecord(kept.session_id, kept.resume_url, kept.seq, kept.since))
         self.flush()
 
     def resumed(self, shard: Shard, seq: int | None) -> None:
@@ -166,13 +184,37 @@ class SessionKeeper:
         self._move(shard, Move.DROPPED)
 
     def forget(self, shard: Shard) -> None:
-        """Give up the stored session of ``shard`` without a RESUME (the postgres profile: another tree may have
-        served the shard since it was stored, and Discord would replay what that tree answered)."""
+        """Give up this process's copy of ``shard``'s session (the postgres profile: a message came past the shard's
+        lease, so nothing more of it is this tree's to journal, and its sequence must not move). The database's copy
+        is left alone: it is the shard's, and whoever serves the shard next (this tree too) adopts it."""
         if self.book.sessions.pop(shard, None) is not None:
+            log.info("gateway: the session of shard %d/%d is set aside: the shard's lease is not surely ours", *shard)
+        self.seqs.pop(shard, None)
+        self.flush()
+
+    async def adopt(self, shards: list[Shard]) -> None:
+        """The postgres profile, before the gateway opens: each shard's session as the database keeps it (the last
+        holder's, whichever tree that was), in place of this process's copy; the changes made so far written first.
+        Raises what the database raised (the caller then IDENTIFYs: :meth:`set_aside`)."""
+        assert self.mirror is not None
+        await self.mirror.drained()
+        for shard in shards:
+            record = await self.mirror.load(shard)
             self.seqs.pop(shard, None)
-            log.info("gateway: the stored session of shard %d/%d is not resumed: the shard's lease was taken anew",
-                     *shard)
-            self.flush()
+            if record is None:
+                self.book.sessions.pop(shard, None)
+            else:
+                self.book.sessions[shard] = Stored(record.session_id[:MAX_ID_CHARS], record.resume_url[:MAX_URL_CHARS],
+                                                   record.seq, record.since)
+        self.flush()
+
+    def set_aside(self, shards: list[Shard]) -> None:
+        """The database could not be read before the gateway opened: no session is RESUMEd (this process's copy may
+        be older than what another holder resumed and advanced since); each shard IDENTIFYs."""
+        for shard in shards:
+            self.book.sessions.pop(shard, None)
+            self.seqs.pop(shard, None)
+        self.flush()
 
     def journaled(self, shard: Shard, seq: int | None) -> None:
         """An event up to ``seq`` is journaled (or needs no journal): a RESUME may start after it."""
@@ -216,6 +258,8 @@ class SessionKeeper:
             kept = self.book.sessions.get(shard)
             if kept is not None and (kept.seq is None or seq > kept.seq):
                 self.book.sessions[shard] = Stored(kept.session_id, kept.resume_url, seq, kept.since)
+                if self.mirror is not None:  # the same journaled sequence, at the same moment, to the database
+                    self.mirror.advance(shard, seq)
         if self.book.in_a_row and any(now - s.since >= SETTLED for s in self.book.sessions.values()):
             self.book.in_a_row = 0
         try:

@@ -53,6 +53,16 @@ class PgDedupe:
         async with self.leases.fenced(_fence(self.fence_for, self.shard)) as conn:
             await conn.execute("DELETE FROM clankie_dedupe WHERE shard = %s AND expires <= %s", (self.shard, now))
 
+    async def recent(self, now: float, limit: int) -> list[tuple[str, int, float]]:
+        """This shard's ids unexpired at ``now``, the latest expiries first, at most ``limit``: (message id, the
+        fingerprint's key as stored (:func:`~clankie.store.ports.fingerprint_key`), expiry). A tree taking the shard
+        loads them into its memory: what the last holder admitted is a duplicate to it too."""
+        async with self.leases.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT message_id, fingerprint, expires FROM clankie_dedupe WHERE shard = %s AND expires > %s "
+                "ORDER BY expires DESC LIMIT %s", (self.shard, now, limit))
+            return [(str(r[0]), int(str(r[1])), float(str(r[2]))) for r in await cur.fetchall()]
+
     async def close(self) -> None:
         """Nothing to do: every add committed."""
 

@@ -11,7 +11,8 @@ dispatches MESSAGE_CREATE for messages a test injects with
 :meth:`FakeDiscord.message`. Faults are scripted per route
 (:meth:`FakeDiscord.fail`): 429 with ``retry_after`` (and ``Via: 1.1 google``),
 503, 500; a route can also be held until the test releases it
-(:meth:`FakeDiscord.hold`). Every REST call is recorded in :attr:`FakeDiscord.calls`, every
+(:meth:`FakeDiscord.hold`). Every accepted RESUME's session id is in :attr:`FakeDiscord.resumed`.
+Every REST call is recorded in :attr:`FakeDiscord.calls`, every
 posted message in :attr:`FakeDiscord.posts` (content, reference, allowed
 mentions, nonce, file bytes); :meth:`FakeDiscord.delivered_to` says which shards a
 message was sent to. Responses say exactly ``Content-Type: application/json``.
@@ -73,6 +74,7 @@ class FakeDiscord(RestHandlers):
         self.identifies = 0
         self.readies = 0  # sessions that got READY and every GUILD_CREATE
         self.resumes = 0
+        self.resumed: deque[str] = deque(maxlen=256)  # the session id of each accepted RESUME, the latest last
         self.session_starts_total = 1000  # GET /gateway/bot's session_start_limit; each READY spends one
         self.session_starts_remaining = 999
         self.max_concurrency = 1  # GET /gateway/bot's: shards whose id % this differ may IDENTIFY at the same time

@@ -224,6 +224,7 @@ class FakeGateway:
             return
         assert kept is not None  # an unknown session is refused above
         fake.resumes += 1
+        fake.resumed.append(sid)
         if kept.socket is not None and kept.socket is not ws:
             self.shared += 1  # Discord would serve both for a moment: never two processes on one session
         kept.socket, kept.dead_at = ws, None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, cast
 
 from bridge.shard_leases import ShardLeases
@@ -32,26 +31,3 @@ def test_the_gateway_may_open_only_once_every_shard_is_held_and_a_loss_closes_it
     assert two.report()["holder"] == "host:0123abcd"
     two.on_action("1/2", Action(Kind.SERVE, 2))
     assert held(two) and not two.lost.is_set()  # back: the gateway opens again
-
-
-def test_a_lease_taken_at_another_epoch_than_last_served_forgets_the_session_and_one_joined_keeps_it(
-        tmp_path: Path) -> None:
-    """The epoch each shard was last served at outlives the process: the next bridge joining the same tenure keeps
-    its stored session (RESUME); one taking the shard at another epoch (another tree may have served it) does not."""
-    path = tmp_path / "lease-epochs.json"
-    new: list[tuple[int, int]] = []
-
-    def bridge() -> ShardLeases:
-        never_called = cast(PgLeases, cast(Any, object()))
-        return ShardLeases(never_called, [(0, 1)], "host:0123abcd", FakeClock(), renew=2.0, ttl=6.0, tenures=path,
-                           on_new_tenure=new.append)
-
-    bridge().on_action("0/1", Action(Kind.SERVE, 1))
-    assert new == [(0, 1)]  # nothing served before: whatever session is stored was not made in this tenure
-    bridge().on_action("0/1", Action(Kind.SERVE, 1))
-    assert new == [(0, 1)]  # the same tenure (a restarted bridge joining its tree's lease): the session is resumable
-    bridge().on_action("0/1", Action(Kind.SERVE, 3))
-    assert new == [(0, 1), (0, 1)]
-    path.write_bytes(b"{" + b" " * 70_000 + b"}")  # over the bound: not trusted, every shard taken anew
-    bridge().on_action("0/1", Action(Kind.SERVE, 3))
-    assert new == [(0, 1), (0, 1), (0, 1)]

@@ -4,8 +4,9 @@
 Each ``python -m bridge`` is its own tree (its own state directory, so its own lease holder, and its own service
 double); both dial the one loopback Discord. The one that holds the shard's lease opens the gateway; the other
 waits without an IDENTIFY. A SIGKILLed holder's lease expires on the database's clock and the other takes the shard
-(epoch 2) and answers. A holder whose lease is taken from under it (a renew refused) closes its gateway at once, and
-opens it again once the lease is free again (a new session and the gap read back: another tree held it meanwhile).
+(epoch 2), RESUMEs the dead holder's gateway session (kept in the database) and answers. A holder whose lease is
+taken from under it (a renew refused) closes its gateway at once, and opens it again once the lease is free again,
+RESUMEing the shard's session from the sequence it journaled: Discord replays what was said meanwhile.
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ def execute(dsn: str, sql: str) -> None:
 def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a_fenced_one_steps_back(
         tmp_path: Path, postgres_dsn: str) -> None:
     """A holds 0/1 and answers; B waits with no IDENTIFY. A is SIGKILLed: B takes the shard at epoch 2 once A's lease
-    expires, and answers. The lease is then taken from B (another holder at epoch 3): B's renew is refused and its
-    gateway closes; once the lease is free, B takes it (epoch 4), and, another tree having held it in between, does not
-    RESUME its old session: it IDENTIFYs and reads back what was said meanwhile."""
+    expires, RESUMEs A's session (no IDENTIFY) and answers. The lease is then taken from B (another holder at epoch 3):
+    B's renew is refused and its gateway closes; once the lease is free, B takes it (epoch 4) and RESUMEs the shard's
+    session from the sequence it journaled: Discord replays what was said meanwhile, and B answers it once."""
 
     async def main() -> None:
         async with one_room(postgres_dsn) as fake:
@@ -124,7 +125,8 @@ def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a
 
                     a.proc.send_signal(signal.SIGKILL)  # a dead machine: its lease is left to expire
                     await a.proc.wait()
-                    await until(lambda: fake.identifies == 2 and fake.readies == 2, 30, "B's gateway session")
+                    await until(lambda: fake.resumes == 1, 30, "B's RESUME of A's session")
+                    assert (fake.identifies, list(fake.resumed)) == (1, ["session-1"])
                     assert lease(postgres_dsn) == (holder_id(b.state), 2)
                     second = str((await fake.message(CHAN, "clankie, and now?", author_id=PERSON))["id"])
                     await until(lambda: len(fake.posts_in(CHAN)) == 2, 30, "B's answer")
@@ -136,13 +138,13 @@ def test_the_lease_holder_alone_has_the_gateway_a_dead_ones_shard_is_taken_and_a
                     await until(lambda: "lease no longer ours" in b.log(), 30, "B's refused renew")
                     await until(lambda: fake.gateway.shards() == [], 30, "B's gateway closed")
                     gap = str((await fake.message(CHAN, "clankie, anyone?", author_id=PERSON))["id"])
-                    assert fake.identifies == 2
+                    assert fake.identifies == 1
 
                     execute(postgres_dsn, "UPDATE clankie_shard_lease SET holder = NULL, expires_at = '-infinity'")
                     await until(lambda: len(fake.posts_in(CHAN)) == 3, 30, "the gap answered once the lease is free")
-                    # taken anew at another epoch ("elsewhere" held it in between): B's stored session is not
-                    # RESUMEd (Discord would replay what another tree answered); it IDENTIFYs and reads the gap back
-                    assert (fake.identifies, fake.resumes) == (3, 0)
+                    # taken anew at another epoch: the shard's session, as its last holder (B) left it in the database,
+                    # is RESUMEd from the sequence B journaled; Discord replays the gap alone
+                    assert (fake.identifies, list(fake.resumed)) == (1, ["session-1", "session-1"])
                     assert [s.delivery_id for s in b.service.submits] == [second, gap]
                     assert lease(postgres_dsn) == (holder_id(b.state), 4)
 
@@ -175,9 +177,8 @@ def test_without_its_database_the_bridge_stops_admitting_and_answers_the_gap_onc
                     postgres_cluster.resume()
                 await until(lambda: len(fake.posts_in(CHAN)) == 2, 60, "the message said during the outage answered")
                 assert [s.delivery_id for s in a.service.submits] == [first, during]
-                # one more session: a RESUME if the lease was still A's on the database's clock when it came back
-                # (same epoch: nobody else can have served), else a new one and the gap read back
-                assert fake.identifies + fake.resumes == 2
+                # the shard's session, as A left it in the database, RESUMEd: Discord replays the gap
+                assert (fake.identifies, fake.resumes) == (1, 1)
                 # A's again: at epoch 1 if it was back before the lease expired on the database's clock (the local
                 # deadline comes a margin earlier), else at epoch 2
                 assert lease(postgres_dsn)[0] == holder_id(a.state)
@@ -200,7 +201,8 @@ def test_a_bridge_paused_past_its_lease_wakes_and_admits_nothing_the_other_tree_
                     await until(lambda: "held by another tree" in b.log(), 30, "B standing by")
                     a.proc.send_signal(signal.SIGSTOP)
                     try:
-                        await until(lambda: fake.readies == 2, 30, "B's gateway session once A's lease expired")
+                        # B RESUMEs the shard's session (A's, still open in A's paused socket) once A's lease expired
+                        await until(lambda: fake.resumes == 1, 30, "B's gateway session once A's lease expired")
                         said = str((await fake.message(CHAN, "clankie, who is awake?", author_id=PERSON))["id"])
                         await until(lambda: len(fake.posts_in(CHAN)) == 1, 30, "B's answer")
                     finally:

@@ -73,8 +73,9 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     assert f"last takeover: 0/1 from {tree_holder(a.state)}" in bridge.detail
                     assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711"]
 
-                    # A's machine comes back, as the standby; then B dies: A takes the shard back (epoch 3). Its
-                    # gateway session from before it died is not RESUMEd: Discord would replay what B answered
+                    # A's machine comes back, as the standby; then B dies: A takes the shard back (epoch 3) and
+                    # RESUMEs the shard's session as B left it in the database: from the sequence B journaled, so
+                    # Discord replays nothing B answered
                     a.anthropic.script(fa.text("it is still 4711"))
                     await a.respawn()
                     await a.standing_by(90)
@@ -84,6 +85,7 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     assert lease(postgres_dsn) == (tree_holder(a.state), 3)
                     assert taken_from(postgres_dsn) == tree_holder(b.state)
                     assert len(a.anthropic.requests) == 2  # the question alone: nothing B answered is run again
+                    assert discord.identifies == 1  # every takeover RESUMEd the one session A started
                     assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711", "it is still 4711"]
         finally:
             await discord.close()
