@@ -72,7 +72,7 @@ from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnOutcome, TurnSubmit
 from clankie.quiet import Quiet
 from clankie.shards import room_shard
-from clankie.store.journal_ports import JournalStore, JournalUnwritten, Line, StoredLines
+from clankie.store.journal_ports import JournalRefused, JournalStore, Line, StoredLines
 from clankie.store.ports import Shard
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,7 @@ class Journal:
             lines.append(close_line(fold, folded, at))
         try:  # the outcome stands in memory; only a restart, reading the journal back, would run it again
             self._append(self.shard(entry.room) if entry is not None else None, *lines)
-        except (DiskError, JournalUnwritten) as exc:
+        except (DiskError, JournalRefused) as exc:
             self._unclosed.refused(exc.code)
             return
         self._unclosed.written()
@@ -224,7 +224,7 @@ class Journal:
         next start reads every room after the newest message it had admitted, so the gap is read then too."""
         try:
             self._append(None, line)
-        except (DiskError, JournalUnwritten) as exc:
+        except (DiskError, JournalRefused) as exc:
             log.error("journal: %s line not written (%s)", line["op"], exc.code)
             return
         self.store.sync_soon()

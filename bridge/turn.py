@@ -46,7 +46,7 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.protocol import Code, Room, TurnOutcome, TurnResult
 from clankie.redact import Redactor
-from clankie.store.journal_ports import JournalUnwritten
+from clankie.store.journal_ports import JournalRefused
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class TurnHolder:
             await self._run(held)
         except asyncio.CancelledError:
             raise
-        except (DiskError, JournalUnwritten) as exc:  # the delivery could not be written down: it fails, visibly, and may come again
+        except (DiskError, JournalRefused) as exc:  # the delivery could not be written down: it fails, visibly, and may come again
             log.error("delivery %s: journal refused it (%s)", did, exc.code)
             self.ledger.disk.refused(exc.code)
             if wants_reaction(TurnOutcome.FAILED, unprompted=held.submit.trigger.unprompted,

@@ -52,10 +52,10 @@ class StoredLines:
     unreadable: list[str] = field(default_factory=list)
 
 
-class JournalUnwritten(ClankieError):
-    """Raised when the store refused a line; ``code`` says why in a word for logs and receipts: ``stale_epoch``
-    (another tree holds the shard now: this tree's fault is none, its lease is gone), ``not_held`` (the shard is not
-    this tree's), ``database_unavailable`` (the database did not answer). The file adapter raises
+class JournalRefused(ClankieError):
+    """Raised when the store refused a write (nothing was written) or a read; ``code`` says why in a word for logs
+    and receipts: ``stale_epoch`` (another tree holds the shard now: the lease is gone), ``not_held`` (the shard is
+    not this tree's), ``database_unavailable`` (the database did not answer in time). The file adapter raises
     :class:`clankie.appender.DiskError` instead, as it always has."""
 
     def __init__(self, code: str) -> None:
@@ -86,7 +86,7 @@ class JournalStore(Protocol):
 
     def append(self, shard: Shard | None, lines: Sequence[Line]) -> None:
         """Write ``lines`` at the end, all or none; ``shard`` None: a line about every shard the bridge runs. Raises
-        :class:`JournalUnwritten` (or the file's DiskError) when nothing was written."""
+        :class:`JournalRefused` (or the file's DiskError) when nothing was written."""
         ...
 
     def sync_soon(self) -> None:
