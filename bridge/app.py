@@ -35,10 +35,11 @@ from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
 from clankie.shards import room_shard
+from clankie.store.journal_ports import JournalRefused, JournalStore
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
-    from clankie.store.database import Pool
+    from clankie.store.database import Pool, SyncPool
 
 log = logging.getLogger(__name__)
 
@@ -110,10 +111,16 @@ class BridgeApp:
         paths.ensure_private_dir(settings.runtime_dir)
         self.receipts = Receipts(settings.state_dir, wall=self.clock.wall, rotation=audit_rotation(settings))
         self.ingress = Ingress(policy(settings))
+        # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
+        count = settings.discord_shard_count
+        self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
+        self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
+        self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
         # closed deliveries stay in the journal for the catch-up horizon; their ids, for the whole retention, in the
         # de-duplication memory, which the journal saves at each compaction
         self.journal = Journal(settings.state_dir, retention=settings.recovery_horizon_seconds,
-                               max_bytes=settings.discord_journal_max_bytes, remembered=self.ingress.dedupe)
+                               max_bytes=settings.discord_journal_max_bytes, remembered=self.ingress.dedupe,
+                               store=self._journal_store(), shard_count=count)
         self.limits = limits(settings)
         self.port = dc.DiscordPort(
             settings.discord_upload_limit_bytes,
@@ -121,9 +128,6 @@ class BridgeApp:
             trusted_rooms=frozenset(settings.discord_trusted_rooms),
             redact=Redactor.of(settings),
         )
-        # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
-        count = settings.discord_shard_count
-        self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
         self.keeper: SessionKeeper | None = None
         if settings.discord_token is not None:
             self.keeper = SessionKeeper(settings.state_dir, self.clock, enabled=settings.discord_gateway_resume,
@@ -131,7 +135,6 @@ class BridgeApp:
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._read_back: ReadBack = frozenset()  # the rooms new sessions owe a read-back, not yet read (None: all)
-        self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
         self._unleased_gap = False  # a message came past the lease's deadline since the gateway last opened
         self._pool: Pool | None = None
         self._again = False
@@ -280,6 +283,8 @@ class BridgeApp:
             if self.keeper is not None:
                 self.keeper.flush()
             self.journal.aclose()
+            if self._journal_pool is not None:
+                self._journal_pool.close()
             self.receipts.close()
 
     def _on_quiet(self) -> None:
@@ -376,7 +381,33 @@ class BridgeApp:
         return ShardLeases(PgLeases(self._pool), self.shard_keys, tree_holder(s.state_dir), self.clock,
                            renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
                            tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE,
-                           on_new_tenure=self.keeper.forget if self.keeper is not None else None)
+                           on_new_tenure=self.keeper.forget if self.keeper is not None else None,
+                           on_taken=self._taken)
+
+    def _journal_store(self) -> JournalStore | None:
+        """The postgres profile (with a token, so with leases to fence it): the journal's lines in the database, by
+        shard; else None (the file)."""
+        s = self.settings
+        if s.store != "postgres" or s.discord_token is None:
+            return None
+        from bridge.pg_journal import open_store
+
+        store, self._journal_pool = open_store(s, self.shard_keys,
+                                               lambda shard: self.leases.fence(shard) if self.leases is not None else None)
+        return store
+
+    def _taken(self, shard: tuple[int, int]) -> None:
+        """The postgres profile: this process took ``shard``'s lease (at start, or from a dead tree): the shard's
+        journal is read from the database and its open deliveries drained, before the gateway opens."""
+        try:
+            recovery.drain_shard(self.bridge, self.limits, self.clock.wall(), shard)
+        except JournalRefused as exc:
+            log.error("journal: shard %d/%d not drained (%s); its open deliveries wait for the next take",
+                      shard[0], shard[1], exc.code)
+            return
+        earlier = self.journal.state.quiet_since()  # a gap the last holder never read back is this tree's to read
+        if earlier is not None:
+            self._on_quiet_at(earlier)
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past

@@ -71,19 +71,22 @@ class Report:
     closed_from_receipts: int = 0  # open in the journal, closed by a receipt written before the bridge died
 
 
-def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
-    """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog."""
+def resume_journal(bridge: Bridge, limits: Limits, now: float, only: Callable[[Room], bool] | None = None) -> Report:
+    """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog. ``only``: the
+    deliveries of the rooms it keeps, and nothing saved is read back (the postgres profile's drain of a shard this
+    tree took, :func:`drain_shard`)."""
     report = Report()
     state = bridge.journal.state
-    saved = bridge.journal.read_seen()
+    saved = bridge.journal.read_seen() if only is None else None
     if saved is not None:
         try:
             log.info("journal: %d message ids remembered from the last compaction", bridge.ingress.dedupe.restore(saved))
         except ValueError as exc:
             log.warning("journal: the saved de-duplication memory is unreadable (%s); starting from the journal alone", exc)
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
-        bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
-    unclosed = state.open_entries()
+        if only is None or only(entry.room):
+            bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
+    unclosed = [e for e in state.open_entries() if only is None or only(e.room)]
     found = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
                                      since=min((e.at for e in unclosed), default=now))
     # only a receipt written since the entry was admitted closes it (an older one closed an earlier life of that id)
@@ -111,6 +114,21 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
         log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again, "
                  "%d closed from their receipts", report.resumed, report.expired, report.restored, report.waiting,
                  report.closed_from_receipts)
+    return report
+
+
+def drain_shard(bridge: Bridge, limits: Limits, now: float, shard: tuple[int, int]) -> Report:
+    """The postgres profile: this tree took ``shard``'s lease (at start, or from a tree that died or was cut off).
+    The shard's journal lines are read from the database (:meth:`bridge.journal.Journal.take`) and its open
+    deliveries drained as at a restart (:func:`resume_journal`): an admitted one is submitted again by its id (this
+    tree's service runs it; a service that has it already answers by the id), a waiting or buffered one waits again,
+    one past the horizon is closed ``expired``; every delivery of the shard is remembered, so the read-back of the
+    new session does not admit them again. Raises :class:`~clankie.store.journal_ports.JournalRefused` when the
+    database did not answer the read."""
+    found = bridge.journal.take(shard)
+    report = resume_journal(bridge, limits, now, only=lambda room: bridge.journal.shard(room) == shard)
+    log.info("journal: shard %d/%d taken: %d deliveries read, %d resumed, %d waiting again, %d buffered restored, "
+             "%d expired", shard[0], shard[1], found, report.resumed, report.waiting, report.restored, report.expired)
     return report
 
 

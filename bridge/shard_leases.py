@@ -33,7 +33,7 @@ from clankie.clock import Clock
 from clankie.jsonl import replace_file
 from clankie.metrics import METER, SHARD_LEASES
 from clankie.store.lease import Action, Kind
-from clankie.store.leases import LeaseKeeper, PgLeases, shard_name
+from clankie.store.leases import Fence, LeaseKeeper, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,17 @@ class ShardLeases:
 
     def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
                  ttl: float, tenures: Path | None = None,
-                 on_new_tenure: Callable[[tuple[int, int]], None] | None = None) -> None:
+                 on_new_tenure: Callable[[tuple[int, int]], None] | None = None,
+                 on_taken: Callable[[tuple[int, int]], None] | None = None) -> None:
+        """``on_new_tenure``: a shard's lease was taken at another epoch than this bridge (any of its processes) last
+        served it at. ``on_taken``: this process serves a shard at an epoch it has not served it at (its first in
+        this life included), told before the gateway may open: the bridge drains the shard's journal then."""
         self.holder = holder
         self.tenures = tenures  # the epoch this bridge last served each shard at (a file of its state), or None
         self.on_new_tenure = on_new_tenure
+        self.on_taken = on_taken
         self._served_at = _read_tenures(tenures)
+        self._taken_at: dict[str, int] = {}  # the epoch this process last took each shard at
         self.keys = {shard_name(*key): key for key in keys}  # a lease's name -> the (id, count) it is for
         self.keepers = {
             name: LeaseKeeper(leases, name, holder, clock, renew=renew, ttl=ttl,
@@ -72,6 +78,10 @@ class ShardLeases:
                     self.on_new_tenure(self.keys[shard])
                 self._served_at[shard] = action.epoch
                 _write_tenures(self.tenures, self._served_at)
+            if self._taken_at.get(shard) != action.epoch:
+                self._taken_at[shard] = action.epoch
+                if self.on_taken is not None:
+                    self.on_taken(self.keys[shard])
             self.serving.add(shard)
             if len(self.serving) == len(self.keepers):
                 self.lost.clear()
@@ -87,6 +97,12 @@ class ShardLeases:
     def held(self) -> bool:
         """Every lease is ours."""
         return self._all_held.is_set()
+
+    def fence(self, shard: str) -> Fence | None:
+        """The fence to write ``shard`` (by :func:`~clankie.store.leases.shard_name`) with while it is ours, else
+        None (:data:`~clankie.store.leases.FenceFor`)."""
+        keeper = self.keepers.get(shard)
+        return keeper.fence if keeper is not None else None
 
     def current(self, now: float) -> bool:
         """Every lease is ours and inside its local deadline at ``now`` (the keepers' clock, ``boottime``): checked
