@@ -21,6 +21,7 @@ from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
 from bridge.gateway_session import SessionKeeper
 from bridge.journal import Journal
+from bridge.journal_state import Entry
 from bridge.receipts import Receipts, audit_rotation
 from bridge.shards import ReadBack, ShardWatch
 from bridge.turns import Bridge
@@ -116,6 +117,7 @@ class BridgeApp:
         self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
         self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
         self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
+        self._taken_open: list[Entry] = []  # admitted deliveries of shards taken from another tree, to check first
         # closed deliveries stay in the journal for the catch-up horizon; their ids, for the whole retention, in the
         # de-duplication memory, which the journal saves at each compaction
         self.journal = Journal(settings.state_dir, retention=settings.recovery_horizon_seconds,
@@ -322,7 +324,10 @@ class BridgeApp:
             quiet_since = self._quiet_since if self._quiet_since is not None else started
             self._quiet_since = None
             shards, self._read_back = self._read_back, frozenset()
+            taken, self._taken_open = self._taken_open, []
             try:
+                if taken:
+                    await recovery.resume_taken(self.bridge, self.limits, started, taken)
                 self.recovered = await recovery.fetch_missed(self.bridge, self.limits, started, quiet_since,
                                                              only=self._on_shards(shards))
             except Exception:  # a bug here must not take the bridge down; the next session tries again
@@ -396,11 +401,14 @@ class BridgeApp:
                                                lambda shard: self.leases.fence(shard) if self.leases is not None else None)
         return store
 
-    def _taken(self, shard: tuple[int, int]) -> None:
+    def _taken(self, shard: tuple[int, int], anew: bool) -> None:
         """The postgres profile: this process took ``shard``'s lease (at start, or from a dead tree): the shard's
-        journal is read from the database and its open deliveries drained, before the gateway opens."""
+        journal is read from the database and its open deliveries drained, before the gateway opens. Taken anew
+        (another tree may have answered a delivery it left open), the admitted ones wait for the new session's
+        history (:func:`bridge.recovery.resume_taken`)."""
         try:
-            recovery.drain_shard(self.bridge, self.limits, self.clock.wall(), shard)
+            recovery.drain_shard(self.bridge, self.limits, self.clock.wall(), shard,
+                                 held_back=self._taken_open if anew else None)
         except JournalRefused as exc:
             log.error("journal: shard %d/%d not drained (%s); its open deliveries wait for the next take",
                       shard[0], shard[1], exc.code)

@@ -50,10 +50,11 @@ class ShardLeases:
     def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
                  ttl: float, tenures: Path | None = None,
                  on_new_tenure: Callable[[tuple[int, int]], None] | None = None,
-                 on_taken: Callable[[tuple[int, int]], None] | None = None) -> None:
+                 on_taken: Callable[[tuple[int, int], bool], None] | None = None) -> None:
         """``on_new_tenure``: a shard's lease was taken at another epoch than this bridge (any of its processes) last
         served it at. ``on_taken``: this process serves a shard at an epoch it has not served it at (its first in
-        this life included), told before the gateway may open: the bridge drains the shard's journal then."""
+        this life included), told before the gateway may open, with whether the tenure is new as above (another tree
+        may have served the shard since): the bridge drains the shard's journal then."""
         self.holder = holder
         self.tenures = tenures  # the epoch this bridge last served each shard at (a file of its state), or None
         self.on_new_tenure = on_new_tenure
@@ -73,7 +74,8 @@ class ShardLeases:
     def on_action(self, shard: str, action: Action) -> None:
         """A keeper's word (it must not block): a shard served, or no longer ours (the gateway must close)."""
         if action.kind is Kind.SERVE:
-            if self._served_at.get(shard) != action.epoch:  # taken anew: another tree may have served it since
+            anew = self._served_at.get(shard) != action.epoch
+            if anew:  # taken anew: another tree may have served it since
                 if self.on_new_tenure is not None:
                     self.on_new_tenure(self.keys[shard])
                 self._served_at[shard] = action.epoch
@@ -81,7 +83,7 @@ class ShardLeases:
             if self._taken_at.get(shard) != action.epoch:
                 self._taken_at[shard] = action.epoch
                 if self.on_taken is not None:
-                    self.on_taken(self.keys[shard])
+                    self.on_taken(self.keys[shard], anew)
             self.serving.add(shard)
             if len(self.serving) == len(self.keepers):
                 self.lost.clear()
