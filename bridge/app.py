@@ -115,7 +115,6 @@ class BridgeApp:
         # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
         count = settings.discord_shard_count
         self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
-        self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
         self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
         self._taken_open: list[Entry] = []  # admitted deliveries of shards taken from another tree, to check first
         # closed deliveries stay in the journal for the catch-up horizon; their ids, for the whole retention, in the
@@ -137,6 +136,7 @@ class BridgeApp:
         self.recovered = recovery.Report()
         self._recovering: asyncio.Task[recovery.Report] | None = None
         self._read_back: ReadBack = frozenset()  # the rooms new sessions owe a read-back, not yet read (None: all)
+        self.leases: ShardLeases | None = None  # the postgres profile's shard leases, made in run()
         self._unleased_gap = False  # a message came past the lease's deadline since the gateway last opened
         self._pool: Pool | None = None
         self._again = False
