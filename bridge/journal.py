@@ -39,6 +39,11 @@ journal is rewritten without the closed entries it no longer keeps.
 :class:`JournalState` is pure: it folds lines into entries and answers what
 recovery needs (open deliveries, oldest first; rooms active within the
 horizon; the newest message seen per room). :class:`Journal` is the shell.
+
+Where the lines are kept is a port (:class:`clankie.store.journal_ports.JournalStore`): the file above
+(:mod:`bridge.journal_files`, the default), or in the PostgreSQL profile each shard's rows in the database, every
+write fenced by the shard's lease (:mod:`clankie.store.journal_pg`); a shard's lines are read when the bridge takes
+its lease (:meth:`Journal.take`, docs/multi-machine.md "The journal in the database").
 """
 
 from __future__ import annotations
