@@ -137,20 +137,33 @@ class Journal:
         """The shard whose lease fences a line about a delivery in ``room``."""
         return room_shard(room, self.shard_count)
 
-    def take(self, shard: Shard) -> int:
+    def take(self, shard: Shard) -> set[str]:
         """This tree took ``shard``'s lease: its lines in the store replace what this bridge knew of its deliveries
-        (another tree may have written them since); returns how many deliveries the shard has. The file's lines
-        were all read at open: nothing changes."""
+        (another tree may have written them since). Returns the ids of the deliveries this bridge did not know (the
+        ones to drain: those it knew are in its hands already, held, waiting or closed). A delivery this bridge
+        closed while its close line was refused (the lease was lost meanwhile) and that the store still has open
+        stays closed: its close line is written again now. The file's lines were all read at open: nothing
+        changes."""
         found = self.store.read_shard(shard)
         if not found.lines and not found.unreadable:
-            return 0
+            return set()
         fresh = JournalState()
         _fold(found, fresh)
-        for did in [d for d, e in self.state.entries.items() if self.shard(e.room) == shard]:
+        known = {d: e for d, e in self.state.entries.items() if self.shard(e.room) == shard}
+        for did in known:
             del self.state.entries[did]
         self.state.entries.update(fresh.entries)
         self.state.gaps = sorted({*self.state.gaps, *fresh.gaps})
-        return len(fresh.entries)
+        unwritten = [e for d, e in known.items() if e.outcome is not None and d in fresh.entries and fresh.entries[d].open]
+        if unwritten:
+            lines = [close_line(e.delivery_id, e.outcome or EXPIRED, e.closed_at,
+                                message_ids=(str(e.replied),) if e.replied else ()) for e in unwritten]
+            try:
+                self._append(shard, *lines)
+            except (DiskError, JournalRefused) as exc:
+                log.error("journal: %d closes of shard %d/%d not written again (%s)", len(lines), shard[0], shard[1],
+                          exc.code)
+        return set(fresh.entries) - set(known)
 
     def _append(self, shard: Shard | None, *lines: JournalLine) -> None:
         for line in lines:

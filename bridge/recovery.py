@@ -71,11 +71,11 @@ class Report:
     closed_from_receipts: int = 0  # open in the journal, closed by a receipt written before the bridge died
 
 
-def resume_journal(bridge: Bridge, limits: Limits, now: float, only: Callable[[Room], bool] | None = None,
+def resume_journal(bridge: Bridge, limits: Limits, now: float, only: Callable[[Entry], bool] | None = None,
                    held_back: list[Entry] | None = None) -> Report:
     """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog. ``only``: the
-    deliveries of the rooms it keeps, and nothing saved is read back (the postgres profile's drain of a shard this
-    tree took, :func:`drain_shard`). ``held_back``: the admitted ones are put there instead of resumed."""
+    deliveries it keeps, and nothing saved is read back (the postgres profile's drain of a shard this tree took,
+    :func:`drain_shard`). ``held_back``: the admitted ones are put there instead of resumed."""
     report = Report()
     state = bridge.journal.state
     saved = bridge.journal.read_seen() if only is None else None
@@ -85,9 +85,9 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float, only: Callable[[R
         except ValueError as exc:
             log.warning("journal: the saved de-duplication memory is unreadable (%s); starting from the journal alone", exc)
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
-        if only is None or only(entry.room):
+        if only is None or only(entry):
             bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
-    unclosed = [e for e in state.open_entries() if only is None or only(e.room)]
+    unclosed = [e for e in state.open_entries() if only is None or only(e)]
     found = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
                                      since=min((e.at for e in unclosed), default=now))
     # only a receipt written since the entry was admitted closes it (an older one closed an earlier life of that id)
@@ -127,15 +127,15 @@ def drain_shard(bridge: Bridge, limits: Limits, now: float, shard: tuple[int, in
     deliveries drained as at a restart (:func:`resume_journal`): an admitted one is submitted again by its id (this
     tree's service runs it; a service that has it already answers by the id), a waiting or buffered one waits again,
     one past the horizon is closed ``expired``; every delivery of the shard is remembered, so the read-back of the
-    new session does not admit them again. With ``held_back`` (the shard was another tree's meanwhile, which may
-    have answered a delivery and died before its close line) the admitted ones are put there, for
-    :func:`resume_taken` once the gateway is up. Raises :class:`~clankie.store.journal_ports.JournalRefused` when the
-    database did not answer the read."""
-    found = bridge.journal.take(shard)
-    report = resume_journal(bridge, limits, now, only=lambda room: bridge.journal.shard(room) == shard,
-                            held_back=held_back)
-    log.info("journal: shard %d/%d taken: %d deliveries read, %d resumed, %d held back, %d waiting again, "
-             "%d buffered restored, %d expired", shard[0], shard[1], found, report.resumed,
+    new session does not admit them again. Only the deliveries this bridge did not know are drained: the ones it
+    knew (a shard lost and taken back in one life) are in its hands already, held, waiting or closed. With
+    ``held_back`` (the shard was another tree's meanwhile, which may have answered a delivery and died before its
+    close line) the admitted ones are put there, for :func:`resume_taken` once the gateway is up. Raises
+    :class:`~clankie.store.journal_ports.JournalRefused` when the database did not answer the read."""
+    new = bridge.journal.take(shard)
+    report = resume_journal(bridge, limits, now, only=lambda entry: entry.delivery_id in new, held_back=held_back)
+    log.info("journal: shard %d/%d taken: %d deliveries new to this bridge, %d resumed, %d held back, %d waiting "
+             "again, %d buffered restored, %d expired", shard[0], shard[1], len(new), report.resumed,
              len(held_back) if held_back is not None else 0, report.waiting, report.restored, report.expired)
     return report
 

@@ -213,12 +213,13 @@ def test_in_postgres_a_tree_that_lost_the_shard_writes_nothing_and_the_taker_dra
         assert isinstance(store, PgJournalStore) and store.stale_writes == 4 and store.last_error == "stale_epoch"
         taker_store = PgJournalStore(store.pool, {"0/1": taker_fence}.get, [(0, 1)])
         taker = Journal(tmp_path / "b", retention=RETENTION, store=taker_store)
-        assert open_ids(taker) == [] and taker.take((0, 1)) == 1
+        assert open_ids(taker) == [] and taker.take((0, 1)) == {"11"}
         assert open_ids(taker) == ["11"] and taker.state.open_entries()[0].turn() == submit("11", text="stuck")
         taker.close("11", TurnOutcome.SETTLED, NOW + 5)
         asyncio.run(old.compact(NOW + 10 * RETENTION))  # the old holder's compaction is fenced too
         assert _count(backend) == rows + 1
-        old.take((0, 1))  # a tree that takes the shard back reads what the taker wrote
+        # a tree that takes the shard back reads what the taker wrote (its own compaction had let 11 go from memory)
+        assert old.take((0, 1)) == {"11"}
         assert open_ids(old) == []
         taker.aclose()
 
@@ -244,3 +245,33 @@ def test_in_postgres_a_shard_never_held_is_refused_before_the_database_and_gaps_
     journal.aclose()
     sharded.pool.close()
 
+
+
+def test_in_postgres_a_shard_taken_back_drains_only_what_this_bridge_did_not_know_and_rewrites_its_refused_closes(
+        postgres_dsn: str, tmp_path: Path) -> None:
+    """A bridge that lost the shard (its close refused meanwhile) and takes it back at a new epoch: the deliveries it
+    knew are not handed back to drain (they are in its hands), one another tree admitted meanwhile is; the close it
+    made while the lease was gone, which the database still has open, is written again, so no later take runs that
+    delivery a second time."""
+    backend = PostgresBackend(postgres_dsn)
+    with backend.journal(tmp_path / "a") as journal:
+        journal.admit(submit("11"), "fp11", NOW, catching_up=False)
+        journal.admit(submit("12"), "fp12", NOW + 1, catching_up=False)
+        other = _take_over(backend)
+        journal.close("11", TurnOutcome.SETTLED, NOW + 2, message_ids=("1180000000000000099",))  # refused: logged
+        store = backend.journal_store
+        assert store is not None and store.stale_writes == 1
+        meanwhile = Journal(tmp_path / "b", retention=RETENTION, store=PgJournalStore(store.pool, {"0/1": other}.get,
+                                                                                      [(0, 1)]))
+        meanwhile.take((0, 1))
+        meanwhile.admit(submit("13"), "fp13", NOW + 3, catching_up=False)
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree-b lets go; tree-a takes the shard back
+            row = conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-a', epoch = epoch + 1 WHERE shard = '0/1' "
+                               "RETURNING epoch").fetchone()
+        assert row is not None
+        backend.fences["0/1"] = Fence("0/1", "tree-a", int(str(row[0])))
+        assert journal.take((0, 1)) == {"13"}
+        assert open_ids(journal) == ["12", "13"] and journal.state.entries["11"].outcome == "settled"
+        meanwhile.aclose()
+    with backend.journal(tmp_path / "c") as later:
+        assert open_ids(later) == ["12", "13"] and later.state.entries["11"].replied == 1180000000000000099
