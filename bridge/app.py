@@ -117,6 +117,7 @@ class BridgeApp:
         self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
         self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
         self._taken_open: list[Entry] = []  # admitted deliveries of shards taken from another tree, to check first
+        self._draining: set[asyncio.Task[None]] = set()  # a taken shard's drain tried again (the database was away)
         # closed deliveries stay in the journal for the catch-up horizon; their ids, for the whole retention, in the
         # de-duplication memory, which the journal saves at each compaction
         self.journal = Journal(settings.state_dir, retention=settings.recovery_horizon_seconds,
@@ -282,6 +283,8 @@ class BridgeApp:
             await self.bridge.aclose()
             if self._recovering is not None:
                 self._recovering.cancel()
+            for task in self._draining:
+                task.cancel()
             if self.keeper is not None:
                 self.keeper.flush()
             self.journal.aclose()
@@ -405,17 +408,29 @@ class BridgeApp:
         """The postgres profile: this process took ``shard``'s lease (at start, or from a dead tree): the shard's
         journal is read from the database and its open deliveries drained, before the gateway opens. Taken anew
         (another tree may have answered a delivery it left open), the admitted ones wait for the new session's
-        history (:func:`bridge.recovery.resume_taken`)."""
+        history (:func:`bridge.recovery.resume_taken`). A read the database does not answer is tried again every
+        renew period while the shard is ours."""
         try:
             recovery.drain_shard(self.bridge, self.limits, self.clock.wall(), shard,
                                  held_back=self._taken_open if anew else None)
         except JournalRefused as exc:
-            log.error("journal: shard %d/%d not drained (%s); its open deliveries wait for the next take",
-                      shard[0], shard[1], exc.code)
+            log.error("journal: shard %d/%d not drained (%s); trying again", shard[0], shard[1], exc.code)
+            task = asyncio.get_running_loop().create_task(self._drain_again(shard, anew), name="journal-drain")
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
             return
         earlier = self.journal.state.quiet_since()  # a gap the last holder never read back is this tree's to read
         if earlier is not None:
             self._on_quiet_at(earlier)
+
+    async def _drain_again(self, shard: tuple[int, int], anew: bool) -> None:
+        await self.clock.sleep(self.settings.lease_renew_seconds)
+        if self.leases is None or self.leases.fence(f"{shard[0]}/{shard[1]}") is None:
+            return  # the lease was lost meanwhile: its next take drains
+        held_back = len(self._taken_open)
+        self._taken(shard, anew)
+        if len(self._taken_open) > held_back and self.port.client is not None:  # the session is up already: read now
+            self._on_session(frozenset({shard[0]}))
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past
