@@ -19,8 +19,11 @@ from clankie.store.ports import Shard
 def open_store(settings: Settings, shards: list[Shard], fence_for: FenceFor) -> tuple[PgJournalStore, SyncPool]:
     """The journal store of ``shards`` and its pool (the caller closes it). The pool connects in the background (a
     database not up yet is a lease not yet held, and nothing is written before a lease is); a write waits at most a
-    renew period for a connection."""
+    renew period for a connection. A lost connection is retried in the background for a renew period only: after an
+    outage the first line written dials at once (the lease is back within a renew; a pool whose retry delays had
+    doubled through the outage refused the first message after it, found by ``test_shard_leases_e2e.py``)."""
     assert settings.postgres_dsn is not None  # the settings refuse postgres without one
+    renew = settings.lease_renew_seconds
     pool = open_sync_pool(settings.postgres_dsn.get_secret_value(), ttl=settings.lease_ttl_seconds, wait=False,
-                          timeout=settings.lease_renew_seconds)
+                          timeout=renew, reconnect_timeout=renew)
     return PgJournalStore(pool, fence_for, shards), pool
