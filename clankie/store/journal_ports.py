@@ -63,6 +63,11 @@ class JournalRefused(ClankieError):
         super().__init__(code)
 
 
+LEASE_GONE = frozenset({"stale_epoch", "not_held"})
+"""The refusals that mean the shard is not this tree's any more: what it could not write is the taker's to drain
+(a delivery refused so fails here without a sign in the room, and holds nothing back)."""
+
+
 class JournalStore(Protocol):
     """The journal's lines."""
 
