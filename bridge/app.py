@@ -21,6 +21,7 @@ from bridge.admission import Ingress, Policy
 from bridge.delivery import RetryPolicy
 from bridge.gateway_session import SessionKeeper
 from bridge.journal import Journal
+from bridge.journal_state import Entry
 from bridge.receipts import Receipts, audit_rotation
 from bridge.shards import ReadBack, ShardWatch
 from bridge.turns import Bridge
@@ -35,11 +36,12 @@ from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
 from clankie.shards import room_shard
+from clankie.store.journal_ports import JournalRefused, JournalStore
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
     from bridge.store_writer import StoreWriter
-    from clankie.store.database import Pool
+    from clankie.store.database import Pool, SyncPool
 
 log = logging.getLogger(__name__)
 
@@ -111,10 +113,17 @@ class BridgeApp:
         paths.ensure_private_dir(settings.runtime_dir)
         self.receipts = Receipts(settings.state_dir, wall=self.clock.wall, rotation=audit_rotation(settings))
         self.ingress = Ingress(policy(settings))
+        # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
+        count = settings.discord_shard_count
+        self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
+        self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
+        self._taken_open: list[Entry] = []  # admitted deliveries of shards taken from another tree, to check first
+        self._draining: set[asyncio.Task[None]] = set()  # a taken shard's drain tried again (the database was away)
         # closed deliveries stay in the journal for the catch-up horizon; their ids, for the whole retention, in the
         # de-duplication memory, which the journal saves at each compaction
         self.journal = Journal(settings.state_dir, retention=settings.recovery_horizon_seconds,
-                               max_bytes=settings.discord_journal_max_bytes, remembered=self.ingress.dedupe)
+                               max_bytes=settings.discord_journal_max_bytes, remembered=self.ingress.dedupe,
+                               store=self._journal_store(), shard_count=count)
         self.limits = limits(settings)
         self.port = dc.DiscordPort(
             settings.discord_upload_limit_bytes,
@@ -122,9 +131,6 @@ class BridgeApp:
             trusted_rooms=frozenset(settings.discord_trusted_rooms),
             redact=Redactor.of(settings),
         )
-        # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
-        count = settings.discord_shard_count
-        self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
         self.keeper: SessionKeeper | None = None
         if settings.discord_token is not None:
             self.keeper = SessionKeeper(settings.state_dir, self.clock, enabled=settings.discord_gateway_resume,
@@ -283,9 +289,13 @@ class BridgeApp:
             await self.bridge.aclose()
             if self._recovering is not None:
                 self._recovering.cancel()
+            for task in self._draining:
+                task.cancel()
             if self.keeper is not None:
                 self.keeper.flush()
             self.journal.aclose()
+            if self._journal_pool is not None:
+                self._journal_pool.close()
             self.receipts.close()
 
     def _on_quiet(self) -> None:
@@ -298,7 +308,11 @@ class BridgeApp:
         self._quiet_since = since if self._quiet_since is None else min(since, self._quiet_since)
 
     def _on_resumed(self) -> None:
-        """Discord replays what it sent during the gap: nothing to fetch (unless the gap is older than the session)."""
+        """Discord replays what it sent during the gap: nothing to fetch (unless the gap is older than the session).
+        A shard taken from another tree RESUMEs that tree's session: the deliveries it left admitted and open (held
+        back by the drain) still want their history check, which only a recovery does."""
+        if self._taken_open:
+            self._on_session(frozenset())  # the held-back deliveries' rooms only (no other room is read for it)
         if self._gap_before_session:
             self._gap_before_session = False
             self._on_session()
@@ -323,7 +337,10 @@ class BridgeApp:
             quiet_since = self._quiet_since if self._quiet_since is not None else started
             self._quiet_since = None
             shards, self._read_back = self._read_back, frozenset()
+            taken, self._taken_open = self._taken_open, []
             try:
+                if taken:
+                    await recovery.resume_taken(self.bridge, self.limits, started, taken)
                 self.recovered = await recovery.fetch_missed(self.bridge, self.limits, started, quiet_since,
                                                              only=self._on_shards(shards))
             except Exception:  # a bug here must not take the bridge down; the next session tries again
@@ -374,7 +391,7 @@ class BridgeApp:
     async def _hold_leases(self) -> ShardLeases:
         """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
         every renew period) and a keeper for each shard this bridge runs."""
-        from bridge.shard_leases import ShardLeases
+        from bridge.shard_leases import TENURES_FILE, ShardLeases
         from bridge.store_writer import StoreWriter
         from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
         from clankie.store.database import open_pool
@@ -385,13 +402,54 @@ class BridgeApp:
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
         pg = PgLeases(self._pool)
         leases = ShardLeases(pg, self.shard_keys, tree_holder(s.state_dir), self.clock,
-                             renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds)
+                             renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
+                             tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE, on_taken=self._taken)
         self.store = StoreWriter(lambda fence_for: PgGatewaySessions(pg, fence_for),
                                  lambda shard, fence_for: PgDedupe(pg, shard, fence_for), leases.fence_for, self.clock,
                                  transient=TRANSIENT, retry=s.lease_renew_seconds)
         if self.keeper is not None:
             self.keeper.mirror = self.store
         return leases
+
+    def _journal_store(self) -> JournalStore | None:
+        """The postgres profile (with a token, so with leases to fence it): the journal's lines in the database, by
+        shard; else None (the file)."""
+        s = self.settings
+        if s.store != "postgres" or s.discord_token is None:
+            return None
+        from bridge.pg_journal import open_store
+
+        store, self._journal_pool = open_store(s, self.shard_keys,
+                                               lambda shard: self.leases.fence(shard) if self.leases is not None else None)
+        return store
+
+    def _taken(self, shard: tuple[int, int], anew: bool) -> None:
+        """The postgres profile: this process took ``shard``'s lease (at start, or from a dead tree): the shard's
+        journal is read from the database and its open deliveries drained, before the gateway opens. Taken anew
+        (another tree may have answered a delivery it left open), the admitted ones wait for the new session's
+        history (:func:`bridge.recovery.resume_taken`). A read the database does not answer is tried again every
+        renew period while the shard is ours."""
+        try:
+            recovery.drain_shard(self.bridge, self.limits, self.clock.wall(), shard,
+                                 held_back=self._taken_open if anew else None)
+        except JournalRefused as exc:
+            log.error("journal: shard %d/%d not drained (%s); trying again", shard[0], shard[1], exc.code)
+            task = asyncio.get_running_loop().create_task(self._drain_again(shard, anew), name="journal-drain")
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+            return
+        earlier = self.journal.state.quiet_since()  # a gap the last holder never read back is this tree's to read
+        if earlier is not None:
+            self._on_quiet_at(earlier)
+
+    async def _drain_again(self, shard: tuple[int, int], anew: bool) -> None:
+        await self.clock.sleep(self.settings.lease_renew_seconds)
+        if self.leases is None or self.leases.fence(f"{shard[0]}/{shard[1]}") is None:
+            return  # the lease was lost meanwhile: its next take drains
+        held_back = len(self._taken_open)
+        self._taken(shard, anew)
+        if len(self._taken_open) > held_back and self.port.client is not None:  # the session is up already: read now
+            self._on_session(frozenset({shard[0]}))
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past

@@ -39,6 +39,11 @@ journal is rewritten without the closed entries it no longer keeps.
 :class:`JournalState` is pure: it folds lines into entries and answers what
 recovery needs (open deliveries, oldest first; rooms active within the
 horizon; the newest message seen per room). :class:`Journal` is the shell.
+
+Where the lines are kept is a port (:class:`clankie.store.journal_ports.JournalStore`): the file above
+(:mod:`bridge.journal_files`, the default), or in the PostgreSQL profile each shard's rows in the database, every
+write fenced by the shard's lease (:mod:`clankie.store.journal_pg`); a shard's lines are read when the bridge takes
+its lease (:meth:`Journal.take`, docs/multi-machine.md "The journal in the database").
 """
 
 from __future__ import annotations
@@ -49,26 +54,31 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+from bridge.journal_files import FileJournalStore
 from bridge.journal_lines import (
     EXPIRED,
     CaughtUpLine,
     GapLine,
     JournalLine,
+    MalformedLine,
     Wire,
     admit_line,
     caught_up_line,
     close_line,
     gap_line,
-    parse_journal,
+    parse_line,
     wait_line,
 )
-from bridge.journal_state import MAX_REASONS, JournalState
-from clankie.appender import Appender, DiskError
+from bridge.journal_state import MAX_REASONS, JournalState, entry_lines
+from clankie.appender import DiskError
 from clankie.disksync import sync_dir, sync_pool
 from clankie.jsonl import replace_file
 from clankie.paths import ensure_private_dir
 from clankie.protocol import Room, TurnOutcome, TurnSubmit
 from clankie.quiet import Quiet
+from clankie.shards import room_shard
+from clankie.store.journal_ports import JournalRefused, JournalStore, Line, StoredLines
+from clankie.store.ports import Shard
 
 log = logging.getLogger(__name__)
 
@@ -88,25 +98,22 @@ class Journal:
     """The shell: one :class:`Appender`, the state it rebuilds on open, and compaction."""
 
     def __init__(self, state_dir: Path, *, retention: float, max_bytes: int = DEFAULT_MAX_BYTES,
-                 remembered: Remembered | None = None) -> None:
+                 remembered: Remembered | None = None, store: JournalStore | None = None,
+                 shard_count: int | None = None) -> None:
         """``retention``: how long a closed delivery stays in the journal. With ``remembered`` (the de-duplication
-        memory) it is saved to ``seen.bin`` at each compaction, before closed entries leave the journal."""
+        memory) it is saved to ``seen.bin`` at each compaction, before closed entries leave the journal. ``store``:
+        where the lines are kept (default: the file); ``shard_count``: the bot's shard count, which names the shard
+        of each delivery's room (:func:`clankie.shards.room_shard`) for a store that keeps lines by shard."""
         directory = ensure_private_dir(state_dir / "bridge")
         self.path = directory / FILENAME
         self.seen_path = directory / SEEN_FILENAME
         self.retention = retention
         self.max_bytes = max_bytes
         self.remembered = remembered
+        self.shard_count = shard_count
+        self.store: JournalStore = store if store is not None else FileJournalStore(self.path)
         self.state = JournalState()
-        parsed = parse_journal(_read(self.path))
-        for line in parsed.lines:
-            self.state.apply(line)
-        skipped = len(parsed.malformed) + self.state.skipped
-        if skipped:  # the reasons name line kinds and fields, never a value (the journal holds message text)
-            reasons = [f"line {bad.lineno}: {bad.reason}" for bad in parsed.malformed] + self.state.reasons
-            log.warning("journal: %d unreadable lines skipped (%s), the other %d read", skipped,
-                        "; ".join(reasons[:MAX_REASONS]), len(parsed.lines) - self.state.skipped)
-        self._appender = Appender(self.path)
+        _fold(self.store.read(), self.state)
         self._lines = len(self.state.entries)
         self._compacted_lines = self._lines  # lines right after the last compaction (or at open)
         self._unclosed = Quiet("journal: delivery outcomes", "; those deliveries run again after a restart", logger=log)
@@ -114,23 +121,55 @@ class Journal:
 
     @property
     def last_error(self) -> str | None:
-        return self._appender.last_error
+        return self.store.last_error
 
     @property
     def size(self) -> int:
-        """Bytes in the journal file now."""
-        return self._appender.size
+        """Bytes the journal holds now (the file's; the database's lines of the shards this bridge holds)."""
+        return self.store.size
 
     @property
     def full(self) -> bool:
         """At ``CLANKIE_DISCORD_JOURNAL_MAX_BYTES``: a message that would wait for a turn slot is refused."""
-        return self._appender.size >= self.max_bytes
+        return self.store.size >= self.max_bytes
 
-    def _append(self, *lines: JournalLine) -> int:
+    def shard(self, room: Room) -> Shard:
+        """The shard whose lease fences a line about a delivery in ``room``."""
+        return room_shard(room, self.shard_count)
+
+    def take(self, shard: Shard) -> set[str]:
+        """This tree took ``shard``'s lease: its lines in the store replace what this bridge knew of its deliveries
+        (another tree may have written them since). Returns the ids of the deliveries this bridge did not know (the
+        ones to drain: those it knew are in its hands already, held, waiting or closed). A delivery this bridge
+        closed while its close line was refused (the lease was lost meanwhile) and that the store still has open
+        stays closed: its close line is written again now. The file's lines were all read at open: nothing
+        changes."""
+        found = self.store.read_shard(shard)
+        if not found.lines and not found.unreadable:
+            return set()
+        fresh = JournalState()
+        _fold(found, fresh)
+        known = {d: e for d, e in self.state.entries.items() if self.shard(e.room) == shard}
+        for did in known:
+            del self.state.entries[did]
+        self.state.entries.update(fresh.entries)
+        self.state.gaps = sorted({*self.state.gaps, *fresh.gaps})
+        unwritten = [e for d, e in known.items() if e.outcome is not None and d in fresh.entries and fresh.entries[d].open]
+        if unwritten:
+            lines = [close_line(e.delivery_id, e.outcome or EXPIRED, e.closed_at,
+                                message_ids=(str(e.replied),) if e.replied else ()) for e in unwritten]
+            try:
+                self._append(shard, *lines)
+            except (DiskError, JournalRefused) as exc:
+                log.error("journal: %d closes of shard %d/%d not written again (%s)", len(lines), shard[0], shard[1],
+                          exc.code)
+        return set(fresh.entries) - set(known)
+
+    def _append(self, shard: Shard | None, *lines: JournalLine) -> None:
         for line in lines:
             self.state.apply(line)
         self._lines += len(lines)
-        return self._appender.append(*lines)
+        self.store.append(shard, list(lines))  # type: ignore[arg-type]  # a TypedDict is a JSON object
 
     def admit(self, submit: TurnSubmit, fp: str, at: float, *, catching_up: bool, folds: tuple[str, ...] = ()) -> None:
         """Record a delivery about to be submitted: in the kernel before this returns, on the disk soon after.
@@ -140,16 +179,16 @@ class Journal:
         their sync, and the history read-back after the reboot finds those
         messages again (they are newer than anything the journal kept).
         """
-        self._append(admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
-        self._appender.sync_soon()
+        self._append(self.shard(submit.room), admit_line(submit.delivery_id, at, fp, submit.to_wire(), catching_up, folds))
+        self.store.sync_soon()
 
     def buffer(self, did: str, at: float, fp: str, room: Room, inbound: Wire, trigger: Wire, *,
                waiting: bool = False, paced: str | None = None) -> None:
         """A message held for a catch-up turn, or (``waiting``) for a turn slot or (``paced``: its author's pace key)
         for its author's pace: the journal keeps its payload."""
-        self._append(wait_line("wait" if waiting or paced else "buffer", did, at, fp, room.to_wire(), inbound, trigger,
-                               paced))
-        self._appender.sync_soon()
+        self._append(self.shard(room), wait_line("wait" if waiting or paced else "buffer", did, at, fp, room.to_wire(),
+                                                 inbound, trigger, paced))
+        self.store.sync_soon()
 
     def close(self, did: str, outcome: TurnOutcome, at: float, *, code: str | None = None,
               message_ids: tuple[str, ...] = ()) -> None:
@@ -170,12 +209,12 @@ class Journal:
         for fold in entry.folds if entry is not None else ():
             lines.append(close_line(fold, folded, at))
         try:  # the outcome stands in memory; only a restart, reading the journal back, would run it again
-            self._append(*lines)
-        except DiskError as exc:
+            self._append(self.shard(entry.room) if entry is not None else None, *lines)
+        except (DiskError, JournalRefused) as exc:
             self._unclosed.refused(exc.code)
             return
         self._unclosed.written()
-        self._appender.sync_soon()
+        self.store.sync_soon()
         if self._lines > max(COMPACT_MIN_LINES, 2 * self._compacted_lines) and self._compacting is None:
             self._compacting = asyncio.get_running_loop().create_task(self._compact_soon(at), name="journal-compaction")
 
@@ -202,11 +241,11 @@ class Journal:
         """A gap line the disk refuses costs one log line: this process reads its gap back all the same, and the
         next start reads every room after the newest message it had admitted, so the gap is read then too."""
         try:
-            self._append(line)
-        except DiskError as exc:
+            self._append(None, line)
+        except (DiskError, JournalRefused) as exc:
             log.error("journal: %s line not written (%s)", line["op"], exc.code)
             return
-        self._appender.sync_soon()
+        self.store.sync_soon()
 
     async def compact(self, now: float) -> int:
         """Drop closed deliveries older than the retention; returns how many entries remain.
@@ -221,10 +260,18 @@ class Journal:
             except OSError as exc:
                 raise DiskError(exc) from None
         self.state.forget_before(since)
-        lines = self.state.compacted(since)
-        await self._appender.rewrite(lines)
+        lines = self._compacted(since)
+        await self.store.rewrite(lines)
         self._lines = self._compacted_lines = len(lines)
         return len(self.state.entries)
+
+    def _compacted(self, since: float) -> list[tuple[Shard | None, Line]]:
+        """:meth:`JournalState.compacted`, each line with the shard it is about (None: a gap, every shard's)."""
+        lines: list[tuple[Shard | None, Line]] = [(None, dict(gap_line(g))) for g in self.state.gaps]
+        for e in sorted(self.state.retained(since), key=lambda e: e.submit is not None):
+            shard = self.shard(e.room)
+            lines.extend((shard, dict(line)) for line in entry_lines(e))
+        return lines
 
     def read_seen(self) -> bytes | None:
         """The de-duplication memory saved at the last compaction (None: none, or unreadable, which is logged)."""
@@ -242,15 +289,27 @@ class Journal:
     def aclose(self) -> None:
         if self._compacting is not None:
             self._compacting.cancel()
-        self._appender.close()
+        self.store.close()
 
 
-def _read(path: Path) -> bytes:
-    """The journal file's bytes (none before the first line is written)."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return b""
+def _fold(found: StoredLines, state: JournalState) -> None:
+    """Parse each stored line once and fold it into ``state``; a malformed one is logged with where it was and why
+    (never a value: the journal holds message text), skipped, and costs none of the others."""
+    malformed = list(found.unreadable)
+    read = 0
+    for stored in found.lines:
+        try:
+            line = parse_line(stored.raw)
+        except MalformedLine as exc:
+            if not stored.torn:  # a torn last line that does not parse is a crash's, not worth a word
+                malformed.append(f"{stored.where}: {exc}")
+            continue
+        state.apply(line)
+        read += 1
+    skipped = len(malformed) + state.skipped
+    if skipped:
+        log.warning("journal: %d unreadable lines skipped (%s), the other %d read", skipped,
+                    "; ".join((malformed + state.reasons)[:MAX_REASONS]), read - state.skipped)
 
 
 def _save(path: Path, data: bytes) -> None:

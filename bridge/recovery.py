@@ -32,7 +32,7 @@ from bridge.inbound import Inbound
 from bridge.journal_state import Entry
 from bridge.port import PostError
 from bridge.turns import Bridge
-from clankie.protocol import Room
+from clankie.protocol import Room, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,23 @@ class Report:
     closed_from_receipts: int = 0  # open in the journal, closed by a receipt written before the bridge died
 
 
-def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
-    """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog."""
+def resume_journal(bridge: Bridge, limits: Limits, now: float, only: Callable[[Entry], bool] | None = None,
+                   held_back: list[Entry] | None = None) -> Report:
+    """Step 1: de-duplication restored, open deliveries resumed, expired or put back in a backlog. ``only``: the
+    deliveries it keeps, and nothing saved is read back (the postgres profile's drain of a shard this tree took,
+    :func:`drain_shard`). ``held_back``: the admitted ones are put there instead of resumed."""
     report = Report()
     state = bridge.journal.state
-    saved = bridge.journal.read_seen()
+    saved = bridge.journal.read_seen() if only is None else None
     if saved is not None:
         try:
             log.info("journal: %d message ids remembered from the last compaction", bridge.ingress.dedupe.restore(saved))
         except ValueError as exc:
             log.warning("journal: the saved de-duplication memory is unreadable (%s); starting from the journal alone", exc)
     for entry in sorted(state.entries.values(), key=lambda e: e.at):
-        bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
-    unclosed = state.open_entries()
+        if only is None or only(entry):
+            bridge.ingress.remember(entry.delivery_id, entry.fingerprint, entry.at + limits.retention)
+    unclosed = [e for e in state.open_entries() if only is None or only(e)]
     found = bridge.receipts.closings({d for e in unclosed for d in (e.delivery_id, *e.folds)},
                                      since=min((e.at for e in unclosed), default=now))
     # only a receipt written since the entry was admitted closes it (an older one closed an earlier life of that id)
@@ -102,6 +106,8 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
         elif entry.submit is None:
             restore_buffered(bridge, entry)
             report.restored += 1
+        elif held_back is not None:
+            held_back.append(entry)
         else:
             bridge.resume(entry)
             report.resumed += 1
@@ -111,6 +117,67 @@ def resume_journal(bridge: Bridge, limits: Limits, now: float) -> Report:
         log.info("journal: %d deliveries resumed, %d expired, %d buffered restored, %d waiting again, "
                  "%d closed from their receipts", report.resumed, report.expired, report.restored, report.waiting,
                  report.closed_from_receipts)
+    return report
+
+
+def drain_shard(bridge: Bridge, limits: Limits, now: float, shard: tuple[int, int],
+                held_back: list[Entry] | None = None) -> Report:
+    """The postgres profile: this tree took ``shard``'s lease (at start, or from a tree that died or was cut off).
+    The shard's journal lines are read from the database (:meth:`bridge.journal.Journal.take`) and its open
+    deliveries drained as at a restart (:func:`resume_journal`): an admitted one is submitted again by its id (this
+    tree's service runs it; a service that has it already answers by the id), a waiting or buffered one waits again,
+    one past the horizon is closed ``expired``; every delivery of the shard is remembered, so the read-back of the
+    new session does not admit them again. Only the deliveries this bridge did not know are drained: the ones it
+    knew (a shard lost and taken back in one life) are in its hands already, held, waiting or closed. With
+    ``held_back`` (the shard was another tree's meanwhile, which may have answered a delivery and died before its
+    close line) the admitted ones are put there, for :func:`resume_taken` once the gateway is up. Raises
+    :class:`~clankie.store.journal_ports.JournalRefused` when the database did not answer the read."""
+    new = bridge.journal.take(shard)
+    report = resume_journal(bridge, limits, now, only=lambda entry: entry.delivery_id in new, held_back=held_back)
+    log.info("journal: shard %d/%d taken: %d deliveries new to this bridge, %d resumed, %d held back, %d waiting "
+             "again, %d buffered restored, %d expired", shard[0], shard[1], len(new), report.resumed,
+             len(held_back) if held_back is not None else 0, report.waiting, report.restored, report.expired)
+    return report
+
+
+async def resume_taken(bridge: Bridge, limits: Limits, now: float, entries: list[Entry]) -> Report:
+    """The admitted deliveries another tree left open in a shard this tree took (:func:`drain_shard`), once a gateway
+    session is up: each room's history after its oldest is read (a page budget of the recovery's limits); one the
+    bot already answered (its reply refers to it: the other tree posted, then died before its close line) is closed
+    ``settled`` with that reply, never answered twice; every other one is submitted again by its id. A room whose
+    history cannot be read has its deliveries submitted (answering twice is the lesser fault than never)."""
+    report = Report()
+    rooms: dict[str, list[Entry]] = {}
+    for entry in entries:
+        rooms.setdefault(entry.room.channel_id, []).append(entry)
+    for waiting in rooms.values():
+        room = waiting[0].room
+        ids = [int(e.delivery_id) for e in waiting if e.delivery_id.isdigit()]
+        replies: dict[str, list[str]] = {}
+        if ids:
+            try:
+                found = await bridge.port.missed(room, str(min(ids) - 1), limits.max_pages * PAGE)
+            except PostError as exc:
+                log.warning("recovery: history of channel %s unavailable (%s); its taken deliveries run again",
+                            room.channel_id, exc.code)
+                found = []
+            for inbound, _, _ in found:
+                if inbound.from_self and inbound.refers_to:
+                    replies.setdefault(inbound.refers_to, []).append(inbound.message_id)
+        for entry in waiting:
+            if not entry.open:  # closed meanwhile (a receipt, an expiry)
+                continue
+            posted = replies.get(entry.delivery_id)
+            if posted:
+                bridge.ledger.closed(entry.room, entry.delivery_id, TurnOutcome.SETTLED, now, folds=entry.folds,
+                                     message_ids=tuple(posted))
+                report.answered_before += 1
+            else:
+                bridge.resume(entry)
+                report.resumed += 1
+    if entries:
+        log.info("recovery: %d deliveries taken from another tree resumed, %d found answered already",
+                 report.resumed, report.answered_before)
     return report
 
 

@@ -14,7 +14,9 @@ joins them at the same epoch and RESUMEs), and releases them when the tree stops
 than the one this bridge last served at does not forget the shard's gateway session: that session is kept in the
 database, not in this machine's file, and whoever takes the shard RESUMEs it from the sequence its last holder
 journaled (:meth:`bridge.gateway_session.SessionKeeper.adopt`; docs/multi-machine.md, "Takeover"). :meth:`fence_for`
-is the fence the bridge's own writes carry (:mod:`bridge.store_writer`).
+is the fence the bridge's own writes carry (:mod:`bridge.store_writer`, the journal's store). Whether a tenure is
+new to this bridge (:data:`TENURES_FILE`) still matters to its journal: a shard another tree may have served since
+holds its admitted messages back until the new session has read each room's history (``on_taken``).
 
 A tree is named on its leases by :func:`clankie.store.leases.tree_holder`: its host and its state directory. Its
 service keeps the same leases under the same name (for the writes of its lanes and its ledger); the tree's next
@@ -27,23 +29,42 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
+from collections.abc import Callable
+from pathlib import Path
 
 from clankie.clock import Clock
+from clankie.jsonl import replace_file
 from clankie.metrics import METER, SHARD_LEASES
 from clankie.store.lease import Action, Kind
 from clankie.store.leases import TRANSIENT, Fence, LeaseKeeper, LeaseRow, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
 
+TENURES_FILE = "lease-epochs.json"
+"""Under ``<state>/bridge``: the epoch this bridge last served each shard at. A lease taken at another epoch was
+another tenure: another tree may have served the shard in between and answered a message this bridge's journal
+holds open, so those wait for the new session's history check (:func:`bridge.recovery.resume_taken`). The gateway
+session is not forgotten for it: it is the shard's, kept in the database."""
+
 
 class ShardLeases:
     """The leases of the shards one bridge runs; ``keys`` are ``(shard id, count)``."""
 
     def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
-                 ttl: float) -> None:
+                 ttl: float, tenures: Path | None = None,
+                 on_taken: Callable[[tuple[int, int], bool], None] | None = None) -> None:
+        """``on_taken``: this process serves a shard at an epoch it has not served it at (its first in this life
+        included), told before the gateway may open, with whether the tenure is new to this bridge (any of its
+        processes, :data:`TENURES_FILE`: another tree may have served the shard since): the bridge drains the
+        shard's journal then."""
         self.holder = holder
         self.clock = clock
+        self.tenures = tenures  # the epoch this bridge last served each shard at (a file of its state), or None
+        self.on_taken = on_taken
+        self._served_at = _read_tenures(tenures)
+        self._taken_at: dict[str, int] = {}  # the epoch this process last took each shard at
         self.keys = {shard_name(*key): key for key in keys}  # a lease's name -> the (id, count) it is for
         self.keepers = {
             name: LeaseKeeper(leases, name, holder, clock, renew=renew, ttl=ttl,
@@ -52,7 +73,6 @@ class ShardLeases:
         }
         self.serving: set[str] = set()
         self.leases = leases
-        self._epochs: dict[str, int] = {}  # the epoch each shard was last served at by this process
         self.takeover: tuple[LeaseRow, float] | None = None  # the last takeover of one of ours, read at (monotonic)
         self._look = asyncio.Event()  # a shard was taken anew: read who had it before
         self._all_held = asyncio.Event()
@@ -61,9 +81,15 @@ class ShardLeases:
     def on_action(self, shard: str, action: Action) -> None:
         """A keeper's word (it must not block): a shard served, or no longer ours (the gateway must close)."""
         if action.kind is Kind.SERVE:
-            if self._epochs.get(shard) != action.epoch:  # a new tenure: read whose the shard was before
-                self._epochs[shard] = action.epoch
-                self._look.set()
+            anew = self._served_at.get(shard) != action.epoch
+            if anew:  # taken anew: another tree may have served it since
+                self._served_at[shard] = action.epoch
+                _write_tenures(self.tenures, self._served_at)
+            if self._taken_at.get(shard) != action.epoch:
+                self._taken_at[shard] = action.epoch
+                self._look.set()  # read whose the shard was before
+                if self.on_taken is not None:
+                    self.on_taken(self.keys[shard], anew)
             self.serving.add(shard)
             if len(self.serving) == len(self.keepers):
                 self.lost.clear()
@@ -85,6 +111,10 @@ class ShardLeases:
         for each message before it is admitted. A tree paused past its deadline wakes with its gateway's buffered
         messages read before its keeper's timer runs; those may be another tree's to answer by now."""
         return self.held and all(now < k.lease.deadline for k in self.keepers.values())
+
+    def fence(self, shard: str) -> Fence | None:
+        """:meth:`fence_for` (:data:`~clankie.store.leases.FenceFor`, the journal's store)."""
+        return self.fence_for(shard)
 
     def fence_for(self, shard: str) -> Fence | None:
         """The fence a write for ``shard`` (by :func:`~clankie.store.leases.shard_name`) carries now: while its lease
@@ -147,3 +177,29 @@ class ShardLeases:
         if METER.enabled:
             METER.set(SHARD_LEASES.of("held"), float(len(self.serving)))
             METER.set(SHARD_LEASES.of("unheld"), float(len(self.keepers) - len(self.serving)))
+
+
+MAX_TENURES_BYTES = 65536  # a few thousand shards' epochs; a bigger file is not ours to trust
+
+
+def _read_tenures(path: Path | None) -> dict[str, int]:
+    """The epochs this bridge last served at, by shard (empty: none kept, or unreadable: each shard taken anew)."""
+    if path is None:
+        return {}
+    try:
+        data = path.read_bytes()[:MAX_TENURES_BYTES + 1]
+        raw = json.loads(data) if len(data) <= MAX_TENURES_BYTES else None
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _write_tenures(path: Path | None, epochs: dict[str, int]) -> None:
+    if path is None:
+        return
+    try:
+        replace_file(path, json.dumps(epochs, separators=(",", ":")).encode())
+    except OSError as exc:  # the next start then takes each shard as new: its held-back messages wait for history
+        log.warning("shard leases: the served epochs were not written (%s)", type(exc).__name__)

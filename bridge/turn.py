@@ -46,6 +46,7 @@ from clankie.appender import DiskError
 from clankie.clock import Clock
 from clankie.protocol import Code, Room, TurnOutcome, TurnResult
 from clankie.redact import Redactor
+from clankie.store.journal_ports import LEASE_GONE, JournalRefused
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +102,13 @@ class TurnHolder:
             await self._run(held)
         except asyncio.CancelledError:
             raise
-        except DiskError as exc:  # the delivery could not be written down: it fails, visibly, and may come again
+        except (DiskError, JournalRefused) as exc:  # the delivery could not be written down: it fails, visibly, and may come again
             log.error("delivery %s: journal refused it (%s)", did, exc.code)
-            self.ledger.disk.refused(exc.code)
-            if wants_reaction(TurnOutcome.FAILED, unprompted=held.submit.trigger.unprompted,
-                              catching_up=held.catching_up, emoji=failure_reaction):
+            lease_gone = isinstance(exc, JournalRefused) and exc.code in LEASE_GONE  # the shard's taker answers it
+            if not lease_gone:
+                self.ledger.disk.refused(exc.code)
+            if not lease_gone and wants_reaction(TurnOutcome.FAILED, unprompted=held.submit.trigger.unprompted,
+                                                 catching_up=held.catching_up, emoji=failure_reaction):
                 self.signs.react_refused(held.room.channel_id, held.trigger_id, failure_reaction)  # as any failed turn
             await cards.end(did)
             self.peers.ingress.forget(did)

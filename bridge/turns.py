@@ -65,6 +65,7 @@ from clankie.clock import Clock
 from clankie.metrics import INGRESS_MESSAGES, METER, REFUSAL_SIGNS
 from clankie.protocol import Room, Trigger, TurnSubmit
 from clankie.redact import NOTHING, Redactor
+from clankie.store.journal_ports import JournalRefused
 from clankie.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ class Bridge:
             try:
                 self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room,
                                     inbound.to_wire(), trigger.to_wire())
-            except DiskError as exc:  # its entry stands in memory; only a crash before the catch-up loses it
+            except (DiskError, JournalRefused) as exc:  # its entry stands in memory; only a crash before the catch-up loses it
                 log.error("buffered message %s not journaled (%s)", inbound.message_id, exc.code)
             self.receipts.record("buffered", **ids)
             self.fell_out(decision.fell_out, room)
@@ -261,7 +262,7 @@ class Bridge:
         try:
             self.journal.buffer(inbound.message_id, self.clock.wall(), inbound.fingerprint, room, inbound.to_wire(),
                                 trigger.to_wire(), waiting=paced is None, paced=paced)
-        except DiskError as exc:  # the journal's state still holds it; only a crash before its turn loses it
+        except (DiskError, JournalRefused) as exc:  # the journal's state still holds it; only a crash before its turn loses it
             log.error("%s message %s not journaled (%s)", "waiting" if paced is None else "paced", inbound.message_id,
                       exc.code)
         self.receipts.record("waiting", delivery_id=inbound.message_id, channel_id=inbound.channel_id,

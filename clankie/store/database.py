@@ -86,9 +86,13 @@ async def open_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 
 SyncPool = ConnectionPool[psycopg.Connection[tuple[object, ...]]]
 
 
-def open_sync_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 2) -> SyncPool:
+def open_sync_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 2, wait: bool = True,
+                   timeout: float = 30.0, reconnect_timeout: float = 300.0) -> SyncPool:
     """:func:`open_pool` for synchronous callers (a lane's session tree appends between two awaits): the same
-    autocommit sessions with the same timeouts."""
+    autocommit sessions with the same timeouts. ``timeout``: how long a caller waits for a connection (a database
+    away holds a synchronous caller no longer); without ``wait`` the pool connects in the background.
+    ``reconnect_timeout``: how long the pool goes on retrying a lost connection in the background, its delays
+    doubling; a short one has the next caller dial at once instead of waiting out a delay grown during an outage."""
     statements = session_settings(ttl)
 
     def configure(conn: psycopg.Connection[tuple[object, ...]]) -> None:
@@ -97,7 +101,7 @@ def open_sync_pool(dsn: str, *, ttl: float, min_size: int = 1, max_size: int = 2
 
     pool: SyncPool = ConnectionPool(
         dsn, min_size=min_size, max_size=max_size, configure=configure, open=False, name="clankie-sync",
-        kwargs={"connect_timeout": CONNECT_TIMEOUT},
+        kwargs={"connect_timeout": CONNECT_TIMEOUT}, timeout=timeout, reconnect_timeout=reconnect_timeout,
     )
-    pool.open(wait=True, timeout=CONNECT_TIMEOUT * 2)
+    pool.open(wait=wait, timeout=CONNECT_TIMEOUT * 2)
     return pool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 from bridge.shard_leases import ShardLeases
@@ -31,3 +32,34 @@ def test_the_gateway_may_open_only_once_every_shard_is_held_and_a_loss_closes_it
     assert two.report()["holder"] == "host:0123abcd"
     two.on_action("1/2", Action(Kind.SERVE, 2))
     assert held(two) and not two.lost.is_set()  # back: the gateway opens again
+
+
+def test_each_shard_is_drained_once_per_epoch_this_process_takes_it_and_told_whether_the_tenure_is_new(
+        tmp_path: Path) -> None:
+    """``on_taken`` (the bridge drains the shard's journal from the database) is told at the first serve of each
+    epoch in this process's life, before the gateway may open: a restarted bridge joining its tree's tenure drains
+    its own open deliveries at once (not anew); a lease taken at another epoch is anew (another tree may have served
+    it); a renew's serve at the same epoch, or a loss and a rejoin at it, drains nothing again."""
+    path = tmp_path / "lease-epochs.json"
+    taken: list[tuple[tuple[int, int], bool, bool]] = []
+
+    def bridge() -> ShardLeases:
+        never_called = cast(PgLeases, cast(Any, object()))
+        mine = ShardLeases(never_called, [(0, 1)], "host:0123abcd", FakeClock(), renew=2.0, ttl=6.0, tenures=path,
+                           on_taken=lambda shard, anew: taken.append((shard, anew, mine.held)))
+        return mine
+
+    first = bridge()
+    first.on_action("0/1", Action(Kind.SERVE, 1))
+    assert taken == [((0, 1), True, False)]  # before the gateway may open
+    first.on_action("0/1", Action(Kind.STOP_SERVING, 1, "deadline"))
+    first.on_action("0/1", Action(Kind.SERVE, 1))
+    assert len(taken) == 1  # the same tenure, rejoined: nobody else wrote the shard
+    first.on_action("0/1", Action(Kind.STOP_SERVING, 1, "taken"))
+    first.on_action("0/1", Action(Kind.SERVE, 2))
+    assert taken[1:] == [((0, 1), True, False)]
+    bridge().on_action("0/1", Action(Kind.SERVE, 2))  # the next process joins the tenure its tree kept
+    assert taken[2:] == [((0, 1), False, False)]
+    path.write_bytes(b"{" + b" " * 70_000 + b"}")  # over the bound: not trusted, every shard taken anew
+    bridge().on_action("0/1", Action(Kind.SERVE, 2))
+    assert taken[3:] == [((0, 1), True, False)]

@@ -12,9 +12,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
+from bridge.journal import DEFAULT_MAX_BYTES, Journal
 from bridge.store_files import FileDedupe, FileGatewaySessions
 from clankie.store import database
 from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
+from clankie.store.journal_pg import PgJournalStore
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.leases import Fence, PgLeases
@@ -55,6 +57,15 @@ class FilesBackend:
         yield lambda key, shard: FileLaneTree(paths.room(key))
 
     @contextmanager
+    def journal(self, state_dir: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[Journal]:
+        """``<state>/bridge/journal.jsonl``, as the bridge opens it today (``state_dir`` is this backend's)."""
+        journal = Journal(self.state_dir, retention=RETENTION, max_bytes=max_bytes)
+        try:
+            yield journal
+        finally:
+            journal.aclose()
+
+    @contextmanager
     def spend(self) -> Iterator[SpendLedgerStore]:
         """The day files in ``<state>/captain/spend/``, where the service keeps them today."""
         yield FileSpendLedger(CaptainPaths.under(self.state_dir).root / "spend")
@@ -68,6 +79,7 @@ class PostgresBackend:
         self.fences: dict[str, Fence] = {}
         self.lane_trees: PgLaneTrees | None = None  # the last opened, to read its count of stale writes
         self.spend_ledger: PgSpendLedger | None = None  # the same
+        self.journal_store: PgJournalStore | None = None  # the same
         database.prepare(dsn)
 
     @asynccontextmanager
@@ -119,6 +131,21 @@ class PostgresBackend:
             self.spend_ledger = PgSpendLedger(pool, self.fences.get)
             yield self.spend_ledger
         finally:
+            pool.close()
+
+    @contextmanager
+    def journal(self, state_dir: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[Journal]:
+        """The journal's lines of shard 0/1 in the database (a new pool each time: a restart), read as the bridge
+        reads them when it takes the shard's lease, written under this tree's lease."""
+        asyncio.run(self._hold())
+        pool = database.open_sync_pool(self.dsn, ttl=600.0)
+        self.journal_store = PgJournalStore(pool, self.fences.get, [(0, 1)])
+        journal = Journal(state_dir, retention=RETENTION, max_bytes=max_bytes, store=self.journal_store)
+        journal.take((0, 1))
+        try:
+            yield journal
+        finally:
+            journal.aclose()
             pool.close()
 
     async def _hold(self) -> None:
