@@ -296,7 +296,8 @@ def test_a_keeper_waiting_out_another_tree_joins_its_own_trees_lease_when_asked_
             started = clock.monotonic()
             running = asyncio.create_task(keeper.run())
             try:
-                await until(lambda: clock.sleepers == 1, 10, "the keeper waiting out its renew period")
+                await until(lambda: state_of(keeper) is LeaseState.UNHELD and clock.sleepers == 1, 10,
+                            "the keeper waiting out its renew period")
                 assert keeper.fence is None
                 await leases.release(Fence(SHARD, "other-tree", 1))
                 assert await leases.acquire(SHARD, "our-tree", 6.0) == 2  # our bridge takes it
@@ -355,14 +356,16 @@ def test_a_standby_asks_again_as_the_holders_lease_expires_not_a_whole_period_la
             keeper = LeaseKeeper(leases, SHARD, "standby", clock, renew=2.0, ttl=6.0)
             assert await leases.acquire(SHARD, "holder", 6.0) == 1
             stepping = asyncio.create_task(keeper.step())
-            await until(lambda: clock.sleepers == 1, 10, "the standby waiting")
+            await until(lambda: state_of(keeper) is LeaseState.UNHELD and clock.sleepers == 1, 10,
+                        "the standby told the shard is taken, and waiting")  # not the acquire's own bound
             assert clock.slept[-1] == 2.0  # a live lease with 6 s left: the next period
             clock.advance(2.0)
             await stepping
             await leases.release(Fence(SHARD, "holder", 1))
             assert await leases.acquire(SHARD, "holder", 1.0) == 2  # renewed for 1 s, then never again
             stepping = asyncio.create_task(keeper.step())
-            await until(lambda: clock.sleepers == 1, 10, "the standby waiting")
+            await until(lambda: state_of(keeper) is LeaseState.UNHELD and clock.sleepers == 1, 10,
+                        "the standby told the shard is taken, and waiting")  # not the acquire's own bound
             assert 0.0 < clock.slept[-1] <= 1.05  # at its expiry (plus the slack), not 2 s on
             clock.advance(clock.slept[-1])
             await stepping
