@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor.harness import FIXTURE, REPO, fixture, supervisor, wait_for
+from tests.supervisor.harness import FIXTURE, REPO, fixture, listening, supervisor, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -133,7 +133,7 @@ def test_root_gets_through_on_its_reserved_slots_while_the_services_uid_holds_al
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err, cwd=REPO)
     sock = run / "control.sock"
     try:
-        wait_for(lambda: sock.exists() or proc.poll() is not None, 20, "the control socket")
+        wait_for(lambda: listening(sock) or proc.poll() is not None, 20, "the control socket")
         assert proc.poll() is None, (tmp_path / "supervisor.stderr").read_text()
         share = [hold(holders, sock, 8, user=nobody), hold(holders, sock, 8, user=nobody)]
         assert sum(h.open() for h in share) == 14  # 16 minus root's 2 reserved slots

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from clankie.protocol import StatusReply
-from tests.supervisor.harness import FIXTURE, REPO, Running, wait_for
+from tests.supervisor.harness import FIXTURE, REPO, Running, listening, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -91,7 +91,7 @@ def full_disk_tree(tmp_path: Path, runtime_dir: Path) -> Iterator[Running]:
     # unshare and sh exec: this pid is the supervisor; its view of the state dir is the small tmpfs
     run = Running(proc, runtime_dir, Path(f"/proc/{proc.pid}/root") / state.relative_to("/"), err)
     try:
-        wait_for(lambda: run.sock.exists() or proc.poll() is not None, 20, "the control socket")
+        wait_for(lambda: listening(run.sock) or proc.poll() is not None, 20, "the control socket")
         assert proc.poll() is None, run.stderr()
         run.wait_state("chatty", "running")
         yield run

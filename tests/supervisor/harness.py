@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -96,6 +97,16 @@ class Running:
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace")
+
+
+def listening(sock: Path) -> bool:
+    """The socket file exists and takes connections (between its bind and its listen it refuses them)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(sock))
+        except OSError:
+            return False
+    return True
 
 
 def _answers(run: Running) -> bool:
