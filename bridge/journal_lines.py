@@ -12,16 +12,15 @@ wire form (:data:`Wire`), validated by their own models where they are used.
 The reader parses each object once, where it is read (:func:`parse_line`):
 either a typed line or :class:`MalformedLine`, whose message says which line
 kind and which field is wrong (never a value: the journal holds message
-text). :func:`parse_journal` does it for a whole file's bytes, with line
-numbers: a malformed line is reported and skipped, and every other line is
-still read; a torn last line (a crash mid-write) is not an error.
+text). Where the lines are stored decides how a row becomes an object: the
+file adapter (:func:`bridge.journal_files.decode`) numbers the rows, skips one
+that is not JSON and keeps a torn last one if whole; :class:`bridge.journal.Journal`
+then parses each, reporting and skipping a malformed one, never the rest.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
 from clankie.protocol import TurnOutcome
@@ -177,50 +176,6 @@ def parse_line(raw: object) -> JournalLine:
     if parse is None:
         raise MalformedLine("no known op")
     return parse(_Fields(str(op), raw))
-
-
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    """A line :func:`parse_journal` skipped: its number (from 1) and why."""
-
-    lineno: int
-    reason: str
-
-
-@dataclass(slots=True)
-class Parsed:
-    """A journal file's lines, parsed: the readable ones in order, and the ones skipped."""
-
-    lines: list[JournalLine] = field(default_factory=list)
-    malformed: list[Malformed] = field(default_factory=list)
-
-
-def parse_journal(data: bytes) -> Parsed:
-    """Every line of a journal file's bytes, parsed once; a malformed line is reported and skipped, never the rest.
-    A last line without its newline is a write a crash cut short: skipped, and not reported."""
-    out = Parsed()
-    rows = data.split(b"\n")
-    torn = rows.pop() if rows else b""  # what follows the last newline: empty, or a torn write
-    for lineno, row in enumerate(rows, start=1):
-        if not row.strip():
-            continue
-        try:
-            out.lines.append(parse_line(_json(row)))
-        except MalformedLine as exc:
-            out.malformed.append(Malformed(lineno, str(exc)))
-    if torn.strip():
-        try:
-            out.lines.append(parse_line(_json(torn)))  # whole but for its newline
-        except MalformedLine:
-            pass
-    return out
-
-
-def _json(row: bytes) -> object:
-    try:
-        return json.loads(row)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise MalformedLine("not JSON") from None
 
 
 class _Fields:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from clankie.testing.postgres import Cluster, PostgresMissing
@@ -34,3 +35,10 @@ def postgres_dsn(postgres_cluster: Cluster) -> Iterator[str]:
         yield postgres_cluster.dsn(name)
     finally:
         postgres_cluster.drop_database(name)
+
+
+def lease_row(dsn: str, shard: str = "0/1") -> tuple[str | None, int] | None:
+    """``shard``'s lease as the database holds it now: (holder, epoch), or None before anyone asked for it."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = %s", (shard,)).fetchone()
+    return None if row is None else (None if row[0] is None else str(row[0]), int(str(row[1])))

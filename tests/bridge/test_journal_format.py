@@ -19,7 +19,8 @@ import pytest
 
 from bridge.inbound import Inbound
 from bridge.journal import Journal
-from bridge.journal_lines import MalformedLine, parse_journal, parse_line
+from bridge.journal_files import decode
+from bridge.journal_lines import MalformedLine, parse_line
 from clankie.protocol import Author, Room, Trigger, TurnOutcome, TurnSubmit
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -136,9 +137,9 @@ def test_a_malformed_line_is_skipped_with_its_reason_and_the_others_are_read(
 
 def test_each_kind_parses_to_its_typed_line_and_a_wrong_one_says_what_is_wrong() -> None:
     """The parser returns the stored line as its kind and refuses what is not one, naming the kind and the field."""
-    lines = parse_journal((FIXTURES / "journal-main.jsonl").read_bytes())
-    assert lines.malformed == []
-    assert [line["op"] for line in lines.lines][:4] == ["gap", "admit", "close", "buffer"]
+    stored = decode((FIXTURES / "journal-main.jsonl").read_bytes())
+    assert stored.unreadable == []
+    assert [parse_line(line.raw)["op"] for line in stored.lines][:4] == ["gap", "admit", "close", "buffer"]
     assert parse_line({"v": 1, "op": "close", "id": 9, "at": 1, "outcome": "silent", "mids": [5, "6"]}) == {
         "v": 1, "op": "close", "id": "9", "at": 1.0, "outcome": "silent", "mids": ["5", "6"]}
     for raw, says in (([], "not a JSON object"), ({"v": 1, "op": "close", "id": "1", "outcome": "exploded"},

@@ -21,18 +21,13 @@ from clankie.store.leases import tree_holder
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord
 from tests.integration.tree import CHAN, GUILD, PERSON, pg_tree
-from tests.postgres import postgres_cluster, postgres_dsn
+from tests.postgres import lease_row, postgres_cluster, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_dsn"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 LEASES = {"CLANKIE_LEASE_RENEW_SECONDS": "0.5", "CLANKIE_LEASE_TTL_SECONDS": "2.5"}  # the least TTL allowed, and a bit
-
-
-def lease(dsn: str) -> tuple[object, ...] | None:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
 
 
 def taken_from(dsn: str) -> object:
@@ -56,7 +51,7 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                 a.anthropic.script(fa.text("noted"))
                 told = await a.ask("clankie, remember: the door code is 4711", 60)
                 assert told.content == "noted"
-                assert lease(postgres_dsn) == (tree_holder(a.state), 1)
+                assert lease_row(postgres_dsn) == (tree_holder(a.state), 1)
                 async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, env=LEASES) as b:
                     assert discord.identifies == 1  # the standby opened no gateway session
                     b.anthropic.script(fa.text("it is 4711"))
@@ -67,7 +62,7 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     seen = json.dumps(b.anthropic.requests[-1]["messages"])
                     assert "remember: the door code is 4711" in seen and "noted" in seen  # A's lane, from the database
                     assert len(b.anthropic.requests) == 1  # the question alone: A's answered message not run again
-                    assert lease(postgres_dsn) == (tree_holder(b.state), 2)
+                    assert lease_row(postgres_dsn) == (tree_holder(b.state), 2)
                     assert taken_from(postgres_dsn) == tree_holder(a.state)  # a takeover, and from whom
                     bridge = await b.wait_child(lambda c: "last takeover" in c.detail, "bridge")
                     assert f"last takeover: 0/1 from {tree_holder(a.state)}" in bridge.detail
@@ -82,7 +77,7 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
                     await b.kill_supervisor()
                     again = await discord.message(CHAN, "clankie, the code once more?", author_id=PERSON)
                     assert (await a.reply_to(str(again["id"]), 90)).content == "it is still 4711"
-                    assert lease(postgres_dsn) == (tree_holder(a.state), 3)
+                    assert lease_row(postgres_dsn) == (tree_holder(a.state), 3)
                     assert taken_from(postgres_dsn) == tree_holder(b.state)
                     assert len(a.anthropic.requests) == 2  # the question alone: nothing B answered is run again
                     assert discord.identifies == 1  # every takeover RESUMEd the one session A started

@@ -27,18 +27,13 @@ from clankie.testing.fake_discord import FakeDiscord
 from tests.hosts.isolation import descendants
 from tests.integration.tree import CHAN, GUILD, PERSON, pg_tree
 from tests.polling import until
-from tests.postgres import postgres_cluster, postgres_dsn
+from tests.postgres import lease_row, postgres_cluster, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_dsn"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 LEASES = {"CLANKIE_LEASE_RENEW_SECONDS": "0.5", "CLANKIE_LEASE_TTL_SECONDS": "2.5"}
-
-
-def lease(dsn: str) -> tuple[object, ...] | None:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
 
 
 def lane_text(dsn: str) -> str:
@@ -76,7 +71,7 @@ def test_a_tree_paused_past_its_lease_is_replaced_and_after_waking_writes_and_sa
                         assert answer.content == "it is 4711"
                         seen = json.dumps(b.anthropic.requests[-1]["messages"])
                         assert "remember: the door code is 4711" in seen  # A's lane, from the database
-                        assert lease(postgres_dsn) == (tree_holder(b.state), 2)
+                        assert lease_row(postgres_dsn) == (tree_holder(b.state), 2)
                         held_back.set()  # A's model answers while A sleeps: the words wait in its socket
                     finally:
                         signal_all(list(reversed(paused)), signal.SIGCONT)
@@ -86,7 +81,7 @@ def test_a_tree_paused_past_its_lease_is_replaced_and_after_waking_writes_and_sa
                     assert [p.content for p in discord.posts_in(CHAN)] == ["noted", "it is 4711"]  # no second reply
                     assert discord.reactions == {}  # and no warning sign after B's answer
                     assert "too late" not in lane_text(postgres_dsn)  # A's late words never reached the lane
-                    assert lease(postgres_dsn) == (tree_holder(b.state), 2)  # A did not take it back
+                    assert lease_row(postgres_dsn) == (tree_holder(b.state), 2)  # A did not take it back
 
                     b.anthropic.script(fa.text("still 4711"))
                     again = await discord.message(CHAN, "clankie, and now?", author_id=PERSON)

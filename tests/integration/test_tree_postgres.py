@@ -13,25 +13,19 @@ import signal
 from pathlib import Path
 
 import psutil
-import psycopg
 import pytest
 
 from clankie.store.leases import tree_holder
 from supervisor.ctl_render import format_status
 from tests.hardening.test_secrets_scope import environ_of, variable
 from tests.integration.tree import real_tree
-from tests.postgres import postgres_cluster, postgres_dsn
+from tests.postgres import lease_row, postgres_cluster, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_dsn"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 STORE_KEEPERS = (["-m", "service"], ["-m", "bridge"])
-
-
-def lease(dsn: str) -> tuple[object, ...] | None:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
 
 
 def test_a_postgres_tree_answers_and_only_the_service_and_the_bridge_are_handed_the_dsn(
@@ -68,13 +62,13 @@ def test_a_postgres_tree_answers_and_only_the_service_and_the_bridge_are_handed_
             shown = format_status(await t.status(), 0.0)
             assert "store: postgres (" in shown and "dbname=" in shown and "leases: 0/1 held (epoch 1)" in shown
             # the tree's one lease: its service and its bridge hold it under the tree's name, at one epoch
-            assert lease(postgres_dsn) == (tree_holder(t.state), 1)
+            assert lease_row(postgres_dsn) == (tree_holder(t.state), 1)
             bridge = await t.wait_child(lambda c: "leases: 0/1 held (epoch 1)" in c.detail, "bridge", 30)
             # a killed bridge's spare is the same holder: it takes the live lease at once, the epoch kept
             assert bridge.pid is not None
             os.kill(bridge.pid, signal.SIGKILL)
             await t.wait_child(lambda c: c.pid not in (None, bridge.pid) and "discord: connected" in c.detail, "bridge", 60)
-            assert lease(postgres_dsn) == (tree_holder(t.state), 1)
+            assert lease_row(postgres_dsn) == (tree_holder(t.state), 1)
             again = await t.ask("clankie, still there?")
             assert again.content
 

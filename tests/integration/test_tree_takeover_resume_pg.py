@@ -22,7 +22,7 @@ from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord
 from tests.integration.tree import CHAN, GUILD, PERSON, Tree, pg_tree
 from tests.polling import until
-from tests.postgres import postgres_cluster, postgres_dsn
+from tests.postgres import lease_row, postgres_cluster, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_dsn"]
 
@@ -30,11 +30,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 # renewed often, and a TTL long enough that the dead tree's lease surely outlives the test's look at the empty gateway
 LEASES = {"CLANKIE_LEASE_RENEW_SECONDS": "0.5", "CLANKIE_LEASE_TTL_SECONDS": "5"}
-
-
-def lease(dsn: str) -> tuple[object, ...] | None:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT holder, epoch FROM clankie_shard_lease WHERE shard = '0/1'").fetchone()
 
 
 def session(dsn: str) -> tuple[str, int | None, int] | None:
@@ -75,20 +70,20 @@ def test_the_taking_tree_resumes_the_dead_trees_session_and_answers_what_was_sai
                 # A's session is in the database, its sequence moved past the message A journaled
                 stored = await until(lambda: sequenced(postgres_dsn), 30, "A's session and sequence in the database")
                 a_session = stored[0]
-                assert stored[2] == 1 and lease(postgres_dsn) == (tree_holder(a.state), 1)
+                assert stored[2] == 1 and lease_row(postgres_dsn) == (tree_holder(a.state), 1)
                 async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, env=LEASES) as b:
                     assert discord.identifies == 1  # the standby opened no gateway session
                     b.anthropic.script(fa.text("B here"))
                     await a.kill_supervisor()  # the machine dies: its children with it, its lease left to expire
                     await until(lambda: discord.connected == 0, 30, "A's gateway socket gone")
-                    assert lease(postgres_dsn) == (tree_holder(a.state), 1)  # not expired yet: nobody may take it
+                    assert lease_row(postgres_dsn) == (tree_holder(a.state), 1)  # not expired yet: nobody may take it
 
                     said = await discord.message(CHAN, "clankie, anyone left?", author_id=PERSON)
                     assert discord.delivered_to(str(said["id"])) == []  # said while no tree holds the shard
 
                     answer = await b.reply_to(str(said["id"]), 90)
                     assert answer.content == "B here"
-                    assert lease(postgres_dsn) == (tree_holder(b.state), 2)
+                    assert lease_row(postgres_dsn) == (tree_holder(b.state), 2)
                     assert list(discord.resumed) == [a_session]  # B RESUMEd the dead tree's session ...
                     assert discord.identifies == 1  # ... and started none of its own
                     assert discord.delivered_to(str(said["id"])) == [None]  # replayed once, to B
