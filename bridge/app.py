@@ -420,7 +420,7 @@ class BridgeApp:
         from bridge.pg_journal import open_store
 
         store, self._journal_pool = open_store(s, self.shard_keys,
-                                               lambda shard: self.leases.fence(shard) if self.leases is not None else None)
+                                               lambda shard: self.leases.fence_for(shard) if self.leases is not None else None)
         return store
 
     def _taken(self, shard: tuple[int, int], anew: bool) -> None:
@@ -444,7 +444,7 @@ class BridgeApp:
 
     async def _drain_again(self, shard: tuple[int, int], anew: bool) -> None:
         await self.clock.sleep(self.settings.lease_renew_seconds)
-        if self.leases is None or self.leases.fence(f"{shard[0]}/{shard[1]}") is None:
+        if self.leases is None or self.leases.fence_for(f"{shard[0]}/{shard[1]}") is None:
             return  # the lease was lost meanwhile: its next take drains
         held_back = len(self._taken_open)
         self._taken(shard, anew)

@@ -112,13 +112,10 @@ class ShardLeases:
         messages read before its keeper's timer runs; those may be another tree's to answer by now."""
         return self.held and all(now < k.lease.deadline for k in self.keepers.values())
 
-    def fence(self, shard: str) -> Fence | None:
-        """:meth:`fence_for` (:data:`~clankie.store.leases.FenceFor`, the journal's store)."""
-        return self.fence_for(shard)
-
     def fence_for(self, shard: str) -> Fence | None:
         """The fence a write for ``shard`` (by :func:`~clankie.store.leases.shard_name`) carries now: while its lease
-        is ours and inside its local deadline (as :meth:`current`), else None (the write is refused unsent)."""
+        is ours and inside its local deadline (as :meth:`current`), else None (the write is refused unsent): the
+        fence of the bridge's session and dedupe changes and of its journal's lines."""
         keeper = self.keepers.get(shard)
         if keeper is None or shard not in self.serving or self.clock.boottime() >= keeper.lease.deadline:
             return None
@@ -156,10 +153,15 @@ class ShardLeases:
         line = "leases: " + ", ".join(f"{s} held (epoch {k.lease.epoch})" if s in self.serving else f"{s} {k.lease.state.value}"
                                       for s, k in self.keepers.items())
         if self.takeover is not None:
-            row, read_at = self.takeover
-            ago = (row.taken_ago or 0.0) + self.clock.monotonic() - read_at
+            row, ago = self.takeover[0], self._takeover_ago()
             line += f"; last takeover: {row.shard} from {row.taken_from}, {ago:.0f}s ago"
         return line
+
+    def _takeover_ago(self) -> float:
+        """Seconds since the last takeover: its age on the database's clock when read, and the time since."""
+        assert self.takeover is not None
+        row, read_at = self.takeover
+        return (row.taken_ago or 0.0) + self.clock.monotonic() - read_at
 
     def report(self) -> dict[str, object]:
         """For the heartbeat: this tree's holder name, each shard's state and epoch."""
@@ -168,9 +170,8 @@ class ShardLeases:
             "shards": {s: {"state": "held" if s in self.serving else k.lease.state.value, "epoch": k.lease.epoch}
                        for s, k in self.keepers.items()}}
         if self.takeover is not None:
-            row, read_at = self.takeover
-            report["takeover"] = {"shard": row.shard, "from": row.taken_from,
-                                  "ago_s": round((row.taken_ago or 0.0) + self.clock.monotonic() - read_at, 1)}
+            row = self.takeover[0]
+            report["takeover"] = {"shard": row.shard, "from": row.taken_from, "ago_s": round(self._takeover_ago(), 1)}
         return report
 
     def _gauge(self) -> None:

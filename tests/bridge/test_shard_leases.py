@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from bridge.shard_leases import ShardLeases
 from clankie.store.lease import Action, Kind
-from clankie.store.leases import PgLeases
+from clankie.store.leases import LeaseRow, PgLeases
 from clankie.testing.clock import FakeClock
 
 
@@ -63,3 +63,15 @@ def test_each_shard_is_drained_once_per_epoch_this_process_takes_it_and_told_whe
     path.write_bytes(b"{" + b" " * 70_000 + b"}")  # over the bound: not trusted, every shard taken anew
     bridge().on_action("0/1", Action(Kind.SERVE, 2))
     assert taken[3:] == [((0, 1), True, False)]
+
+
+def test_the_status_line_ends_with_the_last_takeover_and_its_age_on_the_databases_clock_plus_since() -> None:
+    """The rows read after a new tenure say shard 0/2 was taken from host:a 10 s before (the database's clock); 5 s
+    later the line and the heartbeat say 15 s."""
+    clock = FakeClock()
+    two = ShardLeases(cast(PgLeases, cast(Any, object())), [(0, 2), (1, 2)], "host:b", clock, renew=2.0, ttl=6.0)
+    assert "takeover" not in two.detail() and "takeover" not in two.report()
+    two.takeover = (LeaseRow("0/2", "host:b", 3, 4.0, taken_from="host:a", taken_ago=10.0), clock.monotonic())
+    clock.advance(5.0)
+    assert two.detail() == "leases: 0/2 unheld, 1/2 unheld; last takeover: 0/2 from host:a, 15s ago"
+    assert two.report()["takeover"] == {"shard": "0/2", "from": "host:a", "ago_s": 15.0}
