@@ -229,6 +229,11 @@ class BridgeApp:
         if self.leases is not None:
             report["leases"] = self.leases.report()
             detail += f"; {self.leases.detail()}"
+        if self.store is not None:  # what the write-behind did with the session and dedupe changes
+            report["store"] = {"written": self.store.written, "refused": self.store.refused,
+                               "dropped": self.store.dropped, "pending": len(self.store.pending)}
+            if self.store.dropped:  # changes the database failed: an operator's concern, not a fenced refusal
+                detail += f"; store: {self.store.dropped} changes dropped"
         if self.shards:  # after the gateway's part: the status line of a sharded tree ends with its shards
             report["shards"] = self.shards
             detail += f"; shards: {self.shards}"
@@ -409,6 +414,8 @@ class BridgeApp:
                                  transient=TRANSIENT, retry=s.lease_renew_seconds)
         if self.keeper is not None:
             self.keeper.mirror = self.store
+        store, count = self.store, s.discord_shard_count
+        self.ingress.on_forget = lambda message_id, room: store.discard(room_shard(room, count), message_id)
         return leases
 
     def _journal_store(self) -> JournalStore | None:

@@ -111,12 +111,12 @@ class TurnHolder:
                                                  catching_up=held.catching_up, emoji=failure_reaction):
                 self.signs.react_refused(held.room.channel_id, held.trigger_id, failure_reaction)  # as any failed turn
             await cards.end(did)
-            self.peers.ingress.forget(did)
+            self.peers.ingress.forget(did, held.room)
             self.ledger.receipts.record(TurnOutcome.FAILED, reason=exc.code, **_ids(held))
         except Exception:  # a bug here must not take other deliveries down
             log.exception("delivery %s failed inside the bridge", did)
             await cards.end(did)
-            self.peers.ingress.forget(did)
+            self.peers.ingress.forget(did, held.room)
             self._close(held, TurnResult.failed(Code.BRIDGE_INTERNAL_ERROR))
             self.turns.ended(TurnOutcome.FAILED, replied=False, reply_failed=False)
         finally:

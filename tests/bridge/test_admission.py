@@ -16,7 +16,7 @@ from bridge.admission import (
     Waiting,
 )
 from bridge.inbound import Inbound
-from clankie.protocol import TurnOutcome
+from clankie.protocol import Room, TurnOutcome
 
 G, C, C2, OTHER_G = "1", "11", "12", "2"
 OWNER, FRIEND, STRANGER = "900", "901", "902"
@@ -158,8 +158,19 @@ def test_forget_lets_a_failed_delivery_be_tried_again() -> None:
     """A delivery evicted after an internal failure is a new delivery when Discord sends it again."""
     ing = ingress()
     ing.admit(msg("a"), 0.0)
-    ing.forget("a")
+    ing.forget("a", Room(guild_id=G, channel_id=C))
     assert isinstance(ing.admit(msg("a"), 1.0), Run)
+
+
+def test_forget_tells_the_store_which_room_let_the_id_go() -> None:
+    """The postgres profile keeps the admitted ids in the database by shard: a forgotten one leaves there too (the
+    bridge queues it to its store writer), or the next gateway opening would recall it and refuse the re-delivery."""
+    ing = ingress()
+    gone: list[tuple[str, Room]] = []
+    ing.on_forget = lambda message_id, room: gone.append((message_id, room))
+    ing.admit(msg("a"), 0.0)
+    ing.forget("a", Room(guild_id=G, channel_id=C))
+    assert gone == [("a", Room(guild_id=G, channel_id=C))]
 
 
 def addressed(window: int = 2) -> Ingress:
