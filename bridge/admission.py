@@ -68,7 +68,8 @@ from bridge.fairness import Fairness, Pace
 from bridge.inbound import Inbound
 from bridge.paced import PacedTurns
 from bridge.waiting import MAX_JOIN
-from clankie import allow, protocol
+from clankie import allow
+from clankie.protocol import Room as WireRoom
 from clankie.protocol import TurnOutcome
 
 __all__ = ["TRANSITIONS", "Engagement", "RoomEvent"]  # re-exported: admission is where they are used
@@ -195,7 +196,7 @@ class Ingress:
         self.fairness = Fairness(policy.user_turns_per_minute, policy.room_turns_per_minute,
                                  steer_share=policy.steer_share)
         self.paced = PacedTurns(math.ceil(policy.user_turns_per_minute * policy.paced_minutes), MAX_JOIN, self.fairness)
-        self.on_forget: Callable[[str, protocol.Room], None] | None = None  # postgres: the database lets the id go too
+        self.on_forget: Callable[[str, WireRoom], None] | None = None  # postgres: the database lets the id go too
 
     # -------------------------------------------------------------- queries
 
@@ -375,7 +376,7 @@ class Ingress:
         room.since_reply = max(room.since_reply, self.policy.window)
         return self._rooms.buffer(room, message_id, BACKLOG_CAP)
 
-    def forget(self, delivery_id: str, room: protocol.Room) -> None:
+    def forget(self, delivery_id: str, room: WireRoom) -> None:
         """Evict a delivery of ``room`` whose turn could not be run, so a re-delivery may try again (in the postgres
         profile the shard's remembered ids in the database let it go too, or the next gateway opening recalls it)."""
         self.dedupe.discard(delivery_id)
