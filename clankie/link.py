@@ -54,6 +54,7 @@ from clankie.paths import process_environment
 from clankie.peers import HANDED
 from clankie.protocol import Code, Empty, Heartbeat, Peers, ProcessSample, Record, Stopping
 from clankie.router import Router
+from clankie.waits import set_within
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +135,7 @@ class Link:
     async def _pause(self, clock: Clock) -> None:
         """Sleep one interval on ``clock``; :meth:`attach` cuts it short so the new interval applies now."""
         self._beat_now.clear()
-        nap = asyncio.ensure_future(clock.sleep(self.interval))
-        woken = asyncio.ensure_future(self._beat_now.wait())
-        try:
-            await asyncio.wait({nap, woken}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            nap.cancel()
-            woken.cancel()
+        await set_within(self._beat_now, clock, self.interval)
 
     def attach(self, handler: ipc.Handler | None, report: HeartbeatReport | None, interval: float) -> None:
         """This life's request handler, heartbeat report and interval (after :meth:`activation`)."""

@@ -41,6 +41,7 @@ from clankie.metrics import LEASE_TAKEOVERS, METER, STALE_EPOCH_WRITES
 from clankie.store.database import Pool, SyncPool
 from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
 from clankie.store.ports import StaleEpoch
+from clankie.waits import set_within
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +361,7 @@ class LeaseKeeper:
                     log.info("shard %s: held by another tree; asking again every %gs", self.shard, lease.renew)
                 self._said_taken = epoch is None
             if epoch is None:  # again at the next period, or as the holder's lease expires if that comes first
-                await self._first(self._nudged, min(lease.renew, expires_in + EXPIRY_SLACK))
+                await set_within(self._nudged, self.clock, min(lease.renew, expires_in + EXPIRY_SLACK))
                 self._nudged.clear()
             return
         due = lease.due(self.clock.boottime())
@@ -385,19 +386,6 @@ class LeaseKeeper:
         if wake is not None:
             await self.clock.sleep(wake - self.clock.boottime())
 
-    async def _first(self, event: asyncio.Event, within: float) -> bool:
-        """Wait for ``event`` or for ``within`` seconds on the clock, whichever comes first; whether it was set."""
-        if event.is_set():
-            return True
-        waiter = asyncio.ensure_future(event.wait())
-        sleeper = asyncio.ensure_future(self.clock.sleep(within))
-        try:
-            await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-            sleeper.cancel()
-        return event.is_set()
-
     async def served(self, within: float) -> Fence | None:
         """The fence once the shard is ours, waiting at most ``within`` seconds for it: the tree's other process
         (its bridge) may have taken the lease a moment ago, and :meth:`run` is asked to join it now rather than at
@@ -405,7 +393,7 @@ class LeaseKeeper:
         away)."""
         if self.fence is None and self.wanted:
             self._nudged.set()
-            await self._first(self._serving, within)
+            await set_within(self._serving, self.clock, within)
         return self.fence
 
     async def run(self) -> None:

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from clankie.clock import Clock
+from clankie.waits import set_within
 from service.agent.pacing import Pacing, Report
 
 log = logging.getLogger(__name__)
@@ -176,13 +177,7 @@ class Governor:
         if left is None:
             await self._room.wait()
             return
-        room = asyncio.ensure_future(self._room.wait())
-        nap = asyncio.ensure_future(self._clock.sleep(left))
-        try:
-            await asyncio.wait({room, nap}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            room.cancel()
-            nap.cancel()
+        await set_within(self._room, self._clock, left)
 
     def took(self) -> None:
         """A call got through (slow start widens its window by one) and the calls waiting for room look again."""
