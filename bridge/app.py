@@ -37,6 +37,7 @@ from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
 from clankie.shards import room_shard
 from clankie.store.journal_ports import JournalRefused, JournalStore
+from clankie.waits import within
 
 if TYPE_CHECKING:  # the postgres profile's driver is imported only in that profile
     from bridge.shard_leases import ShardLeases
@@ -49,6 +50,7 @@ GUILD_READY_TIMEOUT = 0.1
 """discord.py waits this long after the last GUILD_CREATE before ``on_ready`` (which says "connected").
 Its 2 s default had the status say "connecting" for 2 s while replies already flowed; Discord sends a
 small bot's GUILD_CREATEs right after READY, and messages are handled from READY on regardless."""
+HANDBACK_TICK = 0.05  # seconds between looks while a shard is handed back (its gateway closing, its deliveries ending)
 
 TOKEN_REJECTED = "Discord rejected the bot token (401/4004); check DISCORD_TOKEN or the discord_token credential"
 INTENT_MISSING = (
@@ -115,7 +117,10 @@ class BridgeApp:
         self.ingress = Ingress(policy(settings))
         # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
         count = settings.discord_shard_count
-        self.shard_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
+        self.preferred_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
+        # every shard this process may run: with CLANKIE_DISCORD_SHARD_TAKEOVER=any (postgres), every shard of the count
+        self.shard_keys = self.preferred_keys if not self._takeover_any() else [(i, count or 1) for i in range(count or 1)]
+        self.gateway_keys: list[tuple[int, int]] = []  # the shards the gateway runs now (the postgres profile)
         self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
         self._taken_open: list[Entry] = []  # admitted deliveries of shards taken from another tree, to check first
         self._draining: set[asyncio.Task[None]] = set()  # a taken shard's drain tried again (the database was away)
@@ -368,30 +373,71 @@ class BridgeApp:
             return None
         return lambda room: room_shard(room, count)[0] in shards
 
+    def _takeover_any(self) -> bool:
+        s = self.settings
+        return s.store == "postgres" and s.discord_token is not None and s.discord_shard_takeover == "any"
+
     async def _discord(self) -> None:
-        """The gateway; in the postgres profile only while every shard's lease is ours (bridge/shard_leases.py)."""
+        """The gateway; in the postgres profile on the shards whose leases are ours (bridge/shard_leases.py,
+        :meth:`~bridge.shard_leases.ShardLeases.gateway_keys`): it opens on that set and opens again on the new set
+        whenever it moves (a lease lost, a shard taken for another tree, one handed back). Each shard it still runs
+        RESUMEs: a close of ours is a 4000, after which the session stays resumable."""
         if self.leases is None:
             return await self._gateway()
         while True:
-            if not self.leases.held:
+            if not self.leases.gateway_keys():
                 self.set_status("waiting for the shard lease")
-                await self.leases.wait_held()
+            keys = await self.leases.next_gateway()
             self._unleased_gap = False
             if self.store is not None:
-                await self.store.adopt(self.keeper, self.ingress.dedupe, self.shard_keys, self.settings.lease_ttl_seconds)
-            gateway = asyncio.create_task(self._gateway(), name="gateway")
-            lost = asyncio.create_task(self.leases.lost.wait(), name="lease-lost")
+                await self.store.adopt(self.keeper, self.ingress.dedupe, keys, self.settings.lease_ttl_seconds)
+            self.gateway_keys = keys
+            gateway = asyncio.create_task(self._gateway(keys), name="gateway")
             try:
-                await asyncio.wait({gateway, lost}, return_when=asyncio.FIRST_COMPLETED)
+                while keys == self.leases.gateway_keys():
+                    changed = asyncio.create_task(self.leases.changed.wait(), name="leases-changed")
+                    try:
+                        await asyncio.wait({gateway, changed}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        changed.cancel()
+                    if gateway.done():
+                        return gateway.result()  # a planned stop, or a refused token
+                    self.leases.changed.clear()
             finally:
-                lost.cancel()
-            if gateway.done():
-                return gateway.result()  # a planned stop, or a refused token
-            gateway.cancel()  # another tree may be taking the shard: not one more message is ours to admit
-            await asyncio.gather(gateway, return_exceptions=True)
+                gateway.cancel()  # not one more message of a shard no longer ours (or being handed back) is admitted
+                await asyncio.gather(gateway, return_exceptions=True)
+                self.gateway_keys = []
             if self.keeper is not None:  # closed by us (a 4000: its session stays resumable), seen by no drop event
-                for key in self.shard_keys:
+                for key in keys:
                     self.keeper.dropped(key)
+
+    async def _quiesce(self, key: tuple[int, int]) -> None:
+        """Before a shard served for another tree is handed back (bridge/shard_leases.py): the gateway stops running
+        it (its session closed with 4000: the claimant RESUMEs it, and Discord keeps what came since), its open
+        deliveries end (each turn in flight posts its answer and closes its journal line while the lease is still
+        ours; bounded by ``CLANKIE_LEASE_HANDBACK_SECONDS``, past which the claimant's drain runs what is left), and
+        the session's sequence and the dedupe changes land in the database. Waits on the injected clock, a tick at
+        a time: the journal has no event for 'the last open delivery of one shard closed'."""
+        tick = HANDBACK_TICK
+        while key in self.gateway_keys:
+            await self.clock.sleep(tick)
+        deadline = self.clock.monotonic() + self.settings.lease_handback_seconds
+        while (open_ := self._open_on(key)) and self.clock.monotonic() < deadline:
+            await self.clock.sleep(tick)
+        if open_:
+            log.warning("shard %d/%d: handed back with %d deliveries open; the tree that takes it runs them", *key, open_)
+        if self.keeper is not None:
+            self.keeper.flush()
+        if self.store is not None:
+            try:
+                await within(self.store.drained(), self.settings.lease_ttl_seconds)
+            except TimeoutError:
+                log.warning("shard %d/%d: handed back with %d store changes unwritten", *key, len(self.store.pending))
+
+    def _open_on(self, key: tuple[int, int]) -> int:
+        """The deliveries of shard ``key`` this bridge holds open (admitted or waiting, not closed)."""
+        count = self.settings.discord_shard_count
+        return sum(1 for e in self.journal.state.open_entries() if room_shard(e.room, count) == key)
 
     async def _hold_leases(self) -> ShardLeases:
         """The postgres profile: a pool (not waited for: an unreachable database is a lease not yet held, tried again
@@ -406,9 +452,11 @@ class BridgeApp:
         assert s.postgres_dsn is not None  # the settings refuse postgres without one
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
         pg = PgLeases(self._pool)
-        leases = ShardLeases(pg, self.shard_keys, tree_holder(s.state_dir), self.clock,
+        others = [key for key in self.shard_keys if key not in self.preferred_keys]
+        leases = ShardLeases(pg, self.preferred_keys, tree_holder(s.state_dir), self.clock,
                              renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
-                             tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE, on_taken=self._taken)
+                             tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE, on_taken=self._taken,
+                             others=others, quiesce=self._quiesce)
         self.store = StoreWriter(lambda fence_for: PgGatewaySessions(pg, fence_for),
                                  lambda shard, fence_for: PgDedupe(pg, shard, fence_for), leases.fence_for, self.clock,
                                  transient=TRANSIENT, retry=s.lease_renew_seconds)
@@ -463,7 +511,7 @@ class BridgeApp:
         its local deadline: a pause, or renews that have not landed). The first such message sets this process's copy
         of the sessions aside (no sequence moves past a message not admitted) and marks a gap; the gateway's next
         opening adopts each shard's session as its holder left it in the database: Discord replays from there."""
-        if self.leases is None or self.leases.current(self.clock.boottime()):
+        if self.leases is None or self.leases.current(self.clock.boottime(), self.gateway_keys or None):
             return False
         if not self._unleased_gap:
             self._unleased_gap = True
@@ -475,15 +523,20 @@ class BridgeApp:
                     self.keeper.forget(key)
         return True
 
-    async def _gateway(self) -> None:
+    async def _gateway(self, keys: list[tuple[int, int]] | None = None) -> None:
+        """The gateway session(s), on shards ``keys`` (None: the configured ones), opened again after each failure."""
         assert self.settings.discord_token is not None
         token = self.settings.discord_token.get_secret_value()
         dc.point_at(self.settings.discord_api_base)
         backoff = Backoff(base=1.0, cap=60.0, reset_after=300.0)
+        ids = None if keys is None or self.settings.discord_shard_count is None else tuple(i for i, _ in keys)
         while True:
             self.set_status("connecting")
             warm, self._warm = self._warm, None
-            client = self._client() if warm is None else self._bound(warm)
+            if warm is not None and ids is not None and tuple(getattr(warm, "shard_ids", None) or ()) != ids:
+                await warm.close()  # logged in for the preferred shards; the gateway runs others now
+                warm = None
+            client = self._client(ids) if warm is None else self._bound(warm)
             self.port.client = client
             try:
                 if warm is None:
@@ -523,8 +576,8 @@ class BridgeApp:
         warm.bind(self._hooks(), self.keeper)
         return warm
 
-    def _client(self) -> dc.BridgeClient | dc.ShardedBridgeClient:
-        """One plain gateway session, or discord.py's sharded client on the configured shards."""
+    def _client(self, ids: tuple[int, ...] | None = None) -> dc.BridgeClient | dc.ShardedBridgeClient:
+        """One plain gateway session, or discord.py's sharded client on shards ``ids`` (None: the configured ones)."""
         discover = bool(self.settings.discord_api_base)
         count = self.settings.discord_shard_count
         if count is None:
@@ -539,7 +592,7 @@ class BridgeApp:
                 guild_ready_timeout=self._guild_ready_timeout,
                 keeper=self.keeper,
             )
-        return dc.ShardedBridgeClient(self._hooks(), shard_count=count, shard_ids=self.settings.discord_shard_ids,
+        return dc.ShardedBridgeClient(self._hooks(), shard_count=count, shard_ids=ids or self.settings.discord_shard_ids,
                                       discover_gateway=discover, guild_ready_timeout=self._guild_ready_timeout,
                                       keeper=self.keeper)
 

@@ -1,13 +1,21 @@
-"""The bridge's shard leases in the PostgreSQL profile: the gateway is open only while every shard it runs is ours.
+"""The bridge's shard leases in the PostgreSQL profile: the gateway runs only shards whose leases are ours.
 
 In ``CLANKIE_STORE=postgres`` each shard a bridge runs (``(id, count)``; an unsharded bot is ``0/1``) is held by
 one tree at a time through its fenced lease (:mod:`clankie.store.leases`, docs/multi-machine.md). This shell keeps a
-:class:`~clankie.store.leases.LeaseKeeper` for each and tells the app two things:
+:class:`~clankie.store.leases.LeaseKeeper` for each shard it prefers and, with ``CLANKIE_DISCORD_SHARD_TAKEOVER=any``,
+for every other shard of the count, and tells the app which shards the gateway is to run
+(:meth:`ShardLeases.gateway_keys`, :meth:`ShardLeases.next_gateway`; :attr:`ShardLeases.changed` when that may have
+moved):
 
-* :meth:`ShardLeases.wait_held`: every lease is ours, so the gateway may open (a tree whose shard another tree holds
-  waits here, without an IDENTIFY, until that lease is released or expires);
-* :attr:`ShardLeases.lost`: one lease stopped being ours (its renew was refused, or its local deadline passed before
-  the lease could expire on the database), so the gateway must close at once: another tree may be taking the shard.
+* ``none``: every preferred shard once all are ours, else none (a tree whose shard another tree holds waits, without
+  an IDENTIFY, until that lease is released or expires). A lease that stops being ours (its renew refused, or its
+  local deadline passed before the lease could expire on the database) closes the gateway at once: another tree may
+  be taking the shard.
+* ``any``: every shard served, whoever prefers it; a shard of another tree's is taken only when its lease is free or
+  expired and nobody claims it. When the tree that prefers it comes back, it claims the shard; at this tree's next
+  renew :meth:`_claimed` hands it back: the gateway stops running it, its open deliveries end (bounded), the
+  bridge's writes land, then the lease is released for the claimant (``quiesce``; docs/multi-machine.md,
+  "Takeover and handback").
 
 The bridge does not release its leases when it stops: the tree's service keeps them (a bridge restarted alone
 joins them at the same epoch and RESUMEs), and releases them when the tree stops. A lease taken at another epoch
@@ -31,13 +39,13 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from clankie.clock import Clock
 from clankie.jsonl import replace_file
 from clankie.metrics import METER, SHARD_LEASES
-from clankie.store.lease import Action, Kind
+from clankie.store.lease import Action, Kind, Want
 from clankie.store.leases import TRANSIENT, Fence, LeaseKeeper, LeaseRow, PgLeases, shard_name
 
 log = logging.getLogger(__name__)
@@ -54,8 +62,15 @@ class ShardLeases:
 
     def __init__(self, leases: PgLeases, keys: list[tuple[int, int]], holder: str, clock: Clock, *, renew: float,
                  ttl: float, tenures: Path | None = None,
-                 on_taken: Callable[[tuple[int, int], bool], None] | None = None) -> None:
-        """``on_taken``: this process serves a shard at an epoch it has not served it at (its first in this life
+                 on_taken: Callable[[tuple[int, int], bool], None] | None = None,
+                 others: list[tuple[int, int]] | None = None,
+                 quiesce: Callable[[tuple[int, int]], Awaitable[None]] | None = None) -> None:
+        """``keys``: the shards this tree prefers. ``others`` (``CLANKIE_DISCORD_SHARD_TAKEOVER=any``): the other shards
+        of the count, taken when free or expired and not claimed, and handed back when the tree that prefers one
+        claims it: first ``quiesce`` (the gateway stops serving the shard, its open deliveries end or the handback's
+        bound passes, the bridge's writes for it land), then the release.
+
+        ``on_taken``: this process serves a shard at an epoch it has not served it at (its first in this life
         included), told before the gateway may open, with whether the tenure is new to this bridge (any of its
         processes, :data:`TENURES_FILE`: another tree may have served the shard since): the bridge drains the
         shard's journal then."""
@@ -65,18 +80,26 @@ class ShardLeases:
         self.on_taken = on_taken
         self._served_at = _read_tenures(tenures)
         self._taken_at: dict[str, int] = {}  # the epoch this process last took each shard at
-        self.keys = {shard_name(*key): key for key in keys}  # a lease's name -> the (id, count) it is for
+        self.keys = {shard_name(*key): key for key in [*keys, *(others or [])]}  # a lease's name -> its (id, count)
+        self.preferred = frozenset(shard_name(*key) for key in keys)
         self.keepers = {
             name: LeaseKeeper(leases, name, holder, clock, renew=renew, ttl=ttl,
-                              on_action=functools.partial(self.on_action, name))
+                              on_action=functools.partial(self.on_action, name),
+                              want=Want.PREFER if name in self.preferred else Want.TAKE,
+                              on_claimed=None if name in self.preferred else functools.partial(self._claimed, name))
             for name in self.keys
         }
+        self.quiesce = quiesce
+        self.takeover_any = bool(others)
         self.serving: set[str] = set()
+        self.handing: set[str] = set()  # served for another tree that claimed them: being handed back
+        self.changed = asyncio.Event()  # the set of shards the gateway is to run (:meth:`gateway_keys`) may have moved
+        self._settled = asyncio.Event()  # every keeper has tried its shard once
+        self._handbacks: set[asyncio.Task[None]] = set()
         self.leases = leases
         self.takeover: tuple[LeaseRow, float] | None = None  # the last takeover of one of ours, read at (monotonic)
         self._look = asyncio.Event()  # a shard was taken anew: read who had it before
         self._all_held = asyncio.Event()
-        self.lost = asyncio.Event()  # set when a held lease stops being ours; cleared when all are held again
 
     def on_action(self, shard: str, action: Action) -> None:
         """A keeper's word (it must not block): a shard served, or no longer ours (the gateway must close)."""
@@ -91,26 +114,69 @@ class ShardLeases:
                 if self.on_taken is not None:
                     self.on_taken(self.keys[shard], anew)
             self.serving.add(shard)
-            if len(self.serving) == len(self.keepers):
-                self.lost.clear()
+            if self.preferred <= self.serving:
                 self._all_held.set()
         elif action.kind is Kind.STOP_SERVING:
             self.serving.discard(shard)
-            self._all_held.clear()
-            self.lost.set()
-            log.error("shard %s: lease no longer ours (%s): the gateway closes", shard, action.reason or "lost")
+            if shard in self.preferred:
+                self._all_held.clear()
+            if action.reason == "released" and shard in self.handing:
+                log.info("shard %s: handed back to the tree that prefers it", shard)
+            else:
+                log.error("shard %s: lease no longer ours (%s): the gateway closes", shard, action.reason or "lost")
+        self.changed.set()
         self._gauge()
 
     @property
     def held(self) -> bool:
-        """Every lease is ours."""
+        """Every preferred lease is ours."""
         return self._all_held.is_set()
 
-    def current(self, now: float) -> bool:
-        """Every lease is ours and inside its local deadline at ``now`` (the keepers' clock, ``boottime``): checked
-        for each message before it is admitted. A tree paused past its deadline wakes with its gateway's buffered
-        messages read before its keeper's timer runs; those may be another tree's to answer by now."""
-        return self.held and all(now < k.lease.deadline for k in self.keepers.values())
+    def gateway_keys(self) -> list[tuple[int, int]]:
+        """The shards the gateway is to run now, by id. ``none``: every preferred shard once all are ours, else none
+        (a standby waits whole). ``any``: every shard served, but one being handed back."""
+        if not self.takeover_any:
+            return sorted(self.keys[s] for s in self.preferred) if self.held else []
+        return sorted(self.keys[s] for s in self.serving - self.handing)
+
+    async def next_gateway(self) -> list[tuple[int, int]]:
+        """Once every keeper has tried its shard, the gateway's next set (:meth:`gateway_keys`) as soon as it has one;
+        :attr:`changed` is cleared, so it is set again by the next move."""
+        await self._settled.wait()
+        while True:
+            self.changed.clear()
+            keys = self.gateway_keys()
+            if keys:
+                return keys
+            await self.changed.wait()
+
+    def current(self, now: float, shards: list[tuple[int, int]] | None = None) -> bool:
+        """Every lease of ``shards`` (None: every preferred one) is ours and inside its local deadline at ``now`` (the
+        keepers' clock, ``boottime``): checked for each message before it is admitted. A tree paused past its
+        deadline wakes with its gateway's buffered messages read before its keeper's timer runs; those may be
+        another tree's to answer by now."""
+        names = self.preferred if shards is None else {shard_name(*key) for key in shards}
+        return names <= self.serving and all(now < self.keepers[n].lease.deadline for n in names)
+
+    def _claimed(self, shard: str) -> None:
+        """A renew found ``shard`` (served for another tree) claimed by the tree that prefers it: hand it back."""
+        if shard in self.handing:
+            return
+        self.handing.add(shard)
+        self.changed.set()
+        log.info("shard %s: claimed by the tree that prefers it; handing it back", shard)
+        task = asyncio.get_running_loop().create_task(self._hand_back(shard), name=f"handback-{shard}")
+        self._handbacks.add(task)
+        task.add_done_callback(self._handbacks.discard)
+
+    async def _hand_back(self, shard: str) -> None:
+        try:
+            if self.quiesce is not None:
+                await self.quiesce(self.keys[shard])
+            await self.keepers[shard].hand_back()
+        finally:
+            self.handing.discard(shard)
+            self.changed.set()
 
     def fence_for(self, shard: str) -> Fence | None:
         """The fence a write for ``shard`` (by :func:`~clankie.store.leases.shard_name`) carries now: while its lease
@@ -121,13 +187,13 @@ class ShardLeases:
             return None
         return keeper.fence
 
-    async def wait_held(self) -> None:
-        """Until every lease is ours."""
-        await self._all_held.wait()
-
     async def run(self) -> None:
-        """Keep every lease until cancelled."""
+        """Keep every lease until cancelled: each tried once (all at once), then each kept."""
         self._gauge()
+        try:
+            await asyncio.gather(*(keeper.step() for keeper in self.keepers.values()))
+        finally:
+            self._settled.set()
         async with asyncio.TaskGroup() as tg:
             for shard, keeper in self.keepers.items():
                 tg.create_task(keeper.run(), name=f"lease-{shard}")
@@ -150,12 +216,22 @@ class ShardLeases:
     def detail(self) -> str:
         """``leases: 0/1 held (epoch 3)`` or ``leases: 0/2 held (epoch 1), 1/2 unheld``, then the last takeover of one
         of them (``last takeover: 0/1 from host:1a2b3c4d, 42s ago``): for the status line."""
-        line = "leases: " + ", ".join(f"{s} held (epoch {k.lease.epoch})" if s in self.serving else f"{s} {k.lease.state.value}"
-                                      for s, k in self.keepers.items())
+        line = "leases: " + ", ".join(self._describe(s, k) for s, k in self.keepers.items()
+                                      if s in self.preferred or s in self.serving)
         if self.takeover is not None:
             row, ago = self.takeover[0], self._takeover_ago()
             line += f"; last takeover: {row.shard} from {row.taken_from}, {ago:.0f}s ago"
         return line
+
+    def _describe(self, shard: str, keeper: LeaseKeeper) -> str:
+        """One lease for the status line: ``0/2 held (epoch 3)``, ``1/2 held for another tree (epoch 2)``, ``1/2
+        handing back (epoch 2)``, or ``0/2 unheld``."""
+        if shard not in self.serving:
+            return f"{shard} {keeper.lease.state.value}"
+        if shard in self.handing:
+            return f"{shard} handing back (epoch {keeper.lease.epoch})"
+        other = "" if shard in self.preferred else " for another tree"
+        return f"{shard} held{other} (epoch {keeper.lease.epoch})"
 
     def _takeover_ago(self) -> float:
         """Seconds since the last takeover: its age on the database's clock when read, and the time since."""
@@ -167,17 +243,22 @@ class ShardLeases:
         """For the heartbeat: this tree's holder name, each shard's state and epoch."""
         report: dict[str, object] = {
             "holder": self.holder,
-            "shards": {s: {"state": "held" if s in self.serving else k.lease.state.value, "epoch": k.lease.epoch}
-                       for s, k in self.keepers.items()}}
+            "shards": {s: {"state": self._state(s, k), "epoch": k.lease.epoch}
+                       for s, k in self.keepers.items() if s in self.preferred or s in self.serving}}
         if self.takeover is not None:
             row = self.takeover[0]
             report["takeover"] = {"shard": row.shard, "from": row.taken_from, "ago_s": round(self._takeover_ago(), 1)}
         return report
 
+    def _state(self, shard: str, keeper: LeaseKeeper) -> str:
+        if shard not in self.serving:
+            return keeper.lease.state.value
+        return "handing back" if shard in self.handing else "held" if shard in self.preferred else "held for another"
+
     def _gauge(self) -> None:
-        if METER.enabled:
+        if METER.enabled:  # unheld: the preferred ones only (a shard this tree may take for another is not missing)
             METER.set(SHARD_LEASES.of("held"), float(len(self.serving)))
-            METER.set(SHARD_LEASES.of("unheld"), float(len(self.keepers) - len(self.serving)))
+            METER.set(SHARD_LEASES.of("unheld"), float(len(self.preferred - self.serving)))
 
 
 MAX_TENURES_BYTES = 65536  # a few thousand shards' epochs; a bigger file is not ours to trust

@@ -185,6 +185,10 @@ def by_state(state: str) -> Labels:
     return (state,)
 
 
+def by_how(how: Literal["expired", "handback"]) -> Labels:
+    return (how,)
+
+
 # ---------------------------------------------------------------- the service's families
 
 TURNS = Counter(
@@ -280,10 +284,12 @@ STALE_EPOCH_WRITES = Counter(
     "docs/multi-machine.md")
 LEASE_TAKEOVERS = Counter(
     "clankie_lease_takeovers_total",
-    "Shards this tree took over from another tree whose lease had expired (the PostgreSQL profile, "
-    "docs/multi-machine.md).", unlabelled,
-    doc="shards this tree took from another tree whose lease had expired (it died, hung or was cut off from the "
-    "database); a release handed on is not counted; the PostgreSQL profile only, docs/multi-machine.md")
+    "Shards this tree took from another tree, by how: expired (its lease had expired) or handback (released to this "
+    "tree, which prefers the shard, at its claim). The PostgreSQL profile (docs/multi-machine.md).", by_how,
+    doc="shards this tree took from another tree: `expired` (that tree's lease had expired: it died, hung or was cut "
+    "off from the database) or `handback` (the shard is this tree's preferred one and the tree serving it for it "
+    "released it at its claim); a planned stop's release taken by the next tree is not counted; the PostgreSQL "
+    "profile only, docs/multi-machine.md")
 GATEWAY_SESSION_STARTS_REMAINING = Gauge(
     "clankie_gateway_session_starts_remaining", "Session starts Discord says are left today (GET /gateway/bot).",
     unlabelled, doc="session starts Discord says are left today (`GET /gateway/bot`, read at each bridge start)")

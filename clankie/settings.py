@@ -194,6 +194,9 @@ class Settings(
     @model_validator(mode="after")
     def _shards_fit(self) -> Settings:
         shards.check(self.discord_shard_ids, self.discord_shard_count)
+        if self.discord_shard_takeover == "any" and self.discord_shard_count is None:  # one shard: nothing else to take
+            raise ValueError("CLANKIE_DISCORD_SHARD_TAKEOVER=any needs CLANKIE_DISCORD_SHARD_COUNT: an unsharded bot has "
+                             "one shard, which every tree prefers already")
         return self
 
     @field_validator("discord_api_base")

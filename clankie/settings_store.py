@@ -31,8 +31,10 @@ class StoreSettings(BaseModel):
     postgres_dsn: SecretStr | None = None
     lease_renew_seconds: float = Field(default=2.0, gt=0, le=60)  # how often a holder renews each shard lease it holds
     lease_ttl_seconds: float = Field(default=6.0, gt=0, le=600)  # a lease's life on the database's clock after a renew
-    # none: take only CLANKIE_DISCORD_SHARD_IDS; any (reserved: refused until built): also any shard whose lease expired
+    # none: take only CLANKIE_DISCORD_SHARD_IDS; any: also any shard of the count whose lease is free or expired (postgres)
     discord_shard_takeover: Literal["none", "any"] = "none"
+    # how long a tree serving a shard for another waits for that shard's open deliveries before it hands the shard back
+    lease_handback_seconds: float = Field(default=30.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _store_consistent(self) -> StoreSettings:
@@ -42,9 +44,9 @@ class StoreSettings(BaseModel):
                 f"CLANKIE_LEASE_TTL_SECONDS ({self.lease_ttl_seconds:g}) must be at least twice "
                 f"CLANKIE_LEASE_RENEW_SECONDS plus {LEASE_MARGIN:g} s ({least:g}): a holder must survive one failed renew"
             )
-        if self.discord_shard_takeover == "any":  # an accepted setting that did nothing would mislead its operator
-            raise ValueError("CLANKIE_DISCORD_SHARD_TAKEOVER=any is not built yet: a tree takes only its preferred "
-                             "shards (docs/multi-machine.md, \"Not built yet\"); leave it unset or none")
+        if self.discord_shard_takeover == "any" and self.store != "postgres":  # accepted and inert would mislead
+            raise ValueError("CLANKIE_DISCORD_SHARD_TAKEOVER=any needs CLANKIE_STORE=postgres: on files no other tree "
+                             "can reach a shard's state")
         if self.store == "postgres":
             if self.postgres_dsn is None or not self.postgres_dsn.get_secret_value().strip():
                 raise ValueError("CLANKIE_STORE=postgres needs CLANKIE_POSTGRES_DSN or the credential postgres_dsn")

@@ -10,7 +10,11 @@ acquire or renew + TTL − :data:`LEASE_MARGIN`. The database computed its expir
 (``docs/multi-machine.md``, "The lease arithmetic"). When the deadline passes without a renew, the holder reports
 the lease lost (:attr:`Kind.STOP_SERVING`) even if the database never answered.
 
-Every move goes through :data:`TRANSITIONS`; the pairs in :data:`IGNORED` are late answers to a call the deadline
+Who may take a lease row is :func:`decide`'s rule (the shell reads the row locked and writes what it says): a tree
+takes its preferred shards when free or expired, claims one another tree serves for it, and with
+``CLANKIE_DISCORD_SHARD_TAKEOVER=any`` takes any other shard that is free or expired and not claimed.
+
+Every move of the believed state goes through :data:`TRANSITIONS`; the pairs in :data:`IGNORED` are late answers to a call the deadline
 already cut off (no move, no action); any other pair raises :class:`LeaseStateError` and leaves the state as it was.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Literal
 
 LEASE_MARGIN = 1.0
 """Seconds a holder gives up its lease before the database would let it expire (docs/multi-machine.md, "The lease
@@ -177,3 +182,53 @@ class Lease:
     def serving(self) -> bool:
         """Whether the shard is ours to serve now (held, or held with a renew in flight)."""
         return self.state in (LeaseState.HELD, LeaseState.RENEWING)
+
+
+class Want(enum.Enum):
+    """What a lease keeper may do with a shard (docs/multi-machine.md, "Takeover and handback")."""
+
+    PREFER = "prefer"  # one of this tree's shards: take it when free or expired; claim it from a tree serving it for us
+    TAKE = "take"  # another's shard (CLANKIE_DISCORD_SHARD_TAKEOVER=any): only when free or expired and not claimed
+    JOIN = "join"  # only join this tree's own live lease (the service, for a shard its bridge took for another)
+
+
+@dataclass(frozen=True, slots=True)
+class RowNow:
+    """A lease row as an acquire finds it, locked: its holder, whether its lease is live, whether the holder prefers
+    the shard, and a claim on it (whose, and whether it is live: younger than the TTL)."""
+
+    holder: str | None
+    live: bool
+    preferred: bool = True
+    claimed_by: str | None = None
+    claim_live: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """What an acquire does: take the shard (``join``: it is ``holder``'s live lease already, epoch kept), write a
+    claim on it, and how a take counts (``expired``, ``handback`` or not at all)."""
+
+    take: bool = False
+    join: bool = False
+    claim: bool = False
+    how: Literal["expired", "handback"] | None = None
+
+
+def decide(want: Want, holder: str, row: RowNow) -> Move:
+    """The acquire's rule (pure): ``holder`` wanting the shard as ``want``, the row as it is."""
+    if row.holder == holder and row.live:
+        return Move(take=True, join=True)  # this tree's own lease: its other process, or its next one
+    if want is Want.JOIN:
+        return Move()
+    if row.holder is None or not row.live:  # free (released, never held) or expired
+        if want is Want.TAKE and row.claim_live and row.claimed_by != holder:
+            return Move()  # released for the tree that claims it: not a third tree's to take
+        if row.holder is not None and row.holder != holder:
+            return Move(take=True, how="expired")
+        if row.holder is None and row.claimed_by == holder and row.claim_live:
+            return Move(take=True, how="handback")
+        return Move(take=True)
+    if want is Want.PREFER and not row.preferred:
+        return Move(claim=True)  # ours, served for us by a tree that does not prefer it: it hands it back
+    return Move()

@@ -39,13 +39,14 @@ import psycopg
 from clankie.clock import Clock
 from clankie.metrics import LEASE_TAKEOVERS, METER, STALE_EPOCH_WRITES
 from clankie.store.database import Pool, SyncPool
-from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState
+from clankie.store.lease import Action, Kind, Lease, LeaseEvent, LeaseState, RowNow, Want, decide
 from clankie.store.ports import StaleEpoch
 from clankie.waits import set_within
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Fence", "FenceFor", "LeaseKeeper", "LeaseRow", "NotHeld", "PgLeases", "StaleEpoch", "SyncFencing", "shard_name", "tree_holder"]
+__all__ = ["Fence", "FenceFor", "LeaseKeeper", "LeaseRow", "NotHeld", "PgLeases", "StaleEpoch", "SyncFencing", "Want",
+           "shard_name", "tree_holder"]
 
 Connection = psycopg.AsyncConnection[tuple[object, ...]]
 SyncConnection = psycopg.Connection[tuple[object, ...]]
@@ -112,6 +113,31 @@ def shard_name(shard_id: int, count: int) -> str:
     return f"{shard_id}/{count}"
 
 
+LOCK_SQL = b"""
+SELECT holder, expires_at > now(), preferred, claimed_by,
+       claimed_at IS NOT NULL AND claimed_at > now() - make_interval(secs => %(ttl)s),
+       CASE WHEN expires_at > now() THEN extract(epoch FROM expires_at - now())::float8 ELSE 0 END
+FROM clankie_shard_lease WHERE shard = %(shard)s FOR UPDATE
+"""
+"""An acquire's first step: lock the row (waiting for every fenced write in flight) and read what :func:`decide`
+needs."""
+TAKE_SQL = b"""
+UPDATE clankie_shard_lease
+SET epoch = epoch + 1, acquired_at = now(), holder = %(holder)s, preferred = %(preferred)s,
+    expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now(), claimed_by = NULL, claimed_at = NULL,
+    taken_from = CASE WHEN %(expired)s THEN holder ELSE taken_from END,
+    taken_at = CASE WHEN %(expired)s THEN now() ELSE taken_at END
+WHERE shard = %(shard)s RETURNING epoch
+"""
+JOIN_SQL = b"""
+UPDATE clankie_shard_lease SET expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now()
+WHERE shard = %(shard)s AND holder = %(holder)s RETURNING epoch
+"""
+CLAIM_SQL = b"""
+UPDATE clankie_shard_lease SET claimed_by = %(holder)s, claimed_at = now() WHERE shard = %(shard)s
+"""
+
+
 class PgLeases:
     """The lease rows of one database, reached through ``pool``; counts the stale writes it refused."""
 
@@ -119,67 +145,79 @@ class PgLeases:
         self.pool = pool
         self.stale_writes = 0
 
-    async def acquire(self, shard: str, holder: str, ttl: float) -> int | None:
+    async def acquire(self, shard: str, holder: str, ttl: float, want: Want = Want.PREFER) -> int | None:
         """:meth:`try_acquire`'s epoch: the shard's, or None while another tree holds it."""
-        return (await self.try_acquire(shard, holder, ttl))[0]
+        return (await self.try_acquire(shard, holder, ttl, want))[0]
 
-    async def try_acquire(self, shard: str, holder: str, ttl: float) -> tuple[int | None, float]:
-        """Take ``shard`` if it is free, expired or already ``holder``'s: its epoch, or None while another tree holds
-        it. A free or expired lease is taken with the next epoch. One still live under ``holder`` is this tree's own
-        (its service and its bridge both keep the tree's leases, and its next process after a crash takes them at
-        once, not after the TTL): its expiry is extended and its epoch kept, so the tree's other writers go on.
+    async def try_acquire(self, shard: str, holder: str, ttl: float, want: Want = Want.PREFER) -> tuple[int | None, float]:
+        """Take ``shard`` as :func:`decide` says for ``want``: its epoch, or None while another tree holds it. A free or
+        expired lease is taken with the next epoch. One still live under ``holder`` is this tree's own (its service
+        and its bridge both keep the tree's leases, and its next process after a crash takes them at once, not after
+        the TTL): its expiry is extended and its epoch kept, so the tree's other writers go on.
 
         The row is locked ``FOR UPDATE`` first: that waits for every fenced write in flight (each holds the row
         ``FOR KEY SHARE``), so no write with the old epoch can commit after the new epoch is granted.
 
-        Taking a shard whose lease **another** tree let expire is a takeover: the row keeps whose it was and when
-        (``taken_from``, ``taken_at``; a release handed on, or a tree's own expired lease taken back, is not one), and
-        it is counted in ``clankie_lease_takeovers_total`` by the process that took it.
+        Taking a shard whose lease **another** tree let expire is a takeover (``expired``): the row keeps whose it was
+        and when (``taken_from``, ``taken_at``; a release handed on, or a tree's own expired lease taken back, is not
+        one). Taking a shard released at this tree's claim is a ``handback``. Both are counted in
+        ``clankie_lease_takeovers_total`` by the process that took it. A tree that prefers a shard another tree serves
+        for it (not preferring it) claims it here; that tree hands it back at its next renew (:meth:`renew_claimed`).
 
         The second value is, while another tree holds the shard, the seconds until its lease expires on the database's
         clock (if it is not renewed by then): a standby asks again then rather than at its next period, so a dead
         holder's shard is taken within a moment of its expiry. 0 when the shard was taken.
         """
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute("INSERT INTO clankie_shard_lease (shard) VALUES (%s) ON CONFLICT (shard) DO NOTHING", (shard,))
-            await conn.execute("SELECT 1 FROM clankie_shard_lease WHERE shard = %s FOR UPDATE", (shard,))
-            cur = await conn.execute(
-                """
-                UPDATE clankie_shard_lease
-                SET epoch = CASE WHEN holder = %(holder)s AND expires_at > now() THEN epoch ELSE epoch + 1 END,
-                    acquired_at = CASE WHEN holder = %(holder)s AND expires_at > now() THEN acquired_at ELSE now() END,
-                    taken_from = CASE WHEN holder <> %(holder)s THEN holder ELSE taken_from END,
-                    taken_at = CASE WHEN holder <> %(holder)s THEN now() ELSE taken_at END,
-                    holder = %(holder)s, expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now()
-                WHERE shard = %(shard)s AND (holder IS NULL OR expires_at <= now() OR holder = %(holder)s)
-                RETURNING epoch, taken_at = now() AND taken_from IS DISTINCT FROM %(holder)s, taken_from
-                """,
-                {"shard": shard, "holder": holder, "ttl": ttl},
-            )
+            if want is not Want.JOIN:  # a join never makes a row: its tree's other process made it
+                await conn.execute("INSERT INTO clankie_shard_lease (shard) VALUES (%s) ON CONFLICT (shard) DO NOTHING",
+                                   (shard,))
+            cur = await conn.execute(LOCK_SQL, {"shard": shard, "ttl": ttl})
+            found = await cur.fetchone()
+            if found is None:  # a join of a row never made: nothing to wait for but the next period
+                return None, float("inf")
+            now = RowNow(holder=None if found[0] is None else str(found[0]), live=bool(found[1]),
+                         preferred=bool(found[2]), claimed_by=None if found[3] is None else str(found[3]),
+                         claim_live=bool(found[4]))
+            left = float(str(found[5]))
+            move = decide(want, holder, now)
+            if move.claim:
+                await conn.execute(CLAIM_SQL, {"shard": shard, "holder": holder})
+            if not move.take:  # a free row refused (a join, or another tree's claim) has no expiry to wait for
+                return None, left if now.live else float("inf")
+            cur = await conn.execute(JOIN_SQL if move.join else TAKE_SQL,
+                                     {"shard": shard, "holder": holder, "ttl": ttl, "expired": move.how == "expired",
+                                      "preferred": want is Want.PREFER})
             row = await cur.fetchone()
-            if row is None:
-                cur = await conn.execute(
-                    "SELECT greatest(extract(epoch FROM expires_at - now()), 0)::float8 FROM clankie_shard_lease "
-                    "WHERE shard = %s", (shard,))
-                left = await cur.fetchone()
-                return None, float(str(left[0])) if left is not None else 0.0
+        assert row is not None  # the row was locked above
         epoch = int(str(row[0]))
-        if row[1]:  # another tree's lease had expired: it died, hung or was cut off, and this tree took its shard
-            METER.count(LEASE_TAKEOVERS.of())
-            log.warning("shard %s: taken over at epoch %d from %s, whose lease had expired", shard, epoch, row[2])
+        if move.how is not None:
+            METER.count(LEASE_TAKEOVERS.of(move.how))
+        if move.how == "expired":  # another tree's lease had expired: it died, hung or was cut off, and this tree took it
+            log.warning("shard %s: taken over at epoch %d from %s, whose lease had expired", shard, epoch, now.holder)
+        elif move.how == "handback":
+            log.info("shard %s: handed back at epoch %d", shard, epoch)
         return epoch, 0.0
 
     async def renew(self, fence: Fence, ttl: float) -> bool:
         """Extend the lease by ``ttl`` from the database's now; False when it is no longer ours at this epoch."""
+        return (await self.renew_claimed(fence, ttl))[0]
+
+    async def renew_claimed(self, fence: Fence, ttl: float) -> tuple[bool, bool]:
+        """:meth:`renew`, and whether a tree that prefers the shard has claimed it (a live claim on a lease its holder
+        does not prefer): the holder is to hand it back."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 """
                 UPDATE clankie_shard_lease SET expires_at = now() + make_interval(secs => %(ttl)s), renewed_at = now()
                 WHERE shard = %(shard)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
+                RETURNING NOT preferred AND claimed_by IS NOT NULL AND claimed_by <> holder
+                          AND claimed_at > now() - make_interval(secs => %(ttl)s)
                 """,
                 {"shard": fence.shard, "holder": fence.holder, "epoch": fence.epoch, "ttl": ttl},
             )
-            return cur.rowcount == 1
+            row = await cur.fetchone()
+            return (False, False) if row is None else (True, bool(row[0]))
 
     async def release(self, fence: Fence) -> bool:
         """Free the lease now (the epoch stays, so the next holder's is higher); False when it was not ours."""
@@ -283,12 +321,18 @@ class LeaseKeeper:
     """Keeps one shard's lease for this tree: acquire, renew each period, stop serving at the local deadline.
 
     ``on_action`` is told each :attr:`Kind.SERVE` (with the epoch to write with) and :attr:`Kind.STOP_SERVING`
-    (with why: ``deadline``, ``taken`` or ``released``); it must not block.
+    (with why: ``deadline``, ``taken`` or ``released``); it must not block. ``want`` is what it may take
+    (:class:`~clankie.store.lease.Want`). ``on_claimed`` is told at each renew that finds the shard claimed by a tree
+    that prefers it (this tree serving it for that one); the owner then calls :meth:`hand_back` when it is ready.
     """
 
     def __init__(self, leases: PgLeases, shard: str, holder: str, clock: Clock, *, renew: float, ttl: float,
-                 on_action: Callable[[Action], None] | None = None) -> None:
+                 on_action: Callable[[Action], None] | None = None, want: Want = Want.PREFER,
+                 on_claimed: Callable[[], None] | None = None) -> None:
         self.leases, self.shard, self.holder, self.clock = leases, shard, holder, clock
+        self.want, self.on_claimed = want, on_claimed
+        self._handing = False  # hand_back asked for: release at the next step
+        self._handed = asyncio.Event()
         self.lease = Lease(renew=renew, ttl=ttl)
         self.ttl = ttl
         self.on_action = on_action
@@ -344,8 +388,8 @@ class LeaseKeeper:
             self._feed(LeaseEvent.WANT)
             expires_in = lease.renew
             try:
-                taken = await self._bounded(asyncio.ensure_future(self.leases.try_acquire(self.shard, self.holder, self.ttl)),
-                                            self.clock.boottime() + lease.ttl - lease.margin)
+                asked = self.leases.try_acquire(self.shard, self.holder, self.ttl, self.want)
+                taken = await self._bounded(asyncio.ensure_future(asked), self.clock.boottime() + lease.ttl - lease.margin)
                 epoch, expires_in = taken if taken is not None else (None, lease.renew)
             except TRANSIENT as exc:
                 why = type(exc).__name__
@@ -364,6 +408,9 @@ class LeaseKeeper:
                 await set_within(self._nudged, self.clock, min(lease.renew, expires_in + EXPIRY_SLACK))
                 self._nudged.clear()
             return
+        if self._handing:
+            await self._release()
+            return
         due = lease.due(self.clock.boottime())
         if due is LeaseEvent.DEADLINE:
             self._feed(due)
@@ -372,7 +419,8 @@ class LeaseKeeper:
             self._feed(due)
             fence = Fence(self.shard, self.holder, lease.epoch)
             try:
-                renewed = await self._bounded(asyncio.ensure_future(self.leases.renew(fence, self.ttl)), lease.deadline)
+                renewed = await self._bounded(asyncio.ensure_future(self.leases.renew_claimed(fence, self.ttl)),
+                                              lease.deadline)
             except TRANSIENT as exc:
                 log.warning("shard %s: renew failed (%s)", self.shard, type(exc).__name__)
                 self._feed(LeaseEvent.FAILED)
@@ -380,11 +428,14 @@ class LeaseKeeper:
             if renewed is None:
                 self._feed(LeaseEvent.DEADLINE)
             else:
-                self._feed(LeaseEvent.RENEWED if renewed else LeaseEvent.REFUSED)
+                self._feed(LeaseEvent.RENEWED if renewed[0] else LeaseEvent.REFUSED)
+                if renewed[0] and renewed[1] and self.on_claimed is not None:
+                    self.on_claimed()
             return
         wake = lease.wake_at()
-        if wake is not None:
-            await self.clock.sleep(wake - self.clock.boottime())
+        if wake is not None:  # or at once, for a handback
+            await set_within(self._nudged, self.clock, wake - self.clock.boottime())
+            self._nudged.clear()
 
     async def served(self, within: float) -> Fence | None:
         """The fence once the shard is ours, waiting at most ``within`` seconds for it: the tree's other process
@@ -401,9 +452,31 @@ class LeaseKeeper:
         while True:
             await self.step()
 
+    async def hand_back(self) -> None:
+        """Give the shard up at :meth:`run`'s next step (at once) and go on wanting it as before: the tree that claimed
+        it takes it; this keeper's next acquire finds the claim and leaves the shard to it. Returns once released
+        (or once the shard was not ours anyway)."""
+        if not self.lease.serving:
+            return
+        self._handed.clear()
+        self._handing = True
+        self._nudged.set()
+        await self._handed.wait()
+
     async def release(self) -> None:
         """Give the shard up now (stop serving first, then free the row) if it is ours; :meth:`run` must be stopped."""
         self.wanted = False
+        await self._release()
+
+    async def _release(self) -> None:
+        self._handing = False
+        self._nudged.clear()
+        try:
+            await self._free()
+        finally:
+            self._handed.set()
+
+    async def _free(self) -> None:
         if not self.lease.serving:
             return
         epoch = self.lease.epoch

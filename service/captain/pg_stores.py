@@ -7,7 +7,10 @@ before any child started (``clankie run``).
 :class:`PgStores` opens a synchronous pool at construction (the lanes' and the ledger's ports are synchronous), and at
 :meth:`PgStores.hold` an async pool with a :class:`~clankie.store.leases.LeaseKeeper` for each shard of this tree
 (``CLANKIE_DISCORD_SHARD_IDS``, else every shard of the count; an unsharded bot is ``0/1``): each tries to take its
-shard once before the service takes turns, then keeps renewing it. A lane's writes, and a room's ledger lines,
+shard once before the service takes turns, then keeps renewing it. With ``CLANKIE_DISCORD_SHARD_TAKEOVER=any`` the
+other shards of the count get a keeper that only joins the tree's own lease (:func:`shard_wants`): the bridge takes
+another tree's shard, the service writes for it once joined, and loses it (its lanes dropped) when the bridge hands it
+back. A lane's writes, and a room's ledger lines,
 carry the fence of the room's shard: a shard this tree does not hold (another tree has it) is refused before the
 database (``NotHeld``), one whose lease went stale by the database's check (``StaleEpoch``, counted).
 
@@ -35,7 +38,7 @@ from clankie.store import database
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.lease import Action, Kind
-from clankie.store.leases import Fence, LeaseKeeper, PgLeases, shard_name
+from clankie.store.leases import Fence, LeaseKeeper, PgLeases, Want, shard_name
 from clankie.store.spend_pg import PgSpendLedger
 from service.captain.lanes import CaptainPaths, LanePlan
 from service.captain.stores import Stores
@@ -48,6 +51,17 @@ def tree_shards(settings: Settings) -> list[str]:
     count = settings.discord_shard_count or 1
     ids = settings.discord_shard_ids or tuple(range(count))
     return [shard_name(i, count) for i in ids]
+
+
+def shard_wants(settings: Settings) -> dict[str, Want]:
+    """Each shard the service keeps a lease keeper for: the preferred ones (taken, claimed back from a tree serving
+    them for this one), and with ``CLANKIE_DISCORD_SHARD_TAKEOVER=any`` every other shard of the count, joined only
+    (the tree's bridge takes another tree's shard when its gateway can serve it; the service follows)."""
+    wants = dict.fromkeys(tree_shards(settings), Want.PREFER)
+    if settings.discord_shard_takeover == "any" and settings.discord_shard_count is not None:
+        for i in range(settings.discord_shard_count):
+            wants.setdefault(shard_name(i, settings.discord_shard_count), Want.JOIN)
+    return wants
 
 
 class PgStores:
@@ -97,15 +111,14 @@ class PgStores:
         return self.lanes.lane(key, shard)
 
     async def hold(self, clock: Clock) -> None:
-        """Take each of this tree's shards once (so turns find their fences), then keep them in the background."""
+        """Try each shard once, all at once (so turns find their fences), then keep them in the background."""
         self._lease_pool = await database.open_pool(self._dsn, ttl=self._settings.lease_ttl_seconds, wait=False)
         leases = PgLeases(self._lease_pool)
-        for shard in tree_shards(self._settings):
-            keeper = LeaseKeeper(leases, shard, self.holder, clock, renew=self._settings.lease_renew_seconds,
-                                 ttl=self._settings.lease_ttl_seconds,
-                                 on_action=functools.partial(self._on_action, shard))
-            self.keepers[shard] = keeper
-            await keeper.step()
+        for shard, want in shard_wants(self._settings).items():
+            self.keepers[shard] = LeaseKeeper(leases, shard, self.holder, clock, renew=self._settings.lease_renew_seconds,
+                                              ttl=self._settings.lease_ttl_seconds, want=want,
+                                              on_action=functools.partial(self._on_action, shard))
+        await asyncio.gather(*(keeper.step() for keeper in self.keepers.values()))
         self._tasks = [asyncio.create_task(k.run(), name=f"lease-{k.shard}") for k in self.keepers.values()]
 
     def _on_action(self, shard: str, action: Action) -> None:

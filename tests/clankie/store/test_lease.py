@@ -7,7 +7,21 @@ import itertools
 
 import pytest
 
-from clankie.store.lease import IGNORED, LEASE_MARGIN, TRANSITIONS, Action, Kind, Lease, LeaseEvent, LeaseState, LeaseStateError
+from clankie.store.lease import (
+    IGNORED,
+    LEASE_MARGIN,
+    TRANSITIONS,
+    Action,
+    Kind,
+    Lease,
+    LeaseEvent,
+    LeaseState,
+    LeaseStateError,
+    Move,
+    RowNow,
+    Want,
+    decide,
+)
 
 RENEW, TTL = 2.0, 6.0
 
@@ -120,3 +134,39 @@ def test_every_pair_outside_the_table_raises_and_leaves_the_state(state: LeaseSt
 def test_the_window_must_hold_a_renew_period() -> None:
     with pytest.raises(ValueError, match="at least one renew period"):
         Lease(renew=5.0, ttl=5.5)
+
+
+ME, OTHER = "host:me", "host:other"
+
+
+@pytest.mark.parametrize(("want", "row", "move"), [
+    # this tree's own live lease is joined whatever it wants (its other process, or its next one)
+    (Want.PREFER, RowNow(ME, live=True), Move(take=True, join=True)),
+    (Want.TAKE, RowNow(ME, live=True, preferred=False), Move(take=True, join=True)),
+    (Want.JOIN, RowNow(ME, live=True), Move(take=True, join=True)),
+    # a join never takes: not a free row, not an expired one
+    (Want.JOIN, RowNow(None, live=False), Move()),
+    (Want.JOIN, RowNow(OTHER, live=False), Move()),
+    # free or expired: taken; another tree's expired lease is a takeover, a tree's own expired one is not
+    (Want.PREFER, RowNow(None, live=False), Move(take=True)),
+    (Want.TAKE, RowNow(None, live=False), Move(take=True)),
+    (Want.PREFER, RowNow(OTHER, live=False), Move(take=True, how="expired")),
+    (Want.TAKE, RowNow(OTHER, live=False, preferred=True), Move(take=True, how="expired")),
+    (Want.PREFER, RowNow(ME, live=False), Move(take=True)),
+    # released at this tree's claim: a handback; a stale claim of ours is not one
+    (Want.PREFER, RowNow(None, live=False, claimed_by=ME, claim_live=True), Move(take=True, how="handback")),
+    (Want.PREFER, RowNow(None, live=False, claimed_by=ME, claim_live=False), Move(take=True)),
+    # released for the tree that claims it: no third tree takes it while the claim is live, a preferring one may
+    (Want.TAKE, RowNow(None, live=False, claimed_by=OTHER, claim_live=True), Move()),
+    (Want.TAKE, RowNow(None, live=False, claimed_by=OTHER, claim_live=False), Move(take=True)),
+    (Want.PREFER, RowNow(None, live=False, claimed_by=OTHER, claim_live=True), Move(take=True)),
+    # live under another tree: claimed only by a tree that prefers it from one that does not
+    (Want.PREFER, RowNow(OTHER, live=True, preferred=False), Move(claim=True)),
+    (Want.PREFER, RowNow(OTHER, live=True, preferred=True), Move()),
+    (Want.TAKE, RowNow(OTHER, live=True, preferred=False), Move()),
+    (Want.JOIN, RowNow(OTHER, live=True, preferred=False), Move()),
+])
+def test_who_may_take_a_lease_row(want: Want, row: RowNow, move: Move) -> None:
+    """The acquire's rule: a tree takes its preferred shards when free or expired and claims one another tree serves
+    for it; with takeover ``any`` it takes any other shard free or expired and not claimed; a service only joins."""
+    assert decide(want, ME, row) == move

@@ -21,7 +21,7 @@ from clankie.metrics import METER
 from clankie.store import database
 from clankie.store.database import Pool
 from clankie.store.lease import Action, Kind, LeaseState
-from clankie.store.leases import Fence, LeaseKeeper, PgLeases, StaleEpoch, shard_name
+from clankie.store.leases import Fence, LeaseKeeper, PgLeases, StaleEpoch, Want, shard_name
 from clankie.testing.clock import FakeClock
 from tests.polling import until, until_probe
 
@@ -378,3 +378,57 @@ def test_a_standby_asks_again_as_the_holders_lease_expires_not_a_whole_period_la
             assert keeper.fence == Fence(SHARD, "standby", 3)
 
     asyncio.run(main())
+
+
+def test_a_shard_served_for_another_tree_is_claimed_by_the_tree_that_prefers_it_and_handed_back_at_once(dsn: str) -> None:
+    """Tree b took shard 0/2, which it does not prefer (``CLANKIE_DISCORD_SHARD_TAKEOVER=any``). Tree a, which prefers
+    it, comes back and claims it; b's next renew hears the claim and b hands the shard back: released at once, not at
+    its TTL. While the claim is live no third tree takes the released row, nor b again, nor b's service; a takes it at
+    the next epoch, counted as a handback, and the claim is gone."""
+    clock = FakeClock()
+    actions: list[Action] = []
+    claims: list[str] = []
+
+    def handbacks() -> float:
+        report = METER.report()
+        assert report is not None
+        return sum(s.value for s in report.counters.get("clankie_lease_takeovers_total", ()) if s.labels == ("handback",))
+
+    async def main() -> None:
+        async with leases_on(dsn) as leases:
+            b = LeaseKeeper(leases, SHARD, "b", clock, renew=2.0, ttl=6.0, want=Want.TAKE, on_action=actions.append,
+                            on_claimed=lambda: claims.append("b"))
+            await b.step()
+            assert fence_of(b) == Fence(SHARD, "b", 1)
+            assert rows(dsn, "SELECT preferred, claimed_by FROM clankie_shard_lease") == [(False, None)]
+            refused, left = await leases.try_acquire(SHARD, "c", 6.0, Want.TAKE)
+            assert refused is None and 5.0 < left <= 6.0  # b's live lease: c asks again as it would expire
+            assert rows(dsn, "SELECT claimed_by FROM clankie_shard_lease") == [(None,)]  # c does not prefer it
+            assert (await leases.try_acquire(SHARD, "a", 6.0, Want.PREFER))[0] is None  # b's lease is live: a claims
+            assert rows(dsn, "SELECT claimed_by FROM clankie_shard_lease") == [("a",)]
+
+            clock.advance(2.0)
+            await b.step()  # the renew: still b's, and claimed
+            assert (fence_of(b), claims) == (Fence(SHARD, "b", 1), ["b"])
+            await asyncio.gather(b.hand_back(), b.step())  # the owner hands it back; the keeper's next step releases
+            assert (state_of(b), fence_of(b)) == (LeaseState.RELEASED, None)
+            assert actions[-1] == Action(Kind.STOP_SERVING, 1, "released")
+
+            assert await leases.try_acquire(SHARD, "c", 6.0, Want.TAKE) == (None, float("inf"))  # claimed: not c's
+            assert await leases.try_acquire(SHARD, "b", 6.0, Want.JOIN) == (None, float("inf"))  # b's service
+            again = asyncio.create_task(b.step())  # b still wants it as before (another's shard): the claim keeps it off
+            await until(lambda: state_of(b) is LeaseState.UNHELD and clock.sleepers == 1, 10, "b refused, waiting")
+            again.cancel()
+            assert await leases.try_acquire(SHARD, "a", 6.0, Want.PREFER) == (2, 0.0)
+            assert handbacks() == 1.0
+            assert rows(dsn, "SELECT holder, epoch, preferred, claimed_by, taken_from FROM clankie_shard_lease") == [
+                ("a", 2, True, None, None)]  # a handback is no takeover of an expired lease
+            assert (await leases.try_acquire(SHARD, "b", 6.0, Want.TAKE))[0] is None  # a's now, and a prefers it
+            assert (await leases.try_acquire(SHARD, "d", 6.0, Want.PREFER))[0] is None  # d prefers it too: no claim
+            assert rows(dsn, "SELECT holder, claimed_by FROM clankie_shard_lease") == [("a", None)]
+
+    METER.enabled = True
+    try:
+        asyncio.run(main())
+    finally:
+        METER.reset()

@@ -43,9 +43,10 @@ def test_the_files_profile_never_loads_the_driver() -> None:
         ({"CLANKIE_LEASE_RENEW_SECONDS": "3"}, "CLANKIE_LEASE_TTL_SECONDS (6) must be at least twice CLANKIE_LEASE_RENEW_SECONDS plus 1 s (7)"),
         ({"CLANKIE_LEASE_RENEW_SECONDS": "0"}, "CLANKIE_LEASE_RENEW_SECONDS: Input should be greater than 0"),
         ({"CLANKIE_DISCORD_SHARD_TAKEOVER": "some"}, "CLANKIE_DISCORD_SHARD_TAKEOVER: Input should be 'none' or 'any'"),
-        ({"CLANKIE_DISCORD_SHARD_TAKEOVER": "any"}, "CLANKIE_DISCORD_SHARD_TAKEOVER=any is not built yet"),
+        ({"CLANKIE_DISCORD_SHARD_TAKEOVER": "any"}, "CLANKIE_DISCORD_SHARD_TAKEOVER=any needs CLANKIE_STORE=postgres"),
         ({"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": "host=/x", "CLANKIE_DISCORD_SHARD_TAKEOVER": "any"},
-         "CLANKIE_DISCORD_SHARD_TAKEOVER=any is not built yet"),
+         "CLANKIE_DISCORD_SHARD_TAKEOVER=any needs CLANKIE_DISCORD_SHARD_COUNT"),
+        ({"CLANKIE_LEASE_HANDBACK_SECONDS": "-1"}, "CLANKIE_LEASE_HANDBACK_SECONDS: Input should be greater than or equal to 0"),
         ({"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": f"host=/x password={SECRET} nonsense"},
          "CLANKIE_POSTGRES_DSN is not a libpq connection string or postgresql:// URL"),
     ],
@@ -65,6 +66,14 @@ def test_the_postgres_profile_reads_the_dsn_and_the_lease_numbers() -> None:
     assert (s.store, s.lease_renew_seconds, s.lease_ttl_seconds, s.discord_shard_takeover) == ("postgres", 1.0, 3.0, "none")
     assert s.postgres_password() is not None and s.postgres_password().get_secret_value() == SECRET  # type: ignore[union-attr]
     assert SECRET not in repr(s)
+
+
+def test_takeover_any_is_the_postgres_profile_of_a_sharded_bot() -> None:
+    """``any`` with a shard count in the postgres profile; the handback's bound is 30 s unless said."""
+    s = settings.load({"HOME": "/h", "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": "host=/x",
+                       "CLANKIE_DISCORD_SHARD_COUNT": "2", "CLANKIE_DISCORD_SHARD_IDS": "0",
+                       "CLANKIE_DISCORD_SHARD_TAKEOVER": "any"})
+    assert (s.discord_shard_takeover, s.lease_handback_seconds) == ("any", 30.0)
 
 
 def test_the_dsn_comes_from_the_systemd_credential_unless_the_variable_is_set(tmp_path: Path) -> None:
