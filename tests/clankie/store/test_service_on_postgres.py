@@ -180,3 +180,19 @@ def test_a_run_live_when_the_shard_is_lost_fails_as_moved_at_once(env: dict[str,
                 never.set()
 
     run(body(), timeout=60)
+
+
+def test_the_service_keeps_its_preferred_shards_and_with_takeover_any_joins_every_other() -> None:
+    """The service takes (and claims back) the shards its tree prefers; with ``any`` it keeps a keeper for every
+    other shard of the count that only joins its tree's lease (its bridge takes such a shard; the service follows)."""
+    from clankie import settings
+    from clankie.store.leases import Want
+    from service.captain.pg_stores import shard_wants
+
+    base = {"HOME": "/h", "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": "host=/x",
+            "CLANKIE_DISCORD_SHARD_COUNT": "3", "CLANKIE_DISCORD_SHARD_IDS": "1"}
+    assert shard_wants(settings.load(base)) == {"1/3": Want.PREFER}
+    assert shard_wants(settings.load({**base, "CLANKIE_DISCORD_SHARD_TAKEOVER": "any"})) == {
+        "1/3": Want.PREFER, "0/3": Want.JOIN, "2/3": Want.JOIN}
+    assert shard_wants(settings.load({"HOME": "/h", "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": "host=/x"})) == {
+        "0/1": Want.PREFER}
