@@ -7,15 +7,14 @@ for every other shard of the count, and tells the app which shards the gateway i
 (:meth:`ShardLeases.gateway_keys`, :meth:`ShardLeases.next_gateway`; :attr:`ShardLeases.changed` when that may have
 moved):
 
-* ``none``: every preferred shard once all are ours, else none (a tree whose shard another tree holds waits, without
-  an IDENTIFY, until that lease is released or expires). A lease that stops being ours (its renew refused, or its
-  local deadline passed before the lease could expire on the database) closes the gateway at once: another tree may
-  be taking the shard.
-* ``any``: every shard served, whoever prefers it; a shard of another tree's is taken only when its lease is free or
-  expired and nobody claims it. When the tree that prefers it comes back, it claims the shard; at this tree's next
-  renew :meth:`_claimed` hands it back: the gateway stops running it, its open deliveries end (bounded), the
-  bridge's writes land, then the lease is released for the claimant (``quiesce``; docs/multi-machine.md,
-  "Takeover and handback").
+* the gateway runs every shard whose lease is ours (a tree whose shards other trees hold runs none and waits, without
+  an IDENTIFY, until a lease is released or expires). A lease that stops being ours (its renew refused, or its local
+  deadline passed before the lease could expire on the database) takes its shard out at once: another tree may be
+  taking it; the gateway opens again on the rest, which RESUME.
+* with ``any`` a shard of another tree's is taken only when its lease is free or expired and nobody claims it. When
+  the tree that prefers it comes back, it claims the shard; at this tree's next renew :meth:`_claimed` hands it
+  back: the gateway stops running it, its open deliveries end (bounded), the bridge's writes land, then the lease is
+  released for the claimant (``quiesce``; docs/multi-machine.md, "Takeover and handback").
 
 The bridge does not release its leases when it stops: the tree's service keeps them (a bridge restarted alone
 joins them at the same epoch and RESUMEs), and releases them when the tree stops. A lease taken at another epoch
@@ -29,8 +28,7 @@ holds its admitted messages back until the new session has read each room's hist
 A tree is named on its leases by :func:`clankie.store.leases.tree_holder`: its host and its state directory. Its
 service keeps the same leases under the same name (for the writes of its lanes and its ledger); the tree's next
 bridge (after a crash, a spare's take-over) is the same holder and takes a live lease back at once, epoch unchanged
-(:meth:`clankie.store.leases.PgLeases.acquire`); another tree waits for the TTL. The gateway closes whole on a loss
-(every shard this process runs), a coarser step than one shard's session; docs/multi-machine.md says so.
+(:meth:`clankie.store.leases.PgLeases.acquire`); another tree waits for the TTL.
 """
 
 from __future__ import annotations
@@ -90,7 +88,6 @@ class ShardLeases:
             for name in self.keys
         }
         self.quiesce = quiesce
-        self.takeover_any = bool(others)
         self.serving: set[str] = set()
         self.handing: set[str] = set()  # served for another tree that claimed them: being handed back
         self.changed = asyncio.Event()  # the set of shards the gateway is to run (:meth:`gateway_keys`) may have moved
@@ -133,10 +130,9 @@ class ShardLeases:
         return self._all_held.is_set()
 
     def gateway_keys(self) -> list[tuple[int, int]]:
-        """The shards the gateway is to run now, by id. ``none``: every preferred shard once all are ours, else none
-        (a standby waits whole). ``any``: every shard served, but one being handed back."""
-        if not self.takeover_any:
-            return sorted(self.keys[s] for s in self.preferred) if self.held else []
+        """The shards the gateway is to run now, by id: every shard whose lease is ours, but one being handed back.
+        A shard whose lease another tree holds is simply not run (a standby runs none); a lease lost takes its shard
+        out and the gateway opens again on the rest, each of which RESUMEs."""
         return sorted(self.keys[s] for s in self.serving - self.handing)
 
     async def next_gateway(self) -> list[tuple[int, int]]:

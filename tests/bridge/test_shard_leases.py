@@ -20,21 +20,21 @@ def held(leases: ShardLeases) -> bool:  # a call each time (mypy would take two 
     return leases.held
 
 
-def test_the_gateway_may_open_only_once_every_shard_is_held_and_a_loss_closes_it() -> None:
-    """``CLANKIE_DISCORD_SHARD_TAKEOVER=none``: the gateway runs every preferred shard or none; each move is told."""
+def test_the_gateway_runs_the_shards_whose_leases_are_ours_and_a_loss_takes_its_shard_out() -> None:
+    """Each move is told (``changed``); the gateway runs the held shards, none while another tree holds them all."""
     two = leases()
-    assert not held(two) and two.detail() == "leases: 0/2 unheld, 1/2 unheld"
+    assert not held(two) and two.gateway_keys() == [] and two.detail() == "leases: 0/2 unheld, 1/2 unheld"
     two.on_action("0/2", Action(Kind.SERVE, 3))
-    assert not held(two) and two.gateway_keys() == []  # shard 1 is another tree's: no gateway for shard 0 alone
+    assert not held(two) and two.gateway_keys() == [(0, 2)]  # shard 1 is another tree's: shard 0 runs alone
     two.changed.clear()
     two.on_action("1/2", Action(Kind.SERVE, 1))
     assert held(two) and two.gateway_keys() == [(0, 2), (1, 2)] and two.changed.is_set()
     two.changed.clear()
     two.on_action("1/2", Action(Kind.STOP_SERVING, 1, "taken"))
-    assert not held(two) and two.gateway_keys() == [] and two.changed.is_set()  # the gateway closes
+    assert not held(two) and two.gateway_keys() == [(0, 2)] and two.changed.is_set()  # shard 1 out, at once
     assert two.report()["holder"] == "host:0123abcd"
     two.on_action("1/2", Action(Kind.SERVE, 2))
-    assert held(two) and two.gateway_keys() == [(0, 2), (1, 2)]  # back: the gateway opens again
+    assert held(two) and two.gateway_keys() == [(0, 2), (1, 2)]  # back: the gateway opens again on both
 
 
 def test_each_shard_is_drained_once_per_epoch_this_process_takes_it_and_told_whether_the_tenure_is_new(

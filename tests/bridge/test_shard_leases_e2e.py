@@ -54,7 +54,7 @@ class Tree:
 
 
 @asynccontextmanager
-async def bridge(root: Path, fake: FakeDiscord, dsn: str) -> AsyncIterator[Tree]:
+async def bridge(root: Path, fake: FakeDiscord, dsn: str, extra: dict[str, str] | None = None) -> AsyncIterator[Tree]:
     state = root / "state"
     state.mkdir(parents=True, mode=0o700)
     with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as rt:  # short: a socket path fits in 107 bytes
@@ -66,7 +66,7 @@ async def bridge(root: Path, fake: FakeDiscord, dsn: str) -> AsyncIterator[Tree]
                "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DISCORD_TOKEN": fake.token,
                "CLANKIE_DISCORD_API_BASE": fake.api_base, "CLANKIE_DISCORD_GUILD_IDS": GUILD,
                "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn,
-               "CLANKIE_LEASE_RENEW_SECONDS": RENEW, "CLANKIE_LEASE_TTL_SECONDS": TTL}
+               "CLANKIE_LEASE_RENEW_SECONDS": RENEW, "CLANKIE_LEASE_TTL_SECONDS": TTL, **(extra or {})}
         err = root / "bridge.stderr"
         with err.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bridge", env=env,
@@ -214,5 +214,55 @@ def test_a_bridge_paused_past_its_lease_wakes_and_admits_nothing_the_other_tree_
                     assert a.service.submits == [] and [s.delivery_id for s in b.service.submits] == [said]
                     assert len(fake.posts_in(CHAN)) == 1
                     assert lease(postgres_dsn) == (holder_id(b.state), 2)
+
+    asyncio.run(main())
+
+
+def test_a_lost_lease_takes_only_its_shard_out_of_the_gateway_and_the_others_go_on(tmp_path: Path,
+                                                                                  postgres_dsn: str) -> None:
+    """A bridge on shards 0 and 1 of 2 loses shard 1's lease (another tree took it): the gateway opens again on shard
+    0 alone, RESUMEd, and shard 0's room is answered meanwhile; shard 1's question stays with Discord and is answered
+    once the lease is back, replayed by the RESUME of shard 1's session. No IDENTIFY after the first two."""
+    g0, g1 = str(1000 << 22), str(1001 << 22)
+    c0, c1 = "4194304101", "4194304201"
+
+    def running(fake: FakeDiscord) -> list[int]:
+        return sorted(shard[0] for shard in fake.shards_connected() if shard is not None)
+
+    def sessions() -> list[str]:
+        with psycopg.connect(postgres_dsn) as conn:
+            return sorted(str(r[0]) for r in conn.execute("SELECT shard FROM clankie_gateway_session").fetchall())
+
+    def holders() -> dict[str, str | None]:
+        with psycopg.connect(postgres_dsn) as conn:
+            return {str(r[0]): r[1] for r in conn.execute("SELECT shard, holder FROM clankie_shard_lease").fetchall()}
+
+    async def main() -> None:
+        database.prepare(postgres_dsn)
+        fake = FakeDiscord(guilds={g0: [c0], g1: [c1]}, shards=2)
+        await fake.start()
+        try:
+            extra = {"CLANKIE_DISCORD_GUILD_IDS": f"{g0},{g1}", "CLANKIE_DISCORD_SHARD_COUNT": "2"}
+            async with bridge(tmp_path / "a", fake, postgres_dsn, extra) as a:
+                await until(lambda: running(fake) == [0, 1], 30, "both shards' sessions")
+                await until(lambda: sessions() == ["0/2", "1/2"], 30, "both sessions kept in the database")
+                me = holder_id(a.state)
+                assert holders() == {"0/2": me, "1/2": me} and fake.identifies == 2
+                execute(postgres_dsn, "UPDATE clankie_shard_lease SET holder = 'elsewhere', epoch = epoch + 1, "
+                                      "expires_at = now() + interval '1 hour' WHERE shard = '1/2'")
+                await until(lambda: "shard 1/2: lease no longer ours" in a.log(), 30, "shard 1's refused renew")
+                await until(lambda: running(fake) == [0], 30, "the gateway on shard 0 alone")
+                there = str((await fake.message(c1, "clankie, anyone on shard 1?", author_id=PERSON))["id"])
+                here = str((await fake.message(c0, "clankie, shard 0?", author_id=PERSON))["id"])
+                await until(lambda: len(fake.posts_in(c0)) == 1, 30, "shard 0's room answered")
+                assert [s.delivery_id for s in a.service.submits] == [here] and fake.posts_in(c1) == []
+
+                execute(postgres_dsn, "UPDATE clankie_shard_lease SET holder = NULL, expires_at = '-infinity' "
+                                      "WHERE shard = '1/2'")
+                await until(lambda: len(fake.posts_in(c1)) == 1, 30, "shard 1's question answered once it is back")
+                assert running(fake) == [0, 1] and fake.identifies == 2  # every reopening RESUMEd
+                assert [s.delivery_id for s in a.service.submits] == [here, there]
+        finally:
+            await fake.close()
 
     asyncio.run(main())
