@@ -462,6 +462,7 @@ class BridgeApp:
                                  transient=TRANSIENT, retry=s.lease_renew_seconds)
         if self.keeper is not None:
             self.keeper.mirror = self.store
+        self.bridge.room_ours = self._room_ours
         store, count = self.store, s.discord_shard_count
         self.ingress.on_forget = lambda message_id, room: store.discard(room_shard(room, count), message_id)
         return leases
@@ -505,6 +506,15 @@ class BridgeApp:
         self._taken(shard, anew)
         if len(self._taken_open) > held_back and self.port.client is not None:  # the session is up already: read now
             self._on_session(frozenset({shard[0]}))
+
+    def _room_ours(self, room: Room) -> bool:
+        """The postgres profile: a reply is posted only while the lease of the room's shard is ours and inside its
+        local deadline. A turn whose shard moved while it ran (a pause past the lease, a handback past its bound) is
+        the new holder's to answer: its drain runs the delivery again after reading the room. What is left open is the
+        one HTTP call between this check and Discord."""
+        if self.leases is None:
+            return True
+        return self.leases.current(self.clock.boottime(), [room_shard(room, self.settings.discord_shard_count)])
 
     def _unleased(self) -> bool:
         """The postgres profile: whether a message must not be admitted, the shard's lease no longer surely ours (past

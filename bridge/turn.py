@@ -61,6 +61,7 @@ class Posting:
     attachment_root: Path
     upload_limit: int
     failure_reaction: str  # "" for none
+    ours: Callable[[Room], bool]  # whether the room's shard is still this tree's to post in (the postgres profile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,9 @@ class TurnHolder:
             result = await submit
         finally:
             submit.cancel()
+        if result.outcome.visible and not self.posting.ours(room):  # the shard moved meanwhile: its new tree answers
+            log.warning("delivery %s: its room's shard is another tree's now; the reply is not posted", did)
+            result = TurnResult.failed(Code.CAPTAIN_SHARD_MOVED, turn_id=result.turn_id)
         self._answered_meanwhile(peers.ingress.settle(room.channel_id, result.outcome, peers.clock.wall()), room)
         await peers.cards.end(did)  # however the turn ended, before its reply goes out
         delivered = await self._post(held, result) if result.outcome.visible else Delivered(())

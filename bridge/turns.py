@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bridge.admission import (
@@ -107,6 +107,8 @@ class Bridge:
         self.journal = journal
         self.clock = clock
         self.failure_reaction = failure_reaction
+        # the postgres profile: whether a room's shard lease is still this tree's, asked before a reply is posted
+        self.room_ours: Callable[[Room], bool] = lambda room: True
         self.cards = Cards(port, clock, enabled=tool_card)
         self.turns = TurnState()  # the one owner of the held deliveries and the counters
         retry = retry or RetryPolicy()
@@ -119,7 +121,7 @@ class Bridge:
         self.holder = TurnHolder(
             self.turns,
             self.ledger,
-            Posting(port, retry, redact, attachment_root, upload_limit, failure_reaction),
+            Posting(port, retry, redact, attachment_root, upload_limit, failure_reaction, lambda room: self.room_ours(room)),
             Peers(ingress, self.link, self.cards, clock),
             Signs(react_refused=self._react_refused, answered=self._unpace),
         )

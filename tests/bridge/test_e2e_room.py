@@ -118,6 +118,28 @@ def test_a_turn_whose_shard_moved_to_another_tree_shows_nothing_in_the_room(env:
     asyncio.run(main())
 
 
+def test_a_reply_whose_rooms_shard_moved_while_the_turn_ran_is_not_posted(env: dict[str, str]) -> None:
+    """The postgres profile fences the post too: a settled reply is posted only while the room's shard lease is this
+    tree's. One whose shard moved while the turn ran (a pause past the lease, a handback past its bound) closes failed
+    ``captain_shard_moved`` with no post and no sign: the new holder's drain answers it after reading the room."""
+    ours = {"yes": True}
+
+    async def moved_meanwhile(conn: ipc.Connection, sub: TurnSubmit) -> TurnResult:
+        ours["yes"] = False  # the lease went while the model wrote
+        return TurnResult.settled("late words", turn_id="t1")
+
+    async def main() -> None:
+        h: Harness
+        async with running(env, script=moved_meanwhile) as h:
+            h.app.bridge.room_ours = lambda room: ours["yes"]
+            mention = await speak(h, "are you there", mention_bot=True)
+            assert h.outcomes(mention) == ["accepted", "failed"]
+            assert h.fake.posts == [] and h.fake.reactions == {}
+            assert [r.get("reason") for r in h.receipts() if r["outcome"] == "failed"] == ["captain_shard_moved"]
+
+    asyncio.run(main())
+
+
 def tool(sub: TurnSubmit, call_id: str, name: str, host: str | None = None, *, active: bool = True) -> ToolActivity:
     return ToolActivity(delivery_id=sub.delivery_id, call_id=call_id, tool=name, host=host, active=active)
 
