@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.failover import p, responder, settle, traffic
+from bench.failover import answered, p, responder, settle, traffic
 from clankie.store import database
 from clankie.store.leases import tree_holder
 from clankie.testing.fake_discord import FakeDiscord
@@ -62,9 +62,9 @@ async def answer(discord: FakeDiscord, text: str, since: float, window: float) -
     return None
 
 
-def asked_model(tree: Tree, before: int) -> Callable[[], bool]:
-    """Whether ``tree``'s model double was asked anything past its first ``before`` requests."""
-    return lambda: len(tree.anthropic.requests) > before
+def replied(discord: FakeDiscord, message_id: str) -> Callable[[], bool]:
+    """Whether the fact room has a reply after ``message_id`` (its own, or the run's it was absorbed into)."""
+    return lambda: answered(discord, FACT, message_id)
 
 
 async def until(check: Callable[[], bool], window: float) -> float | None:
@@ -125,11 +125,10 @@ async def profile(root: Path, dsn: str, takeover: str, args: argparse.Namespace)
                         held = await until(lambda: (lease_row(dsn, "0/2") or ("", 0))[0] == mine, args.window)
                         handbacks.append(None if held is None else time.monotonic() - back)
                     await a.ready(120)
-                    before = len(a.anthropic.requests)
                     again = str((await discord.message(FACT, "clankie, what is the door code?", author_id=PERSON))["id"])
                     asked.append((FACT, again))
-                    await until(asked_model(a, before), args.window)
-                    by_a += len(a.anthropic.requests) > before
+                    await until(replied(discord, again), args.window)
+                    by_a += (a.outcome_of(again) or {}).get("outcome") == "settled"  # A's tree answered it
                     print(f"  {takeover} round {n + 1}: answered in {took if took is None else round(took, 2)} s; "
                           f"back → handback {handbacks[-1] if handbacks else '-'}", flush=True)
             finally:
