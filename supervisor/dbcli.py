@@ -66,14 +66,17 @@ def _status(dsn: str, as_json: bool) -> int:
         leases = [{"shard": r.shard, "holder": r.holder, "epoch": r.epoch,
                    "expires_in_s": round(r.expires_in, 3) if math.isfinite(r.expires_in) else None,
                    "taken_from": r.taken_from,
-                   "taken_ago_s": None if r.taken_ago is None else round(r.taken_ago, 3)} for r in rows]
+                   "taken_ago_s": None if r.taken_ago is None else round(r.taken_ago, 3),
+                   "preferred": r.preferred, "claimed_by": r.claimed_by} for r in rows]
         print(json.dumps({"schema": {"version": version, "known": migrations.latest()}, "leases": leases}))
         return 0
     print(f"schema version {version} (this tree knows {migrations.latest()})")
     for r in rows:
         expiry = f"expires in {r.expires_in:.1f}s" if r.expires_in > 0 else "expired" if math.isfinite(r.expires_in) else "free"
         taken = "" if r.taken_ago is None else f"; last taken over from {r.taken_from} {r.taken_ago:.0f}s ago"
-        print(f"shard {r.shard}: {r.holder or '-'} at epoch {r.epoch}, {expiry}{taken}")
+        other = "" if r.preferred or r.holder is None else "; served for another tree"
+        claim = "" if r.claimed_by is None else f"; claimed by {r.claimed_by}"
+        print(f"shard {r.shard}: {r.holder or '-'} at epoch {r.epoch}, {expiry}{other}{claim}{taken}")
     if not rows:
         print("no shard has a lease yet")
     return 0

@@ -91,6 +91,8 @@ class LeaseRow:
     expires_in: float
     taken_from: str | None = None  # the last takeover: whose expired lease this shard was taken from
     taken_ago: float | None = None  # and how many seconds ago, on the database's clock
+    preferred: bool = True  # whether the holder prefers the shard (False: served for another tree, takeover any)
+    claimed_by: str | None = None  # a live claim on it: the tree that prefers it, waiting for the handback
 
 
 EXPIRY_SLACK = 0.05
@@ -291,18 +293,23 @@ class SyncFencing:
             yield conn, fence.epoch
 
 
-# taken_from and taken_at came with migration 0005: read through to_jsonb, an older schema answers None for them
+# taken_from and taken_at came with migration 0005, preferred and the claim with 0007: read through to_jsonb, an older
+# schema answers None for them; a claim is shown while younger than a minute (its claimant renews it every try)
 ROWS_SQL = b"""
 SELECT shard, holder, epoch,
        CASE WHEN isfinite(expires_at) THEN extract(epoch FROM expires_at - now())::float8 ELSE '-Infinity'::float8 END,
-       to_jsonb(l) ->> 'taken_from', extract(epoch FROM now() - (to_jsonb(l) ->> 'taken_at')::timestamptz)::float8
+       to_jsonb(l) ->> 'taken_from', extract(epoch FROM now() - (to_jsonb(l) ->> 'taken_at')::timestamptz)::float8,
+       coalesce((to_jsonb(l) ->> 'preferred')::boolean, true),
+       CASE WHEN (to_jsonb(l) ->> 'claimed_at')::timestamptz > now() - interval '1 minute'
+            THEN to_jsonb(l) ->> 'claimed_by' END
 FROM clankie_shard_lease l ORDER BY split_part(shard, '/', 2)::int, split_part(shard, '/', 1)::int
 """
 
 
 def _row(raw: tuple[object, ...]) -> LeaseRow:
     return LeaseRow(str(raw[0]), None if raw[1] is None else str(raw[1]), int(str(raw[2])), float(str(raw[3])),
-                    None if raw[4] is None else str(raw[4]), None if raw[5] is None else float(str(raw[5])))
+                    None if raw[4] is None else str(raw[4]), None if raw[5] is None else float(str(raw[5])),
+                    bool(raw[6]), None if raw[7] is None else str(raw[7]))
 
 
 async def read_rows(pool: Pool) -> list[LeaseRow]:

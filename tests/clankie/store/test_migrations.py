@@ -126,15 +126,21 @@ def test_clankie_db_status_shows_the_schema_and_every_shards_lease(tmp_path: Pat
         conn.execute("INSERT INTO clankie_shard_lease (shard, holder, epoch, expires_at) VALUES "
                      "('1/2', 'tree-b', 4, now() + interval '1 hour'), ('0/2', NULL, 2, '-infinity'), "
                      "('3/4', 'tree-a', 1, now() - interval '1 minute')")
+        conn.execute("INSERT INTO clankie_shard_lease (shard, holder, epoch, expires_at, preferred, claimed_by, "
+                     "claimed_at) VALUES ('0/4', 'tree-b', 3, now() + interval '1 hour', false, 'tree-a', now())")
     done = _clankie(tmp_path, postgres_dsn, "db", "status")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[0] == f"schema version {migrations.latest()} (this tree knows {migrations.latest()})"
     assert lines[1] == "shard 0/2: - at epoch 2, free"
     assert lines[2].startswith("shard 1/2: tree-b at epoch 4, expires in 3") and lines[2].endswith("s")
-    assert lines[3] == "shard 3/4: tree-a at epoch 1, expired"
+    assert lines[3].startswith("shard 0/4: tree-b at epoch 3, expires in 3")
+    assert lines[3].endswith("s; served for another tree; claimed by tree-a")  # a handback under way
+    assert lines[4] == "shard 3/4: tree-a at epoch 1, expired"
     as_json = _clankie(tmp_path, postgres_dsn, "db", "status", "--json")
     parsed = json.loads(as_json.stdout)
     assert parsed["schema"] == {"version": migrations.latest(), "known": migrations.latest()}
-    assert [(r["shard"], r["holder"], r["epoch"]) for r in parsed["leases"]] == [("0/2", None, 2), ("1/2", "tree-b", 4), ("3/4", "tree-a", 1)]
-    assert parsed["leases"][0]["expires_in_s"] is None and parsed["leases"][1]["expires_in_s"] > 3000 > 0 > parsed["leases"][2]["expires_in_s"]
+    assert [(r["shard"], r["holder"], r["epoch"]) for r in parsed["leases"]] == [
+        ("0/2", None, 2), ("1/2", "tree-b", 4), ("0/4", "tree-b", 3), ("3/4", "tree-a", 1)]
+    assert [(r["preferred"], r["claimed_by"]) for r in parsed["leases"]][2] == (False, "tree-a")
+    assert parsed["leases"][0]["expires_in_s"] is None and parsed["leases"][1]["expires_in_s"] > 3000 > 0 > parsed["leases"][3]["expires_in_s"]
