@@ -16,8 +16,6 @@ unreachable or newer than this release.
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +39,6 @@ if TYPE_CHECKING:  # the driver is imported only when a migration runs
 
 KINDS = ("rooms", "system", "turns")
 """The lane directories under ``<state>/captain``: rooms' lanes, system actors' lanes, privileged one-shots."""
-LEASE_SECONDS = 600.0  # the migration's hold on each shard it writes for; released at the end
 
 
 @dataclass
@@ -83,7 +80,8 @@ def migrate(settings: Settings, out: list[str]) -> Report:
     """Copy the file state under ``settings.state_dir`` into the database; ``out`` gets one line per step."""
     from clankie.store import database
     from clankie.store.lanes_pg import PgLaneTrees
-    from clankie.store.leases import Fence, PgLeases, shard_name
+    from clankie.store.leases import shard_name
+    from clankie.store.migrating import LEASE_SECONDS, holding
     from clankie.store.spend_pg import PgSpendLedger
 
     if settings.postgres_dsn is None:
@@ -94,47 +92,19 @@ def migrate(settings: Settings, out: list[str]) -> Report:
     count = settings.discord_shard_count
     lanes = [(key, d, room_shard(lane_room(key.split("/", 1)[0], d.name), count)) for key, d in lane_dirs(paths)]
     shards = sorted({shard_name(*s) for _, _, s in lanes})
-    holder = f"migrate@{socket.gethostname()[:64]}"
-    fences: dict[str, Fence] = {}
     report = Report()
-
-    async def take() -> list[str]:
-        pool = await database.open_pool(dsn, ttl=LEASE_SECONDS)
-        try:
-            leases, held = PgLeases(pool), []
-            for shard in shards:
-                epoch = await leases.acquire(shard, holder, LEASE_SECONDS)
-                if epoch is None:
-                    held.append(shard)
-                else:
-                    fences[shard] = Fence(shard, holder, epoch)
-            return held
-        finally:
-            await pool.close()
-
-    async def give_back() -> None:
-        pool = await database.open_pool(dsn, ttl=LEASE_SECONDS)
-        try:
-            for fence in fences.values():
-                await PgLeases(pool).release(fence)
-        finally:
-            await pool.close()
-
-    held = asyncio.run(take())
-    try:
-        if held:
-            report.conflicts.append(f"shards held by a running tree: {', '.join(held)} (stop it, then migrate)")
+    with holding(dsn, shards) as held:
+        if held.refused:
+            report.conflicts.append(f"shards held by a running tree: {', '.join(held.refused)} (stop it, then migrate)")
             return report
         pool = database.open_sync_pool(dsn, ttl=LEASE_SECONDS)
         try:
-            trees = PgLaneTrees(pool, fences.get)
+            trees = PgLaneTrees(pool, held.fences.get)
             for key, directory, shard in lanes:
                 _copy_lane(FileLaneTree(directory), trees.lane(key, shard), key, report)
-            _copy_spend(FileSpendLedger(paths.root / "spend"), PgSpendLedger(pool, fences.get), report)
+            _copy_spend(FileSpendLedger(paths.root / "spend"), PgSpendLedger(pool, held.fences.get), report)
         finally:
             pool.close()
-    finally:
-        asyncio.run(give_back())
     out.append(f"lanes: {report.lanes} ({report.segments} segments, {report.records} records copied); "
                f"spend: {report.days} days ({report.lines} lines); already in the database: {report.already}")
     return report
