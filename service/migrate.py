@@ -4,10 +4,12 @@ An operator who outgrows one machine keeps every room's memory: each lane's sess
 record, under ``<state>/captain/{rooms,system,turns}/``) and the spend ledger's day files are copied into the
 database the ``postgres`` profile reads (``CLANKIE_POSTGRES_DSN``, or the credential ``postgres_dsn``), whatever
 ``CLANKIE_STORE`` says now. It runs beside no tree: it takes the lease of every shard it writes for (as holder
-``migrate@<host>``) and refuses when a tree holds one. What it does is idempotent: a segment or a day already in the
-database with as many records as on disk is left alone (a second run copies nothing); one that differs is a
-conflict, reported and not overwritten (exit 1). Each copied lane is read back and counted against the files.
-The bridge's dedupe memory is not copied: the bridge's store is still its own files (docs/multi-machine.md).
+``migrate@<host>``, :mod:`clankie.store.migrating`) and refuses when a tree holds one. What it does is idempotent:
+a segment or a day already in the database with as many records as on disk is left alone (a second run copies
+nothing); one that differs is a conflict, reported and not overwritten (exit 1). Each copied lane is read back and
+counted against the files.
+The bridge's dedupe memory and its journal's open deliveries are the bridge's part (``bridge/migrate.py``), run by
+``clankie migrate`` after this one, as its own process (docs/multi-machine.md, "Moving a tree's past").
 
 Run in the service package because the file adapters are the service's (the supervisor talks to it as a process,
 never by import). Exit 0: copied (or nothing to copy); 1: a conflict or a held shard; 78: no DSN, or the database
