@@ -44,7 +44,7 @@ from clankie.secrets import receive as receive_secrets
 from clankie.settings import Settings, load
 from clankie.shards import room_shard
 from clankie.store.journal_ports import JournalRefused, Line, StoredLines
-from clankie.store.ports import Shard, signed_key
+from clankie.store.ports import Shard, StaleEpoch, signed_key
 
 if TYPE_CHECKING:  # the driver is imported only when a migration runs
     from clankie.store.journal_pg import PgJournalStore
@@ -135,7 +135,11 @@ def migrate(settings: Settings, out: list[str], clock: Clock | None = None) -> R
         try:
             fencing = SyncFencing(pool, held.fences.get)
             for shard, ids in sorted(files.remembered.items()):
-                done = copy_dedupe(fencing, shard_name(*shard), ids)
+                try:
+                    done = copy_dedupe(fencing, shard_name(*shard), ids)
+                except StaleEpoch:  # the lease lapsed or was taken mid-run: nothing of that batch was written
+                    report.conflicts.append(f"dedupe: shard {shard_name(*shard)} was taken from the migration")
+                    continue
                 report.ids += done.copied
                 report.ids_already += done.alike
                 report.conflicts += [f"dedupe: message {m} differs in the database" for m in done.differing[:20]]

@@ -228,3 +228,21 @@ def test_after_the_move_a_postgres_bridge_elsewhere_answers_the_open_delivery_on
         assert fake.posts_in(CHAN2) == []
 
     asyncio.run(main())
+
+
+def test_a_shard_held_by_a_running_tree_refuses_the_bridges_part_and_nothing_is_written(
+        env: dict[str, str], postgres_dsn: str, state_dir: Path) -> None:
+    """The journal's shard is another tree's (a live lease): the run is refused whole, no row is written, and the
+    tree's lease is left as it was."""
+    clock = FakeClock()
+    asyncio.run(write_files(state_dir, clock.wall()))
+    database.prepare(postgres_dsn)
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO clankie_shard_lease (shard, holder, epoch, expires_at) "
+                     "VALUES ('0/1', 'a-tree', 4, now() + interval '1 hour')")
+    out: list[str] = []
+    report = migrate_bridge(load({**env, "CLANKIE_POSTGRES_DSN": postgres_dsn}), out, clock)
+    assert report.conflicts == ["shards held by a running tree: 0/1 (stop it, then migrate)"] and out == []
+    assert rows(postgres_dsn, "SELECT count(*) FROM clankie_dedupe") == [(0,)]
+    assert rows(postgres_dsn, "SELECT count(*) FROM clankie_journal_line") == [(0,)]
+    assert rows(postgres_dsn, "SELECT holder, epoch FROM clankie_shard_lease") == [("a-tree", 4)]
