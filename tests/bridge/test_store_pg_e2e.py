@@ -22,6 +22,8 @@ __all__ = ["postgres_cluster", "postgres_dsn"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
+DEAD_HOST = "bridge-node-07.rack-3.eu-central.internal.example-operator.net"  # 61 characters: a host name may have 64
+
 
 def remembered(dsn: str, message_id: str) -> bool:
     with psycopg.connect(dsn) as conn:
@@ -43,8 +45,12 @@ def test_the_heartbeat_carries_the_writers_counts_and_the_status_line_says_chang
     """Written: an admitted id lands, the counts say so and the status line says nothing of the store. Dropped: the
     dedupe table gone (renamed away), the next id fails its three tries and is dropped: counted, and the status line
     says ``store: 1 changes dropped``. Refused: the lease taken by another tree under the bridge (its fake clock has
-    not let it notice), the next id is refused by the fence: counted as refused, not dropped."""
+    not let it notice), the next id is refused by the fence: counted as refused, not dropped. The shard was taken
+    over from a dead tree on a host with a long name, so the status line also names that takeover: the drops are
+    said all the same (the line is cut at 200 characters; they came after the leases' part and were cut off)."""
     database.prepare(postgres_dsn)
+    execute(postgres_dsn, f"INSERT INTO clankie_shard_lease (shard, holder, epoch, expires_at) VALUES "
+                          f"('0/1', '{DEAD_HOST}:1a2b3c4d', 1, now() - interval '1 second')")  # expired: taken over
     clock = FakeClock()  # the keeper renews, and the writer retries, only when the test moves the clock
 
     def beat(h: Any) -> tuple[dict[str, object], str]:
@@ -58,8 +64,9 @@ def test_the_heartbeat_carries_the_writers_counts_and_the_status_line_says_chang
     async def main() -> None:
         async with running(postgres(env, postgres_dsn, "10", "60"), clock=clock,
                            fake=FakeDiscord(guilds={GUILD: [CHAN]})) as h:
-            writer = h.app.store
-            assert writer is not None
+            writer, leases = h.app.store, h.app.leases
+            assert writer is not None and leases is not None
+            await h.until(lambda: leases.takeover is not None, what="the takeover read")
             first = str((await h.fake.message(CHAN, "clankie, one", author_id=PERSON))["id"])
             await h.until(lambda: remembered(postgres_dsn, first) and not writer.pending, what="the first id written")
             report, detail = beat(h)
