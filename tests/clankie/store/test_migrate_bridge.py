@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from bridge.dedupe import Dedupe
 from bridge.journal import Journal
@@ -31,6 +32,8 @@ from clankie.store.ports import SeenAs, fingerprint_key
 from clankie.testing.clock import FakeClock
 from clankie.testing.fake_discord import FakeDiscord
 from tests.bridge.harness import CHAN, CHAN2, GUILD, PERSON, running
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]  # real processes (`clankie migrate`, a bridge's discord.py)
 
 REPO = Path(__file__).resolve().parents[3]
 CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
@@ -132,19 +135,23 @@ def test_the_bridges_memory_moves_once_counted_read_back_and_a_differing_row_is_
     assert recalled == {OLD, CLOSED, OPEN, WAITING}
     assert drained == [OPEN, WAITING]
 
-    again = cli(pg_env)
-    assert again.returncode == 0, again.stderr
-    assert ("dedupe: 0 ids copied, 4 already there; journal: 0 open deliveries copied (0 lines), 2 already there"
-            in again.stdout)
+    out: list[str] = []  # the next runs in process, the bridge's part alone (each CLI run starts three Pythons)
+    again = migrate_bridge(load(pg_env), out)
+    assert again.conflicts == []
+    assert out == ["dedupe: 0 ids copied, 4 already there; journal: 0 open deliveries copied (0 lines), 2 already there"]
     assert len(rows(postgres_dsn, "SELECT 1 FROM clankie_dedupe")) == 4
     assert len(rows(postgres_dsn, "SELECT 1 FROM clankie_journal_line")) == 2
 
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute("UPDATE clankie_dedupe SET fingerprint = 7 WHERE message_id = %s", (OLD,))
-    third = cli(pg_env)
-    assert third.returncode == 1
-    assert f"clankie migrate: dedupe: message {OLD} differs in the database" in third.stderr
+        conn.execute("UPDATE clankie_journal_line SET line = jsonb_set(line::jsonb, '{fp}', '\"fp-other\"')::json "
+                     "WHERE delivery_id = %s", (WAITING,))
+    third = migrate_bridge(load(pg_env), [])
+    assert third.conflicts == [f"dedupe: message {OLD} differs in the database",
+                               f"journal: delivery {WAITING} differs in the database"]
     assert rows(postgres_dsn, f"SELECT fingerprint FROM clankie_dedupe WHERE message_id = '{OLD}'") == [(7,)]
+    assert rows(postgres_dsn, f"SELECT line->>'fp' FROM clankie_journal_line WHERE delivery_id = '{WAITING}'") == [
+        ("fp-other",)]
 
 
 def test_a_sharded_bots_ids_go_to_their_rooms_shards_and_an_id_of_no_known_room_is_counted_not_copied(
