@@ -231,14 +231,15 @@ class BridgeApp:
             self.keeper.tick()
             report["gateway"] = self.keeper.report()
             detail += f"; {self.keeper.detail()}"
-        if self.leases is not None:
-            report["leases"] = self.leases.report()
-            detail += f"; {self.leases.detail()}"
         if self.store is not None:  # what the write-behind did with the session and dedupe changes
             report["store"] = {"written": self.store.written, "refused": self.store.refused,
                                "dropped": self.store.dropped, "pending": len(self.store.pending)}
-            if self.store.dropped:  # changes the database failed: an operator's concern, not a fenced refusal
+            if self.store.dropped:  # changes the database failed: an operator's concern, not a fenced refusal;
+                # before the leases' part, whose takeover (a host's name) can run the line past its 200 characters
                 detail += f"; store: {self.store.dropped} changes dropped"
+        if self.leases is not None:
+            report["leases"] = self.leases.report()
+            detail += f"; {self.leases.detail()}"
         if self.shards:  # after the gateway's part: the status line of a sharded tree ends with its shards
             report["shards"] = self.shards
             detail += f"; shards: {self.shards}"

@@ -160,6 +160,13 @@ class Dedupe:
         self._keep_bound()
         return len(entries)
 
+    def entries(self) -> list[tuple[str, int, float]]:
+        """Every id held (an expired one too, until :meth:`prune` lets it go): (id, the fingerprint's 64 bits unsigned,
+        expiry), the snowflakes in id order, then the others oldest first (``clankie migrate --to postgres``)."""
+        held = zip(self._ids[self._head:], self._fps[self._head:], self._expires[self._head:], strict=True)
+        return [(str(key), fp, expires) for key, fp, expires in held] + [
+            (key, fp, expires) for key, (fp, expires) in self._other.items()]
+
     def discard(self, delivery_id: str) -> None:
         """Forget one id (its turn could not be run, so a re-delivery may try again)."""
         key = id_key(delivery_id)

@@ -113,7 +113,7 @@ class Journal:
         self.shard_count = shard_count
         self.store: JournalStore = store if store is not None else FileJournalStore(self.path)
         self.state = JournalState()
-        _fold(self.store.read(), self.state)
+        fold(self.store.read(), self.state)
         self._lines = len(self.state.entries)
         self._compacted_lines = self._lines  # lines right after the last compaction (or at open)
         self._unclosed = Quiet("journal: delivery outcomes", "; those deliveries run again after a restart", logger=log)
@@ -148,7 +148,7 @@ class Journal:
         if not found.lines and not found.unreadable:
             return set()
         fresh = JournalState()
-        _fold(found, fresh)
+        fold(found, fresh)
         known = {d: e for d, e in self.state.entries.items() if self.shard(e.room) == shard}
         for did in known:
             del self.state.entries[did]
@@ -292,7 +292,7 @@ class Journal:
         self.store.close()
 
 
-def _fold(found: StoredLines, state: JournalState) -> None:
+def fold(found: StoredLines, state: JournalState) -> None:
     """Parse each stored line once and fold it into ``state``; a malformed one is logged with where it was and why
     (never a value: the journal holds message text), skipped, and costs none of the others."""
     malformed = list(found.unreadable)

@@ -4,10 +4,12 @@ An operator who outgrows one machine keeps every room's memory: each lane's sess
 record, under ``<state>/captain/{rooms,system,turns}/``) and the spend ledger's day files are copied into the
 database the ``postgres`` profile reads (``CLANKIE_POSTGRES_DSN``, or the credential ``postgres_dsn``), whatever
 ``CLANKIE_STORE`` says now. It runs beside no tree: it takes the lease of every shard it writes for (as holder
-``migrate@<host>``) and refuses when a tree holds one. What it does is idempotent: a segment or a day already in the
-database with as many records as on disk is left alone (a second run copies nothing); one that differs is a
-conflict, reported and not overwritten (exit 1). Each copied lane is read back and counted against the files.
-The bridge's dedupe memory is not copied: the bridge's store is still its own files (docs/multi-machine.md).
+``migrate@<host>``, :mod:`clankie.store.migrating`) and refuses when a tree holds one. What it does is idempotent:
+a segment or a day already in the database with as many records as on disk is left alone (a second run copies
+nothing); one that differs is a conflict, reported and not overwritten (exit 1). Each copied lane is read back and
+counted against the files.
+The bridge's dedupe memory and its journal's open deliveries are the bridge's part (``bridge/migrate.py``), run by
+``clankie migrate`` after this one, as its own process (docs/multi-machine.md, "Moving a tree's past").
 
 Run in the service package because the file adapters are the service's (the supervisor talks to it as a process,
 never by import). Exit 0: copied (or nothing to copy); 1: a conflict or a held shard; 78: no DSN, or the database
@@ -16,8 +18,6 @@ unreachable or newer than this release.
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,6 @@ if TYPE_CHECKING:  # the driver is imported only when a migration runs
 
 KINDS = ("rooms", "system", "turns")
 """The lane directories under ``<state>/captain``: rooms' lanes, system actors' lanes, privileged one-shots."""
-LEASE_SECONDS = 600.0  # the migration's hold on each shard it writes for; released at the end
 
 
 @dataclass
@@ -83,7 +82,8 @@ def migrate(settings: Settings, out: list[str]) -> Report:
     """Copy the file state under ``settings.state_dir`` into the database; ``out`` gets one line per step."""
     from clankie.store import database
     from clankie.store.lanes_pg import PgLaneTrees
-    from clankie.store.leases import Fence, PgLeases, shard_name
+    from clankie.store.leases import shard_name
+    from clankie.store.migrating import LEASE_SECONDS, holding
     from clankie.store.spend_pg import PgSpendLedger
 
     if settings.postgres_dsn is None:
@@ -94,47 +94,19 @@ def migrate(settings: Settings, out: list[str]) -> Report:
     count = settings.discord_shard_count
     lanes = [(key, d, room_shard(lane_room(key.split("/", 1)[0], d.name), count)) for key, d in lane_dirs(paths)]
     shards = sorted({shard_name(*s) for _, _, s in lanes})
-    holder = f"migrate@{socket.gethostname()[:64]}"
-    fences: dict[str, Fence] = {}
     report = Report()
-
-    async def take() -> list[str]:
-        pool = await database.open_pool(dsn, ttl=LEASE_SECONDS)
-        try:
-            leases, held = PgLeases(pool), []
-            for shard in shards:
-                epoch = await leases.acquire(shard, holder, LEASE_SECONDS)
-                if epoch is None:
-                    held.append(shard)
-                else:
-                    fences[shard] = Fence(shard, holder, epoch)
-            return held
-        finally:
-            await pool.close()
-
-    async def give_back() -> None:
-        pool = await database.open_pool(dsn, ttl=LEASE_SECONDS)
-        try:
-            for fence in fences.values():
-                await PgLeases(pool).release(fence)
-        finally:
-            await pool.close()
-
-    held = asyncio.run(take())
-    try:
-        if held:
-            report.conflicts.append(f"shards held by a running tree: {', '.join(held)} (stop it, then migrate)")
+    with holding(dsn, shards) as held:
+        if held.refused:
+            report.conflicts.append(f"shards held by a running tree: {', '.join(held.refused)} (stop it, then migrate)")
             return report
         pool = database.open_sync_pool(dsn, ttl=LEASE_SECONDS)
         try:
-            trees = PgLaneTrees(pool, fences.get)
+            trees = PgLaneTrees(pool, held.fences.get)
             for key, directory, shard in lanes:
                 _copy_lane(FileLaneTree(directory), trees.lane(key, shard), key, report)
-            _copy_spend(FileSpendLedger(paths.root / "spend"), PgSpendLedger(pool, fences.get), report)
+            _copy_spend(FileSpendLedger(paths.root / "spend"), PgSpendLedger(pool, held.fences.get), report)
         finally:
             pool.close()
-    finally:
-        asyncio.run(give_back())
     out.append(f"lanes: {report.lanes} ({report.segments} segments, {report.records} records copied); "
                f"spend: {report.days} days ({report.lines} lines); already in the database: {report.already}")
     return report

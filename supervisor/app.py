@@ -49,9 +49,32 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["upgrade", "status"],
                     help="upgrade: apply the schema migrations the database lacks; status: the schema and each shard's lease")
     db.add_argument("--json", action="store_true", help="status as JSON")
-    migrate = sub.add_parser("migrate", help="copy this tree's file state (lanes, spend) into PostgreSQL")
+    migrate = sub.add_parser("migrate", help="copy this tree's file state (lanes, spend, the bridge's dedupe memory "
+                                              "and open deliveries) into PostgreSQL")
     migrate.add_argument("--to", choices=["postgres"], required=True, help="the store to copy into")
     return p
+
+
+MIGRATING = ("service", "bridge")
+"""The packages whose files ``clankie migrate`` copies, in order, each by its own ``<package>.migrate`` process: the
+file adapters are theirs (never imported here)."""
+
+
+def _migrate(to: str) -> int:
+    """Each package's part in turn, its summary joined into one line; the worst exit status (a part that exits 78 or
+    2, a setting or a usage wrong, stops the run: the next would fail alike)."""
+    summary: list[str] = []
+    worst = 0
+    for package in MIGRATING:
+        done = subprocess.run([sys.executable, "-m", f"{package}.migrate", "--to", to], check=False,
+                              stdout=subprocess.PIPE, text=True)
+        summary += [line for line in done.stdout.splitlines() if line.strip()]
+        worst = max(worst, done.returncode)
+        if done.returncode not in (0, 1):
+            break
+    if summary:
+        print("; ".join(summary), flush=True)
+    return worst
 
 
 async def _serve(settings: Settings, specs: list[ChildSpec], stop_budget: float, stderr: StderrQueue) -> int:
@@ -99,8 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_log: selflog.FileHandler | None = None
     if args.command == "db":
         return dbcli.main(args.action, as_json=args.json)
-    if args.command == "migrate":  # the file adapters are the service's: its own process, never an import
-        return subprocess.run([sys.executable, "-m", "service.migrate", "--to", args.to], check=False).returncode
+    if args.command == "migrate":
+        return _migrate(args.to)
     try:
         settings = load()
         redact = Redactor.of(settings)

@@ -10,11 +10,17 @@ of a shard it serves, or None (then the write is refused here, before the databa
 
 from __future__ import annotations
 
-from clankie.store.leases import FenceFor, NotHeld, PgLeases, shard_name
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from clankie.store.leases import FenceFor, NotHeld, PgLeases, SyncFencing, shard_name
 from clankie.store.leases import held_fence as _fence
 from clankie.store.ports import SeenAs, SessionRecord, Shard, fingerprint_key
 
-__all__ = ["FenceFor", "NotHeld", "PgDedupe", "PgGatewaySessions"]
+__all__ = ["Copied", "FenceFor", "NotHeld", "PgDedupe", "PgGatewaySessions", "copy_dedupe"]
+
+COPY_BATCH = 5000
+"""Ids written per fenced transaction by :func:`copy_dedupe`."""
 
 
 class PgDedupe:
@@ -113,3 +119,56 @@ class PgGatewaySessions:
 
     async def close(self) -> None:
         """Nothing to do: every write committed."""
+
+
+@dataclass
+class Copied:
+    """What :func:`copy_dedupe` did: ids written, ids found there alike, ids found there otherwise (not overwritten),
+    and the ids the read-back found as written (copied + alike, or the copy is short)."""
+
+    copied: int = 0
+    alike: int = 0
+    differing: list[str] = field(default_factory=list)
+    read_back: int = 0
+
+
+COPY_SQL = b"""
+INSERT INTO clankie_dedupe (message_id, shard, fingerprint, expires, written_epoch)
+SELECT m, %(shard)s, f, e, %(epoch)s FROM unnest(%(ids)s::text[], %(fps)s::bigint[], %(expires)s::float8[]) AS t(m, f, e)
+ON CONFLICT (message_id) DO NOTHING RETURNING message_id
+"""
+FOUND_SQL = b"SELECT message_id, shard, fingerprint, expires FROM clankie_dedupe WHERE message_id = ANY(%s::text[])"
+READ_BACK_SQL = b"""
+SELECT count(*) FROM clankie_dedupe d
+JOIN unnest(%(ids)s::text[], %(fps)s::bigint[], %(expires)s::float8[]) AS t(m, f, e)
+  ON d.message_id = t.m AND d.fingerprint = t.f AND d.expires = t.e
+WHERE d.shard = %(shard)s
+"""
+
+
+def copy_dedupe(fencing: SyncFencing, shard: str, entries: Sequence[tuple[str, int, float]]) -> Copied:
+    """History written once (``clankie migrate --to postgres``): each remembered id of ``shard`` as (message id, the
+    fingerprint's key as stored (:func:`~clankie.store.ports.fingerprint_key`), expiry), written under the shard's
+    fence unless the id is in the table already. One there with the same shard, fingerprint and expiry is counted
+    alike (a second run copies nothing); one there otherwise is reported and never overwritten. Each batch is one
+    fenced transaction; the rows are then read back and counted."""
+    done = Copied()
+    for start in range(0, len(entries), COPY_BATCH):
+        batch = entries[start:start + COPY_BATCH]
+        params: dict[str, object] = {"shard": shard, "ids": [e[0] for e in batch], "fps": [e[1] for e in batch],
+                                     "expires": [e[2] for e in batch]}
+        with fencing.fenced(shard) as (conn, epoch):
+            written = {str(r[0]) for r in conn.execute(COPY_SQL, {**params, "epoch": epoch}).fetchall()}
+            rest = [e for e in batch if e[0] not in written]
+            there = {str(r[0]): (str(r[1]), int(str(r[2])), float(str(r[3])))
+                     for r in conn.execute(FOUND_SQL, ([e[0] for e in rest],)).fetchall()} if rest else {}
+        done.copied += len(written)
+        for message_id, fp, expires in rest:
+            if there.get(message_id) == (shard, fp, expires):
+                done.alike += 1
+            else:
+                done.differing.append(message_id)
+        with fencing.pool.connection() as conn:
+            row = conn.execute(READ_BACK_SQL, params).fetchone()
+        done.read_back += int(str(row[0])) if row is not None else 0
+    return done

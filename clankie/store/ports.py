@@ -36,7 +36,12 @@ class StaleEpoch(Exception):
 def fingerprint_key(fingerprint: str) -> int:
     """64 bits of a body's fingerprint as a signed integer (a PostgreSQL ``bigint``); the file adapter keeps the
     same 64 bits unsigned (:func:`bridge.dedupe.fp_key`)."""
-    value = int.from_bytes(hashlib.blake2b(fingerprint.encode(), digest_size=8).digest(), "little")
+    return signed_key(int.from_bytes(hashlib.blake2b(fingerprint.encode(), digest_size=8).digest(), "little"))
+
+
+def signed_key(value: int) -> int:
+    """A fingerprint's 64 bits kept unsigned (the file adapter's, :func:`bridge.dedupe.fp_key`) as the database keeps
+    them, signed."""
     return value - (1 << 64) if value >= 1 << 63 else value
 
 

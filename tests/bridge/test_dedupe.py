@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from bridge.dedupe import Dedupe, Seen, id_key
+from bridge.dedupe import Dedupe, Seen, fp_key, id_key
 
 SNOW = 1_300_000_000_000_000_000  # a Discord id of 2024
 STEP = 1 << 22  # one millisecond of snowflake
@@ -138,3 +138,21 @@ def test_a_remembered_id_costs_bytes_not_objects() -> None:
         tracemalloc.stop()
     assert len(d) == 100_000
     assert held / 100_000 <= 32, f"{held / 100_000:.1f} bytes per id"
+
+
+def test_entries_are_everything_held_as_a_snapshot_restores_it_snowflakes_first() -> None:
+    """What ``clankie migrate`` copies: each id held with its fingerprint's 64 bits and expiry, the snowflakes in id
+    order, then the others oldest first; a discarded id is gone; an expired one stays until a prune lets it go; a
+    restored snapshot holds the same entries."""
+    m = memory()
+    m.add(sid(2), "b", 10 * HOUR)
+    m.add("m1", "x", 9 * HOUR)
+    m.add(sid(1), "a", 8 * HOUR)
+    m.add(sid(3), "c", 11 * HOUR)
+    m.discard(sid(3))
+    assert m.entries() == [(sid(1), fp_key("a"), 8 * HOUR), (sid(2), fp_key("b"), 10 * HOUR), ("m1", fp_key("x"), 9 * HOUR)]
+    again = memory()
+    again.restore(m.snapshot())
+    assert again.entries() == m.entries()
+    m.prune(9.5 * HOUR)  # sid(1) and m1 have expired
+    assert m.entries() == [(sid(2), fp_key("b"), 10 * HOUR)]

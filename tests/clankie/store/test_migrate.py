@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from clankie.store.leases import tree_holder
 from clankie.testing import fake_anthropic as fa
@@ -36,6 +37,8 @@ def counts(dsn: str) -> tuple[int, int, int]:
     return int(str(row[0])), int(str(row[1])), int(str(row[2]))
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(180)  # two `clankie migrate` runs (three Pythons each: the CLI, the service's part, the bridge's)
 def test_a_files_trees_memory_moves_to_postgresql_once_and_the_postgres_service_recalls_it(
         env: dict[str, str], postgres_dsn: str, state_dir: Path) -> None:
     """Told a door code in the files profile; migrated (a second run copies nothing); the postgres profile's
@@ -80,6 +83,7 @@ def test_a_files_trees_memory_moves_to_postgresql_once_and_the_postgres_service_
     run(asked())
 
 
+@pytest.mark.timeout(120)
 def test_a_shard_held_by_a_running_tree_is_not_migrated_into(env: dict[str, str], postgres_dsn: str) -> None:
     """A tree serving from the database holds the shard: the migration refuses (exit 1) and writes nothing."""
     (Path(env["CLANKIE_STATE"]) / "captain" / "rooms" / "discord%3Aclankie%3Adiscord%3A1%3A2").mkdir(parents=True)
