@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from bridge.shard_leases import ShardLeases
-from clankie.store.lease import LEASE_MARGIN
+from clankie.store.lease import LEASE_MARGIN, Want
 from clankie.store.leases import Fence, PgLeases
 from clankie.testing.clock import FakeClock
 
@@ -26,11 +26,11 @@ class Answers:
     epochs: dict[str, int | None] = field(default_factory=dict)
     renews: bool = True
 
-    async def try_acquire(self, shard: str, holder: str, ttl: float) -> tuple[int | None, float]:
+    async def try_acquire(self, shard: str, holder: str, ttl: float, want: Want) -> tuple[int | None, float]:
         return self.epochs.get(shard), ttl
 
-    async def renew(self, fence: Fence, ttl: float) -> bool:
-        return self.renews
+    async def renew_claimed(self, fence: Fence, ttl: float) -> tuple[bool, bool]:
+        return self.renews, False
 
 
 def test_the_fence_is_the_keepers_while_the_shard_is_served_inside_its_local_deadline_and_none_otherwise() -> None:
