@@ -42,12 +42,11 @@ UNAVAILABLE = (psycopg.OperationalError, OSError, TimeoutError)
 """What a database that does not answer (down, cut off, a pool wait that ran out) raises: not this tree's bug."""
 
 PUT_SQL = b"""
-WITH gone AS (
-    DELETE FROM clankie_delivery WHERE delivery_id IN (
-        SELECT delivery_id FROM clankie_delivery
-        WHERE settled AND accepted_at < %(cutoff)s AND delivery_id <> %(id)s
-        FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+WITH old AS (
+    SELECT delivery_id FROM clankie_delivery WHERE settled AND accepted_at < %(cutoff)s AND delivery_id <> %(id)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM clankie_delivery d USING old WHERE d.delivery_id = old.delivery_id RETURNING 1
 ), up AS (
     INSERT INTO clankie_delivery
         (delivery_id, shard, fingerprint, accepted_at, run, crashed_runs, settled, result, tree, written_epoch)
@@ -69,25 +68,27 @@ RETURNING n
 moved by both; returns the count when it moved. ``xmax = 0``: the row was inserted, not updated."""
 
 EXPIRE_SQL = b"""
-WITH gone AS (
-    DELETE FROM clankie_delivery WHERE delivery_id IN (
-        SELECT delivery_id FROM clankie_delivery WHERE settled AND accepted_at < %(cutoff)s FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+WITH old AS (
+    SELECT delivery_id FROM clankie_delivery WHERE settled AND accepted_at < %(cutoff)s FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM clankie_delivery d USING old WHERE d.delivery_id = old.delivery_id RETURNING 1
 )
 UPDATE clankie_delivery_count SET n = n - (SELECT count(*) FROM gone) RETURNING n, (SELECT count(*) FROM gone)
 """
 
 BOUND_SQL = b"""
 WITH total AS (
-    SELECT n FROM clankie_delivery_count FOR UPDATE
-), victims AS (
-    SELECT delivery_id FROM clankie_delivery
-    WHERE settled OR NOT (delivery_id = ANY(%(keep)s))
-    ORDER BY settled DESC, accepted_at
-    LIMIT (SELECT greatest(n - %(max)s, 0) FROM total)
-    FOR UPDATE SKIP LOCKED
+    SELECT greatest(n - %(max)s, 0) AS excess FROM clankie_delivery_count FOR UPDATE
+), settled AS (
+    SELECT delivery_id FROM clankie_delivery WHERE settled ORDER BY accepted_at
+    LIMIT (SELECT excess FROM total) FOR UPDATE SKIP LOCKED
+), unsettled AS (
+    SELECT delivery_id FROM clankie_delivery WHERE NOT settled AND NOT (delivery_id = ANY(%(keep)s)) ORDER BY accepted_at
+    LIMIT (SELECT excess FROM total) - (SELECT count(*) FROM settled) FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM clankie_delivery WHERE delivery_id IN (SELECT delivery_id FROM victims) RETURNING 1
+    DELETE FROM clankie_delivery
+    WHERE delivery_id = ANY (ARRAY(SELECT delivery_id FROM settled UNION ALL SELECT delivery_id FROM unsettled))
+    RETURNING 1
 )
 UPDATE clankie_delivery_count SET n = n - (SELECT count(*) FROM gone) RETURNING n, (SELECT count(*) FROM gone)
 """
