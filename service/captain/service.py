@@ -26,7 +26,10 @@ the shard's last holder recorded, and a delivery that tree settled is
 answered with its result, not run again. A record the database refuses
 because the shard is another tree's now fails the turn
 ``captain_shard_moved`` (that tree answers it); one the database does not
-answer fails the submission ``service_disk_error``, nothing run.
+answer fails the submission ``service_disk_error``, nothing run. A turn that
+ends ``captain_shard_moved`` keeps no result: its record is handed back
+unsettled, its run forgotten, so the tree that took the shard runs it,
+uncharged, instead of finding this tree's failure as its answer.
 """
 
 from __future__ import annotations
@@ -203,7 +206,12 @@ class TurnService:
                 self.store.release(did)
                 log.info("delivery %s interrupted by shutdown; left for the restarted service", did)
                 return result
-            self._retain(did, result)
+            if result.code == Code.CAPTAIN_SHARD_MOVED:
+                # the room's shard is another tree's (the PostgreSQL profile): the delivery is handed back
+                # unanswered, its run forgotten, for that tree to run; a failure kept here would be its answer there
+                self.store.release(did)
+            else:
+                self._retain(did, result)
             self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=result.code, turn_id=result.turn_id)
             log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "",
                      extra={"code": result.code} if result.code else None)  # CODE= in the journal

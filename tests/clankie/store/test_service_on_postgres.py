@@ -24,6 +24,7 @@ from clankie.store.leases import Fence
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.session import SessionTree
+from service.captain.deliveries.store import RunIt, fingerprint, reckon
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
@@ -255,3 +256,34 @@ def test_the_service_keeps_its_preferred_shards_and_with_takeover_any_joins_ever
         "1/3": Want.PREFER, "0/3": Want.JOIN, "2/3": Want.JOIN}
     assert shard_wants(settings.load({"HOME": "/h", "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": "host=/x"})) == {
         "0/1": Want.PREFER}
+
+
+def test_a_turn_whose_shard_moved_is_handed_back_unanswered(env: dict[str, str], postgres_dsn: str) -> None:
+    """The shard's lanes are dropped while the model is answering (what a lost lease does), and the lease is still
+    this tree's when the turn ends (taken back at once): the turn fails ``captain_shard_moved`` and keeps no result.
+    Its record is handed back unsettled with its run forgotten, so the tree that serves the shard runs it, uncharged;
+    a failure kept in the database would be that tree's answer and the room would never get one."""
+    database.prepare(postgres_dsn)
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn}
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            never = asyncio.Event()
+            fake.script(fa.text("too late", stall_after=2, stall_until=never))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                turn = bridge.start(msg("m1", "what is the door code?"))
+                await until(lambda: len(fake.requests) == 1, what="the model asked")
+                assert app.captain.stop_serving(lambda room: True) == 1
+                result = await asyncio.wait_for(turn, 30)
+                assert (result.outcome, result.code) == ("failed", "captain_shard_moved")
+                never.set()
+                assert app.pg is not None and app.pg.fence("0/1") is not None  # the lease is still this tree's
+                assert reckon(app.store.load("m1"), fingerprint(msg("m1", "what is the door code?")), 3,
+                              tree="another-tree") == RunIt(())
+        with psycopg.connect(postgres_dsn) as conn:
+            row = conn.execute("SELECT settled, run FROM clankie_delivery WHERE delivery_id = 'm1'").fetchone()
+        assert row == (False, None)
+
+    run(body(), timeout=60)
