@@ -170,7 +170,7 @@ class ServiceApp:
         else:
             stores = file_stores(paths, settings.discord_shard_count)
         self.spending = Spending(settings, self.clock, paths.root, ledger=stores.ledger, shard=stores.shard)
-        self.store = DeliveryStore(paths.deliveries, self.clock, settings.delivery_record_retention_seconds,
+        self.store = DeliveryStore(stores.deliveries, self.clock, settings.delivery_record_retention_seconds,
                                    max_retained=settings.delivery_max_retained, tree=tree_id(self.environ))
         self.captain = Captain(
             CaptainDeps(
@@ -190,7 +190,7 @@ class ServiceApp:
             self.pg.on_lost = self.captain.stop_serving  # a lease lost drops that shard's lanes
         evidence = Evidence(paths.evidence, self.clock)
         self.turns = TurnService(self.captain, self.store, evidence, self.clock, poison_runs=settings.poison_runs,
-                                 held=stores.held)
+                                 held=stores.held, shard=stores.shard)
         self.server: ipc.Server | None = None
         self.socket_path = socket_path(rt, "service")
         self._on_disk_at: float | None = None  # when clankie_lanes_on_disk was last counted

@@ -1,4 +1,5 @@
-"""The service's stores in the PostgreSQL profile: the lanes' trees and the spend ledger in the database, fenced.
+"""The service's stores in the PostgreSQL profile: the lanes' trees, the spend ledger and the delivery records in the
+database, fenced.
 
 Imported only when ``CLANKIE_STORE=postgres`` (the default profile never loads the driver). The DSN reaches the
 service on its secrets pipe (:mod:`clankie.secrets`), never in its environment; the supervisor migrated the schema
@@ -10,8 +11,8 @@ before any child started (``clankie run``).
 shard once before the service takes turns, then keeps renewing it. With ``CLANKIE_DISCORD_SHARD_TAKEOVER=any`` the
 other shards of the count get a keeper that only joins the tree's own lease (:func:`shard_wants`): the bridge takes
 another tree's shard, the service writes for it once joined, and loses it (its lanes dropped) when the bridge hands it
-back. A lane's writes, and a room's ledger lines,
-carry the fence of the room's shard: a shard this tree does not hold (another tree has it) is refused before the
+back. A lane's writes, a room's ledger lines and a
+delivery's records carry the fence of the room's shard: a shard this tree does not hold (another tree has it) is refused before the
 database (``NotHeld``), one whose lease went stale by the database's check (``StaleEpoch``, counted).
 
 A lease lost (``stop_serving``: the deadline passed without a renew, or another tree took the shard) is told to
@@ -35,6 +36,7 @@ from clankie.protocol import Room
 from clankie.settings import Settings
 from clankie.shards import room_shard
 from clankie.store import database
+from clankie.store.deliveries_pg import PgDeliveryRecords
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.lease import Action, Kind
@@ -79,6 +81,8 @@ class PgStores:
         self.pool = database.open_sync_pool(self._dsn, ttl=settings.lease_ttl_seconds)
         self.lanes = PgLaneTrees(self.pool, self.fence)
         self.spend = PgSpendLedger(self.pool, self.fence)
+        self.deliveries = PgDeliveryRecords(self.pool, self.fence, retention=settings.delivery_record_retention_seconds,
+                                            max_retained=settings.delivery_max_retained)
 
     def fence(self, shard: str) -> Fence | None:
         """The fence of ``shard`` while this tree serves it, else None."""
@@ -100,7 +104,8 @@ class PgStores:
 
     def stores(self) -> Stores:
         count = self._settings.discord_shard_count
-        return Stores(lane=self._lane, ledger=self.spend, shard=lambda room: room_shard(room, count), held=self.held)
+        return Stores(lane=self._lane, ledger=self.spend, shard=lambda room: room_shard(room, count),
+                      deliveries=self.deliveries, held=self.held)
 
     def _lane(self, plan: LanePlan) -> LaneTreeStore:
         """A lane's tree, keyed as its directory is named under ``<state>/captain`` (``rooms/<quoted key>``,

@@ -18,6 +18,18 @@ A delivery whose record the disk refuses is not run: the submission fails
 ``service_disk_full`` (no space, quota or file size limit) or
 ``service_disk_error`` (anything else), so no turn runs that a restart could
 not recognise. A result that cannot be retained is still answered.
+
+In the PostgreSQL profile the records are the database's, shared by the
+trees (:mod:`clankie.store.deliveries_pg`): a submission first waits (bounded)
+until this tree may write for the room's shard (``held``), so it reads what
+the shard's last holder recorded, and a delivery that tree settled is
+answered with its result, not run again. A record the database refuses
+because the shard is another tree's now fails the turn
+``captain_shard_moved`` (that tree answers it); one the database does not
+answer fails the submission ``service_disk_error``, nothing run. A turn that
+ends ``captain_shard_moved`` keeps no result: its record is handed back
+unsettled, its run forgotten, so the tree that took the shard runs it,
+uncharged, instead of finding this tree's failure as its answer.
 """
 
 from __future__ import annotations
@@ -37,6 +49,8 @@ from clankie.errors import RemoteError
 from clankie.metrics import METER, TURN_DURATION, TURNS
 from clankie.protocol import Author, Code, Room, SayRequest, Trigger, TurnOutcome, TurnResult, TurnSubmit
 from clankie.router import Router
+from clankie.store.delivery_ports import LEASE_GONE, DeliveryRefused
+from clankie.store.ports import Shard
 from service import telemetry
 from service.captain.deliveries import Answer, Conflict, DeliveryStore, Evidence, Poison, Retained, fingerprint, reckon
 from service.captain.lanes import SESSION_FAILED, SHUTDOWN_CODE, Captain, parse_room, room_lane_key
@@ -62,9 +76,11 @@ class TurnService:
     """Accepts turns from the bridge (and the operator) and answers each exactly once per delivery."""
 
     def __init__(self, captain: Captain, store: DeliveryStore, evidence: Evidence, clock: Clock, *, poison_runs: int,
-                 held: Callable[[Room], Awaitable[bool]] | None = None) -> None:
+                 held: Callable[[Room], Awaitable[bool]] | None = None,
+                 shard: Callable[[Room], Shard] | None = None) -> None:
         self.captain = captain
         self.held = held  # the PostgreSQL profile: waits (bounded) until this tree may write for a room
+        self.shard = shard or (lambda room: (0, 1))  # the shard a room's records are fenced by
         self.store = store
         self.evidence = evidence
         self._clock = clock
@@ -99,6 +115,11 @@ class TurnService:
         did = submit.delivery_id
         if self.closing:
             raise RemoteError(Code.SHUTTING_DOWN, "the service is stopping; submit again when it is back")
+        if self.held is not None and not await self.held(submit.room):  # before the record is read: the last
+            # holder's writes have landed once the lease is ours (the PostgreSQL profile)
+            log.warning("delivery %s: this tree does not hold its room's shard; its first write will be refused", did)
+            if self.closing:
+                raise RemoteError(Code.SHUTTING_DOWN, "the service is stopping; submit again when it is back")
         fp = fingerprint(submit)
         live = self._inflight.get(did)
         if live is not None:
@@ -109,7 +130,12 @@ class TurnService:
             log.info("delivery %s re-submitted while running; attached", did)
             live.attached += 1
             return _answer(await asyncio.shield(live.task))
-        retained = self.store.load(did)
+        try:
+            retained = self.store.load(did)
+        except DeliveryRefused as exc:  # the database's record may hold a result: never run it blind
+            log.error("delivery %s refused: its record cannot be read (%s)", did, exc.code)
+            raise RemoteError(DISK_ERROR_CODE, f"the service cannot read this delivery's record ({exc.code}); "
+                              "nothing was run") from None
         decision = reckon(retained, fp, self.poison_runs, tree=self.store.tree)
         if isinstance(decision, Conflict):
             raise RemoteError(Code.DELIVERY_CONFLICT, "this delivery id was submitted with a different body")
@@ -124,11 +150,18 @@ class TurnService:
         if crashed:
             log.info("delivery %s was part of %d runs the service died in; running it again", did, crashed)
         try:
-            self.store.accept(did, fp, decision.crashed_runs)
+            self.store.accept(did, fp, decision.crashed_runs, shard=self.shard(submit.room))
         except DiskError as exc:
             log.error("delivery %s refused: its record cannot be written (%s)", did, exc.code)
             code = disk_failure(exc) or DISK_ERROR_CODE  # any other refusal of the record is still the disk's
             raise RemoteError(code, f"the service cannot record this delivery ({exc.code}); nothing was run") from None
+        except DeliveryRefused as exc:
+            if exc.code in LEASE_GONE:  # the room's shard is another tree's: it answers the delivery
+                log.warning("delivery %s: not run, this tree no longer holds the room's shard (%s)", did, exc.code)
+                return TurnResult.failed(Code.CAPTAIN_SHARD_MOVED)
+            log.error("delivery %s refused: its record cannot be written (%s)", did, exc.code)
+            raise RemoteError(DISK_ERROR_CODE, f"the service cannot record this delivery ({exc.code}); "
+                              "nothing was run") from None
         self.evidence.record(did, "accepted", lane=lane, crashed_runs=crashed or None)
         delivery = DeliveryContext(delivery_id=did, room=submit.room, conn=conn, accepted_at=self._clock.monotonic())
         task = asyncio.create_task(self._run(submit, delivery, lane), name=f"turn-{did}")
@@ -142,7 +175,7 @@ class TurnService:
                     "dropping it from its room", did, len(record.crashed_runs))
         messages = (submit.trigger.message_id, *(m.id for m in submit.backlog))
         self.captain.drop_poison(submit.room, submit.trigger.author, messages, did)  # before the verdict is kept
-        self._retain(did, result, record)
+        self._retain(did, result, record, self.shard(submit.room))
         self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=SESSION_FAILED, cause="poison",
                              crashed_runs=len(record.crashed_runs))
         METER.count(TURNS.of("dropped", SESSION_FAILED))  # it leaves its room unanswered, for good
@@ -156,8 +189,6 @@ class TurnService:
 
     async def _turn(self, submit: TurnSubmit, delivery: DeliveryContext, lane: str, started: float) -> TurnResult:
         did = submit.delivery_id
-        if self.held is not None and not await self.held(submit.room):
-            log.warning("delivery %s: this tree does not hold its room's shard; its first write will be refused", did)
         try:
             with telemetry.invoke_agent(self.captain.character, lane, did, self.captain.model) as span:
                 try:
@@ -175,7 +206,12 @@ class TurnService:
                 self.store.release(did)
                 log.info("delivery %s interrupted by shutdown; left for the restarted service", did)
                 return result
-            self._retain(did, result)
+            if result.code == Code.CAPTAIN_SHARD_MOVED:
+                # the room's shard is another tree's (the PostgreSQL profile): the delivery is handed back
+                # unanswered, its run forgotten, for that tree to run; a failure kept here would be its answer there
+                self.store.release(did)
+            else:
+                self._retain(did, result)
             self.evidence.record(did, evidence_event(result.outcome), lane=lane, code=result.code, turn_id=result.turn_id)
             log.info("delivery %s: %s%s", did, result.outcome, f" ({result.code})" if result.code else "",
                      extra={"code": result.code} if result.code else None)  # CODE= in the journal
@@ -183,12 +219,15 @@ class TurnService:
         finally:
             self._inflight.pop(did, None)
 
-    def _retain(self, did: str, result: TurnResult, record: Retained | None = None) -> None:
-        """Settle the delivery's record; a disk that refuses it costs the retained result, not the answer."""
+    def _retain(self, did: str, result: TurnResult, record: Retained | None = None, shard: Shard | None = None) -> None:
+        """Settle the delivery's record; a store that refuses it costs the retained result, not the answer."""
         try:
-            self.store.settle(did, result, record)
+            self.store.settle(did, result, record, shard=shard)
         except DiskError as exc:  # a turn the disk already failed said so in its one line: this one is detail
             level = logging.DEBUG if result.code in (DISK_FULL_CODE, DISK_ERROR_CODE) else logging.ERROR
+            log.log(level, "delivery %s: result not retained (%s); a re-submission would run it again", did, exc.code)
+        except DeliveryRefused as exc:  # the shard moved (the taker runs it) or the database is away
+            level = logging.WARNING if exc.code in LEASE_GONE else logging.ERROR
             log.log(level, "delivery %s: result not retained (%s); a re-submission would run it again", did, exc.code)
 
     def attached(self, delivery_id: str) -> int:

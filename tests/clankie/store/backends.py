@@ -14,8 +14,10 @@ from pathlib import Path
 
 from bridge.journal import DEFAULT_MAX_BYTES, Journal
 from bridge.store_files import FileDedupe, FileGatewaySessions
+from clankie.clock import Clock
 from clankie.store import database
 from clankie.store.bridge_pg import PgDedupe, PgGatewaySessions
+from clankie.store.deliveries_pg import PgDeliveryRecords
 from clankie.store.journal_pg import PgJournalStore
 from clankie.store.lane_ports import LaneTreeStore
 from clankie.store.lanes_pg import PgLaneTrees
@@ -24,6 +26,7 @@ from clankie.store.ports import DedupeStore, GatewaySessionStore, Shard
 from clankie.store.spend_pg import PgSpendLedger
 from clankie.store.spend_ports import SpendLedgerStore
 from service.agent.tree_files import FileLaneTree
+from service.captain.deliveries.store import DeliveryStore
 from service.captain.lanes.keys import CaptainPaths
 from service.captain.spend.ledger_files import FileSpendLedger
 
@@ -70,6 +73,18 @@ class FilesBackend:
         """The day files in ``<state>/captain/spend/``, where the service keeps them today."""
         yield FileSpendLedger(CaptainPaths.under(self.state_dir).root / "spend")
 
+    @contextmanager
+    def deliveries(self, clock: Clock, *, tree: str | None, retention: float = RETENTION,
+                   max_retained: int = 100_000) -> Iterator[DeliveryStore]:
+        """The delivery log in ``<state>/captain/deliveries/``, as the service opens it today (each open: a new
+        process of the same state dir)."""
+        store = DeliveryStore(CaptainPaths.under(self.state_dir).deliveries, clock, retention,
+                              max_retained=max_retained, tree=tree)
+        try:
+            yield store
+        finally:
+            asyncio.run(store.aclose())
+
 
 class PostgresBackend:
     name = "postgres"
@@ -80,6 +95,7 @@ class PostgresBackend:
         self.lane_trees: PgLaneTrees | None = None  # the last opened, to read its count of stale writes
         self.spend_ledger: PgSpendLedger | None = None  # the same
         self.journal_store: PgJournalStore | None = None  # the same
+        self.delivery_records: PgDeliveryRecords | None = None  # the same
         database.prepare(dsn)
 
     @asynccontextmanager
@@ -146,6 +162,21 @@ class PostgresBackend:
             yield journal
         finally:
             journal.aclose()
+            pool.close()
+
+    @contextmanager
+    def deliveries(self, clock: Clock, *, tree: str | None, retention: float = RETENTION,
+                   max_retained: int = 100_000) -> Iterator[DeliveryStore]:
+        """The delivery records' rows (a new pool each time: a new process), written under this tree's leases."""
+        asyncio.run(self._hold())
+        pool = database.open_sync_pool(self.dsn, ttl=600.0)
+        try:
+            self.delivery_records = PgDeliveryRecords(pool, self.fences.get, retention=retention,
+                                                      max_retained=max_retained)
+            store = DeliveryStore(self.delivery_records, clock, tree=tree)
+            yield store
+            asyncio.run(store.aclose())
+        finally:
             pool.close()
 
     async def _hold(self) -> None:

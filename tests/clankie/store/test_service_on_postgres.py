@@ -1,25 +1,30 @@
 """The real service in the PostgreSQL profile (``CLANKIE_STORE=postgres``) against a real PostgreSQL: it takes its
-shard's lease, keeps each lane's session tree and its spend ledger in the database and nothing of them on disk, and
-a restarted service (nothing in memory, no files) answers with what the room told it before; once another tree
-took the shard, it drops the shard's lanes and writes nothing more for it; the memory comes back with the shard."""
+shard's lease, keeps each lane's session tree, its spend ledger and its delivery records in the database and nothing
+of them on disk, and a restarted service (nothing in memory, no files) answers with what the room told it before; a
+delivery one tree's service settled is answered with its stored result by another tree's service that took the
+shard, not run again; once another tree took the shard, it drops the shard's lanes and writes nothing more for it;
+the memory comes back with the shard."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from clankie.clock import SystemClock
+from clankie.errors import RemoteError
 from clankie.store import database
 from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.leases import Fence
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.session import SessionTree
+from service.captain.deliveries.store import RunIt, fingerprint, reckon
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
@@ -53,6 +58,7 @@ def test_a_restarted_service_recalls_a_rooms_memory_from_postgresql(env: dict[st
     run(body())
     assert not (state_dir / "captain" / "rooms").exists(), "no lane's tree was written to the disk"
     assert not (state_dir / "captain" / "spend").exists(), "no ledger line was written to the disk"
+    assert not (state_dir / "captain" / "deliveries").exists(), "no delivery record was written to the disk"
     with psycopg.connect(postgres_dsn) as conn:
         segments = conn.execute("SELECT lane, shard, written_epoch FROM clankie_lane_segment").fetchall()
         calls = conn.execute("SELECT shard, written_epoch FROM clankie_spend_line "
@@ -64,12 +70,65 @@ def test_a_restarted_service_recalls_a_rooms_memory_from_postgresql(env: dict[st
     assert lease == (None, 2), "a service that stops hands its shard back at once"
 
 
+def test_a_delivery_another_tree_settled_is_answered_with_its_result_and_not_run_again(
+        env: dict[str, str], postgres_dsn: str, state_dir: Path, tmp_path: Path) -> None:
+    """Tree A's service runs and settles a delivery, then its lease runs out (a dead tree: it never hands the shard
+    back). Tree B's service, another tree's (its own state dir, so another holder), takes the shard at epoch 2; its
+    bridge's drain re-submits the delivery, same id and body: B answers with A's stored result and the model sees no
+    new request. The same id with another body is a conflict at B too; a new delivery B runs. Nothing of the
+    records is on either tree's disk."""
+    database.prepare(postgres_dsn)
+    slow = {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn,
+            "CLANKIE_LEASE_RENEW_SECONDS": "30", "CLANKIE_LEASE_TTL_SECONDS": "61"}  # A does not renew meanwhile
+    env_a = {**env, **slow}
+    b_state = tmp_path / "tree-b"
+    b_state.mkdir(mode=0o700)
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            fake.script(fa.text("the answer is 42"), fa.text("hello from B"))
+            async with service(env_a, fake) as a:
+                bridge_a = FakeBridge()
+                await bridge_a.connect(a)
+                first = await bridge_a.submit(msg("m1", "what is the answer?"))
+                assert (first.outcome, first.text) == ("settled", "the answer is 42")
+                with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree A dies: its lease runs out
+                    conn.execute("UPDATE clankie_shard_lease SET expires_at = now() WHERE shard = '0/1'")
+                with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as b_runtime:
+                    env_b = {**env_a, "CLANKIE_STATE": str(b_state), "CLANKIE_RUNTIME_DIR": b_runtime,
+                             "HOME": str(b_state)}
+                    async with service(env_b, fake) as b:
+                        assert a.pg is not None and b.pg is not None and b.pg.holder != a.pg.holder
+                        fence = b.pg.fence("0/1")
+                        assert fence is not None and fence.epoch == 2  # B took the shard at a new epoch
+                        bridge_b = FakeBridge()
+                        await bridge_b.connect(b)
+                        again = await bridge_b.submit(msg("m1", "what is the answer?"))  # the drain's re-submission
+                        assert again == first
+                        assert len(fake.requests) == 1, "the model was not asked again"
+                        with pytest.raises(RemoteError) as conflict:
+                            await bridge_b.submit(msg("m1", "another body under the same id"))
+                        assert conflict.value.code == "delivery_conflict"
+                        fresh = await bridge_b.submit(msg("m2", "hello?"))
+                        assert (fresh.outcome, fresh.text) == ("settled", "hello from B")
+                        assert b.turns.evidence.of("m1") == []  # B never accepted m1: no turn of its own
+
+    run(body(), timeout=60)
+    for state in (state_dir, b_state):
+        assert not (state / "captain" / "deliveries").exists(), "no delivery record was written to the disk"
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute("SELECT delivery_id, shard, settled, written_epoch FROM clankie_delivery "
+                            "ORDER BY delivery_id").fetchall()
+    assert rows == [("m1", "0/1", True, 1), ("m2", "0/1", True, 2)]  # each settled under its tree's epoch
+
+
 def test_a_service_whose_shard_was_taken_writes_nothing_for_it(env: dict[str, str], postgres_dsn: str,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     """Once another tree holds the room's shard at a higher epoch, the service's next turn in that room is not
-    answered and leaves nothing in the database: the run's first append to the tree (the room's message) is refused
-    by the database's check and counted, so the model is never asked and nothing is charged. (Renews are slow here,
-    so the service has not noticed the loss and dropped the lane: the refusal is the write's own.)"""
+    answered and leaves nothing in the database: the turn's first write, its delivery record, is refused by the
+    database's check and counted, so the turn is not run (``captain_shard_moved``: that tree answers it), the model
+    is never asked and nothing is charged. (Renews are slow here, so the service has not noticed the loss and
+    dropped the lane: the refusal is the write's own.)"""
     database.prepare(postgres_dsn)
     pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn,
               "CLANKIE_LEASE_RENEW_SECONDS": "30", "CLANKIE_LEASE_TTL_SECONDS": "61"}
@@ -77,7 +136,8 @@ def test_a_service_whose_shard_was_taken_writes_nothing_for_it(env: dict[str, st
     def rows() -> tuple[object, ...]:
         with psycopg.connect(postgres_dsn) as conn:
             found = conn.execute("SELECT (SELECT count(*) FROM clankie_lane_record), "
-                                 "(SELECT count(*) FROM clankie_spend_line)").fetchone()
+                                 "(SELECT count(*) FROM clankie_spend_line), "
+                                 "(SELECT count(*) FROM clankie_delivery)").fetchone()
         assert found is not None
         return tuple(found)
 
@@ -96,7 +156,7 @@ def test_a_service_whose_shard_was_taken_writes_nothing_for_it(env: dict[str, st
                 assert (late.outcome, late.code, late.text) == ("failed", "captain_shard_moved", "")
                 assert rows() == before
                 assert len(fake.requests) == 1
-                assert app.pg is not None and app.pg.lanes.stale_writes >= 1
+                assert app.pg is not None and app.pg.deliveries.stale_writes == 1 and app.pg.lanes.stale_writes == 0
 
     with caplog.at_level(logging.WARNING):
         run(body())
@@ -196,3 +256,34 @@ def test_the_service_keeps_its_preferred_shards_and_with_takeover_any_joins_ever
         "1/3": Want.PREFER, "0/3": Want.JOIN, "2/3": Want.JOIN}
     assert shard_wants(settings.load({"HOME": "/h", "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": "host=/x"})) == {
         "0/1": Want.PREFER}
+
+
+def test_a_turn_whose_shard_moved_is_handed_back_unanswered(env: dict[str, str], postgres_dsn: str) -> None:
+    """The shard's lanes are dropped while the model is answering (what a lost lease does), and the lease is still
+    this tree's when the turn ends (taken back at once): the turn fails ``captain_shard_moved`` and keeps no result.
+    Its record is handed back unsettled with its run forgotten, so the tree that serves the shard runs it, uncharged;
+    a failure kept in the database would be that tree's answer and the room would never get one."""
+    database.prepare(postgres_dsn)
+    pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn}
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake:
+            never = asyncio.Event()
+            fake.script(fa.text("too late", stall_after=2, stall_until=never))
+            async with service(pg_env, fake) as app:
+                bridge = FakeBridge()
+                await bridge.connect(app)
+                turn = bridge.start(msg("m1", "what is the door code?"))
+                await until(lambda: len(fake.requests) == 1, what="the model asked")
+                assert app.captain.stop_serving(lambda room: True) == 1
+                result = await asyncio.wait_for(turn, 30)
+                assert (result.outcome, result.code) == ("failed", "captain_shard_moved")
+                never.set()
+                assert app.pg is not None and app.pg.fence("0/1") is not None  # the lease is still this tree's
+                assert reckon(app.store.load("m1"), fingerprint(msg("m1", "what is the door code?")), 3,
+                              tree="another-tree") == RunIt(())
+        with psycopg.connect(postgres_dsn) as conn:
+            row = conn.execute("SELECT settled, run FROM clankie_delivery WHERE delivery_id = 'm1'").fetchone()
+        assert row == (False, None)
+
+    run(body(), timeout=60)
