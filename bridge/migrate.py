@@ -38,10 +38,8 @@ from bridge.journal import FILENAME, SEEN_FILENAME, fold
 from bridge.journal_files import decode
 from bridge.journal_state import Entry, JournalState, entry_lines
 from clankie.clock import Clock, SystemClock
-from clankie.errors import EX_CONFIG, ConfigError
-from clankie.paths import process_environment
-from clankie.secrets import receive as receive_secrets
-from clankie.settings import Settings, load
+from clankie.errors import ConfigError
+from clankie.settings import Settings
 from clankie.shards import room_shard
 from clankie.store.journal_ports import JournalRefused, Line, StoredLines
 from clankie.store.ports import Shard, StaleEpoch, signed_key
@@ -219,20 +217,9 @@ def _read(path: Path) -> bytes | None:
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["--to", "postgres"]:
-        print("usage: clankie migrate --to postgres", file=sys.stderr)
-        return 2
-    out: list[str] = []
-    try:
-        report = migrate(load(receive_secrets(process_environment())), out)
-    except ConfigError as exc:
-        print(f"clankie: {exc}", file=sys.stderr, flush=True)
-        return EX_CONFIG
-    for line in out:
-        print(line, flush=True)
-    for conflict in report.conflicts:
-        print(f"clankie migrate: {conflict}", file=sys.stderr, flush=True)
-    return 1 if report.conflicts else 0
+    from clankie.store.migrating import run_part  # the driver with it, only when a migration runs
+
+    return run_part(argv, migrate)
 
 
 if __name__ == "__main__":

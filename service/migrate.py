@@ -24,11 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from clankie.errors import EX_CONFIG, ConfigError
-from clankie.paths import process_environment
+from clankie.errors import ConfigError
 from clankie.protocol import Room
-from clankie.secrets import receive as receive_secrets
-from clankie.settings import Settings, load
+from clankie.settings import Settings
 from clankie.shards import room_shard
 from clankie.store.lane_ports import SEGMENT_SUFFIX, TreeUnreadable
 from service.agent.tree_files import FileLaneTree
@@ -155,20 +153,9 @@ def _copy_spend(source: FileSpendLedger, target: PgSpendLedger, report: Report) 
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["--to", "postgres"]:
-        print("usage: clankie migrate --to postgres", file=sys.stderr)
-        return 2
-    out: list[str] = []
-    try:
-        report = migrate(load(receive_secrets(process_environment())), out)
-    except ConfigError as exc:
-        print(f"clankie: {exc}", file=sys.stderr, flush=True)
-        return EX_CONFIG
-    for line in out:
-        print(line, flush=True)
-    for conflict in report.conflicts:
-        print(f"clankie migrate: {conflict}", file=sys.stderr, flush=True)
-    return 1 if report.conflicts else 0
+    from clankie.store.migrating import run_part  # the driver with it, only when a migration runs
+
+    return run_part(argv, migrate)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from clankie.errors import EX_CONFIG, ConfigError
+from clankie.paths import process_environment
+from clankie.secrets import receive as receive_secrets
+from clankie.settings import Settings, load
 from clankie.store.database import open_pool
 from clankie.store.leases import Fence, PgLeases
 
@@ -69,3 +75,31 @@ def holding(dsn: str, shards: list[str]) -> Iterator[Held]:
     finally:
         if held.fences:
             asyncio.run(give_back())
+
+
+class Reported(Protocol):
+    """What a part of the migration reports: the conflicts it found (each reported, none overwritten)."""
+
+    @property
+    def conflicts(self) -> list[str]: ...
+
+
+def run_part(argv: list[str], migrate: Callable[[Settings, list[str]], Reported]) -> int:
+    """One part's command line (``python -m service.migrate --to postgres``, ``python -m bridge.migrate …``): its
+    settings and DSN as a tree's child gets them, its summary lines on stdout, each conflict on stderr. Exit 0: copied
+    (or nothing to copy); 1: a conflict or a held shard; 2: a wrong command line; 78: no DSN, or the database
+    unreachable or newer than this release."""
+    if argv != ["--to", "postgres"]:
+        print("usage: clankie migrate --to postgres", file=sys.stderr)
+        return 2
+    out: list[str] = []
+    try:
+        report = migrate(load(receive_secrets(process_environment())), out)
+    except ConfigError as exc:
+        print(f"clankie: {exc}", file=sys.stderr, flush=True)
+        return EX_CONFIG
+    for line in out:
+        print(line, flush=True)
+    for conflict in report.conflicts:
+        print(f"clankie migrate: {conflict}", file=sys.stderr, flush=True)
+    return 1 if report.conflicts else 0
