@@ -49,6 +49,7 @@ from clankie.protocol import (
     Heartbeat,
     LanesReply,
     LanesRequest,
+    build_records,
 )
 from clankie.router import Router
 from clankie.settings import Settings
@@ -365,13 +366,15 @@ class ServiceApp:
 
 
 def warm() -> None:
-    """Import what a turn needs (the Anthropic SDK above all) before the process says ready.
+    """Import what a turn needs (the Anthropic SDK above all) and build every wire record's validator
+    (:func:`clankie.protocol.build_records`) before the process says ready.
 
     Runs before any event loop, in a cold start and in a warm spare alike;
     it reads no settings and opens no state.
     """
     import importlib
 
+    build_records()
     from service.agent.provider import rehearse  # anthropic, httpx: most of the cold start
 
     for name in FIRST_TURN_IMPORTS:

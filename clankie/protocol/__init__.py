@@ -14,7 +14,7 @@ Which records a method takes and returns is declared in :data:`METHODS`,
 grouped by link so a peer cannot call a method that is not meant for it.
 """
 
-from clankie.protocol.base import Empty, Hello, Record
+from clankie.protocol.base import Empty, Hello, Record, build_records
 from clankie.protocol.codes import Code
 from clankie.protocol.envelope import (
     MAX_MSGID,
@@ -171,6 +171,7 @@ __all__ = [
     "TurnSubmit",
     "TypingSignal",
     "Viewport",
+    "build_records",
     "error_map",
     "notification",
     "parse_envelope",

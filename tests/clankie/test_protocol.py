@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pydantic
 import pytest
 
 from clankie import protocol
 from clankie.errors import RemoteProtocolError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_requests_responses_and_notifications_parse() -> None:
@@ -70,3 +77,32 @@ def test_every_method_names_records() -> None:
         for name, method in methods.items():
             assert issubclass(method.params, protocol.Record), (role, name)
             assert method.result is None or issubclass(method.result, protocol.Record), (role, name)
+
+
+BUILT = """
+import json
+from clankie import protocol
+from clankie.protocol.base import Record
+
+def every(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from every(sub)
+
+records = [Record, *every(Record)]
+at_import = sum(cls.__pydantic_complete__ for cls in records)
+protocol.Hello.model_validate({"role": "bridge", "pid": 1, "protocol": 1})
+after_hello = sorted(cls.__name__ for cls in records if cls.__pydantic_complete__)
+protocol.build_records()
+print(json.dumps([len(records), at_import, after_hello, sum(cls.__pydantic_complete__ for cls in records)]))
+"""
+
+
+def test_records_build_on_first_use_and_build_records_builds_them_all() -> None:
+    """A fresh interpreter builds no record's validator at import, one on its first use, every one on build_records."""
+    done = subprocess.run([sys.executable, "-c", BUILT], capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, at_import, after_hello, built = json.loads(done.stdout)
+    assert count > 50
+    assert (at_import, after_hello, built) == (0, ["Hello"], count)

@@ -16,6 +16,13 @@ import asyncio, json, sys, tempfile
 from pathlib import Path
 from service.app import ServiceApp, warm
 warm()
+from clankie.protocol.base import Record
+records, unbuilt = [Record], []
+while records:
+    cls = records.pop()
+    records.extend(cls.__subclasses__())
+    if not cls.__pydantic_complete__:
+        unbuilt.append(cls.__name__)
 from clankie import settings
 from clankie.testing.fake_anthropic import FakeAnthropic
 from tests.service.captain.harness import FakeBridge, msg, service_env
@@ -30,7 +37,7 @@ async def main():
         bridge = FakeBridge()
         await bridge.connect(app)
         result = await bridge.submit(msg("m1", "hello"))
-        print(json.dumps({"outcome": result.outcome, "new": sorted(set(sys.modules) - before)}))
+        print(json.dumps({"outcome": result.outcome, "new": sorted(set(sys.modules) - before), "unbuilt": unbuilt}))
         await app.close()
 
 asyncio.run(main())
@@ -39,11 +46,12 @@ asyncio.run(main())
 
 @pytest.mark.timeout(120)
 def test_the_first_turn_after_warm_imports_nothing(tmp_path: Path) -> None:
-    """A fresh interpreter that ran warm() builds its app and answers its first turn without importing a module."""
+    """A fresh interpreter that ran warm() has every wire record built, and builds its app and answers its first turn
+    without importing a module."""
     done = subprocess.run(
         [sys.executable, "-c", FIRST_TURN], capture_output=True, text=True, cwd=REPO, timeout=110,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got == {"outcome": "settled", "new": []}
+    assert got == {"outcome": "settled", "new": [], "unbuilt": []}
