@@ -96,7 +96,6 @@ class ShardLeases:
         self.leases = leases
         self.takeover: tuple[LeaseRow, float] | None = None  # the last takeover of one of ours, read at (monotonic)
         self._look = asyncio.Event()  # a shard was taken anew: read who had it before
-        self._all_held = asyncio.Event()
 
     def on_action(self, shard: str, action: Action) -> None:
         """A keeper's word (it must not block): a shard served, or no longer ours (the gateway must close)."""
@@ -111,12 +110,8 @@ class ShardLeases:
                 if self.on_taken is not None:
                     self.on_taken(self.keys[shard], anew)
             self.serving.add(shard)
-            if self.preferred <= self.serving:
-                self._all_held.set()
         elif action.kind is Kind.STOP_SERVING:
             self.serving.discard(shard)
-            if shard in self.preferred:
-                self._all_held.clear()
             if action.reason == "released" and shard in self.handing:
                 log.info("shard %s: handed back to the tree that prefers it", shard)
             else:
@@ -127,7 +122,7 @@ class ShardLeases:
     @property
     def held(self) -> bool:
         """Every preferred lease is ours."""
-        return self._all_held.is_set()
+        return self.preferred <= self.serving
 
     def gateway_keys(self) -> list[tuple[int, int]]:
         """The shards the gateway is to run now, by id: every shard whose lease is ours, but one being handed back.
@@ -222,12 +217,8 @@ class ShardLeases:
     def _describe(self, shard: str, keeper: LeaseKeeper) -> str:
         """One lease for the status line: ``0/2 held (epoch 3)``, ``1/2 held for another tree (epoch 2)``, ``1/2
         handing back (epoch 2)``, or ``0/2 unheld``."""
-        if shard not in self.serving:
-            return f"{shard} {keeper.lease.state.value}"
-        if shard in self.handing:
-            return f"{shard} handing back (epoch {keeper.lease.epoch})"
-        other = "" if shard in self.preferred else " for another tree"
-        return f"{shard} held{other} (epoch {keeper.lease.epoch})"
+        state = self._state(shard, keeper)
+        return f"{shard} {state} (epoch {keeper.lease.epoch})" if shard in self.serving else f"{shard} {state}"
 
     def _takeover_ago(self) -> float:
         """Seconds since the last takeover: its age on the database's clock when read, and the time since."""
@@ -247,9 +238,10 @@ class ShardLeases:
         return report
 
     def _state(self, shard: str, keeper: LeaseKeeper) -> str:
+        """A lease's state for the heartbeat and the status line."""
         if shard not in self.serving:
             return keeper.lease.state.value
-        return "handing back" if shard in self.handing else "held" if shard in self.preferred else "held for another"
+        return "handing back" if shard in self.handing else "held" if shard in self.preferred else "held for another tree"
 
     def _gauge(self) -> None:
         if METER.enabled:  # unheld: the preferred ones only (a shard this tree may take for another is not missing)
