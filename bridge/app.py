@@ -35,6 +35,8 @@ from clankie.protocol import Heartbeat, Room
 from clankie.redact import Redactor
 from clankie.settings import Settings
 from clankie.shards import describe as describe_shards
+from clankie.shards import others as other_shards
+from clankie.shards import preferred as preferred_shards
 from clankie.shards import room_shard
 from clankie.store.journal_ports import JournalRefused, JournalStore
 from clankie.waits import within
@@ -117,9 +119,10 @@ class BridgeApp:
         self.ingress = Ingress(policy(settings))
         # the gateway sessions, one per shard this process runs, kept across processes (bridge.gateway_session)
         count = settings.discord_shard_count
-        self.preferred_keys = [(0, 1)] if count is None else [(i, count) for i in settings.discord_shard_ids or range(count)]
-        # every shard this process may run: with CLANKIE_DISCORD_SHARD_TAKEOVER=any (postgres), every shard of the count
-        self.shard_keys = self.preferred_keys if not self._takeover_any() else [(i, count or 1) for i in range(count or 1)]
+        self.preferred_keys = preferred_shards(settings.discord_shard_ids, count)
+        # with CLANKIE_DISCORD_SHARD_TAKEOVER=any (postgres), every other shard of the count: served for another tree
+        self.other_keys = other_shards(settings.discord_shard_ids, count, settings.discord_shard_takeover)
+        self.shard_keys = self.preferred_keys + self.other_keys  # every shard this process may run
         self.gateway_keys: list[tuple[int, int]] = []  # the shards the gateway runs now (the postgres profile)
         self._journal_pool: SyncPool | None = None  # the postgres profile's journal, in the database by shard
         self._taken_open: list[Entry] = []  # admitted deliveries of shards taken from another tree, to check first
@@ -374,10 +377,6 @@ class BridgeApp:
             return None
         return lambda room: room_shard(room, count)[0] in shards
 
-    def _takeover_any(self) -> bool:
-        s = self.settings
-        return s.store == "postgres" and s.discord_token is not None and s.discord_shard_takeover == "any"
-
     async def _discord(self) -> None:
         """The gateway; in the postgres profile on the shards whose leases are ours (bridge/shard_leases.py,
         :meth:`~bridge.shard_leases.ShardLeases.gateway_keys`): it opens on that set and opens again on the new set
@@ -453,11 +452,10 @@ class BridgeApp:
         assert s.postgres_dsn is not None  # the settings refuse postgres without one
         self._pool = await open_pool(s.postgres_dsn.get_secret_value(), ttl=s.lease_ttl_seconds, wait=False)
         pg = PgLeases(self._pool)
-        others = [key for key in self.shard_keys if key not in self.preferred_keys]
         leases = ShardLeases(pg, self.preferred_keys, tree_holder(s.state_dir), self.clock,
                              renew=s.lease_renew_seconds, ttl=s.lease_ttl_seconds,
                              tenures=paths.ensure_private_dir(s.state_dir / "bridge") / TENURES_FILE, on_taken=self._taken,
-                             others=others, quiesce=self._quiesce)
+                             others=self.other_keys, quiesce=self._quiesce)
         self.store = StoreWriter(lambda fence_for: PgGatewaySessions(pg, fence_for),
                                  lambda shard, fence_for: PgDedupe(pg, shard, fence_for), leases.fence_for, self.clock,
                                  transient=TRANSIENT, retry=s.lease_renew_seconds)

@@ -79,3 +79,20 @@ def describe(ids: tuple[int, ...], count: int | None) -> str:
     if count is None:
         return ""
     return f"{','.join(str(i) for i in ids) if ids else 'all'}/{count}"
+
+
+def preferred(ids: tuple[int, ...], count: int | None) -> list[tuple[int, int]]:
+    """The shards a tree prefers, as ``(id, count)``: ``ids`` (``CLANKIE_DISCORD_SHARD_IDS``) of ``count``, or every
+    shard of it when none are named; an unsharded bot's one shard is ``(0, 1)``."""
+    total = count or 1
+    return [(i, total) for i in ids or range(total)]
+
+
+def others(ids: tuple[int, ...], count: int | None, takeover: str) -> list[tuple[int, int]]:
+    """The shards a tree may also serve for another tree: with ``CLANKIE_DISCORD_SHARD_TAKEOVER=any`` every shard of
+    the count it does not prefer (the settings allow ``any`` only for a sharded bot in the postgres profile), else
+    none."""
+    if takeover != "any" or count is None:
+        return []
+    mine = set(preferred(ids, count))
+    return [(i, count) for i in range(count) if (i, count) not in mine]

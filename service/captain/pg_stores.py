@@ -34,7 +34,7 @@ from collections.abc import Callable
 from clankie.clock import Clock
 from clankie.protocol import Room
 from clankie.settings import Settings
-from clankie.shards import room_shard
+from clankie.shards import others, preferred, room_shard
 from clankie.store import database
 from clankie.store.deliveries_pg import PgDeliveryRecords
 from clankie.store.lane_ports import LaneTreeStore
@@ -50,9 +50,7 @@ log = logging.getLogger(__name__)
 
 def tree_shards(settings: Settings) -> list[str]:
     """The shards this tree prefers, as lease names."""
-    count = settings.discord_shard_count or 1
-    ids = settings.discord_shard_ids or tuple(range(count))
-    return [shard_name(i, count) for i in ids]
+    return [shard_name(*key) for key in preferred(settings.discord_shard_ids, settings.discord_shard_count)]
 
 
 def shard_wants(settings: Settings) -> dict[str, Want]:
@@ -60,9 +58,8 @@ def shard_wants(settings: Settings) -> dict[str, Want]:
     them for this one), and with ``CLANKIE_DISCORD_SHARD_TAKEOVER=any`` every other shard of the count, joined only
     (the tree's bridge takes another tree's shard when its gateway can serve it; the service follows)."""
     wants = dict.fromkeys(tree_shards(settings), Want.PREFER)
-    if settings.discord_shard_takeover == "any" and settings.discord_shard_count is not None:
-        for i in range(settings.discord_shard_count):
-            wants.setdefault(shard_name(i, settings.discord_shard_count), Want.JOIN)
+    for key in others(settings.discord_shard_ids, settings.discord_shard_count, settings.discord_shard_takeover):
+        wants[shard_name(*key)] = Want.JOIN
     return wants
 
 

@@ -10,7 +10,7 @@ import pytest
 from bridge.shards import ShardWatch, receives_dms
 from clankie.errors import ConfigError
 from clankie.settings import load
-from clankie.shards import check, describe, parse_ids, shard_of
+from clankie.shards import check, describe, others, parse_ids, preferred, shard_of
 
 
 def test_a_guild_belongs_to_the_shard_its_snowflake_timestamp_picks() -> None:
@@ -167,3 +167,12 @@ def test_a_single_shard_watch_reports_every_change() -> None:
 def test_a_watch_needs_shards() -> None:
     with pytest.raises(ValueError):
         ShardWatch(())
+
+
+def test_a_tree_prefers_its_named_shards_and_with_takeover_any_may_serve_every_other() -> None:
+    """The one rule the bridge and the service both keep their leases by (``clankie.shards.preferred``, ``others``)."""
+    assert preferred((), None) == [(0, 1)]  # unsharded: the one shard
+    assert preferred((), 3) == [(0, 3), (1, 3), (2, 3)]
+    assert preferred((1,), 3) == [(1, 3)]
+    assert others((1,), 3, "any") == [(0, 3), (2, 3)]
+    assert others((1,), 3, "none") == [] and others((), 3, "any") == [] and others((), None, "any") == []
