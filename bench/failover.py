@@ -119,10 +119,11 @@ async def settle(discord: FakeDiscord, sent: list[tuple[str, str]], window: floa
         await asyncio.sleep(0.2)
 
 
-async def answer_within(discord: FakeDiscord, answer: str, since: float, window: float) -> float | None:
-    """Seconds from ``since`` until a post saying ``answer`` is in the fact room, or None after ``window``."""
+async def answer_within(discord: FakeDiscord, answer: str, since: float, window: float, room: str = CHAN
+                        ) -> float | None:
+    """Seconds from ``since`` until a post saying ``answer`` is in ``room`` (the fact room), or None after ``window``."""
     while time.monotonic() - since < window:
-        if any(p.content == answer for p in discord.posts_in(CHAN)):
+        if any(p.content == answer for p in discord.posts_in(room)):
             return time.monotonic() - since
         await asyncio.sleep(0.02)
     return None

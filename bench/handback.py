@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.failover import answered, p, responder, settle, traffic
+from bench.failover import answer_within, answered, p, responder, settle, traffic
 from clankie.store import database
 from clankie.store.leases import tree_holder
 from clankie.testing.fake_discord import FakeDiscord
@@ -51,15 +51,6 @@ FACT = "4194304101"
 
 def rooms_of(base: int, count: int) -> list[str]:
     return [str(base + i) for i in range(count)]
-
-
-async def answer(discord: FakeDiscord, text: str, since: float, window: float) -> float | None:
-    """Seconds from ``since`` until a post saying ``text`` is in the fact room, or None after ``window``."""
-    while time.monotonic() - since < window:
-        if any(post.content == text for post in discord.posts_in(FACT)):
-            return time.monotonic() - since
-        await asyncio.sleep(0.02)
-    return None
 
 
 def replied(discord: FakeDiscord, message_id: str) -> Callable[[], bool]:
@@ -115,7 +106,7 @@ async def profile(root: Path, dsn: str, takeover: str, args: argparse.Namespace)
                     await a.kill_supervisor()
                     asked.append((FACT, str((await discord.message(FACT, "clankie, what is the door code?",
                                                                    author_id=PERSON))["id"])))
-                    wait = asyncio.create_task(answer(discord, f"it is {4700 + n}", killed, args.down + args.window))
+                    wait = asyncio.create_task(answer_within(discord, f"it is {4700 + n}", killed, args.down + args.window, FACT))
                     await asyncio.sleep(max(0.0, killed + args.down - time.monotonic()))
                     await a.respawn()  # the machine is back
                     back = time.monotonic()
