@@ -58,9 +58,6 @@ log = logging.getLogger(__name__)
 STOP_BUDGET = 25.0
 """Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""
 
-SPARE_DELAY = 0.5
-"""Seconds after a child is ready before its next spare is spawned (its imports then miss the first turns)."""
-
 BACKGROUND_PER_CHILD = 64
 """Background tasks per child (activations, shutdown notes, spare timers, stall aborts: a handful each at once)."""
 
@@ -83,11 +80,11 @@ class Tree:
         rand: Callable[[], float] | None = None,
         log_max_bytes: int | None = None,
         log_backups: int | None = None,
-        spare_delay: float = SPARE_DELAY,
+        spare_delay: float | None = None,
     ) -> None:
         self.settings = settings
         self.handover = settings.handover
-        self.spare_delay = spare_delay
+        self.spare_delay = settings.spare_delay_seconds if spare_delay is None else spare_delay
         self.listeners: dict[str, socket.socket] = {}
         self.clock = clock
         self.notifier = notifier or Notifier({})

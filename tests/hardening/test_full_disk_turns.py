@@ -77,7 +77,7 @@ def test_turns_on_a_full_disk_fail_in_one_line_each_and_waiting_messages_wait_fo
 
     async def main() -> None:
         small = {"CLANKIE_DISCORD_MAX_TURNS": "1", "CLANKIE_DISCORD_TOOL_CARD": "false"}
-        async with real_tree(tmp_path, runtime_dir, small, ready_timeout=90, channels=(CHAN, *ROOMS),
+        async with real_tree(tmp_path, runtime_dir, small, ready_timeout=90, spares=False, channels=(CHAN, *ROOMS),
                              prefix=lambda state: in_small_fs(state, "64m")) as t:
             discord, anthropic, view = t.discord, t.anthropic, t.state  # view: the supervisor's, the small tmpfs
             gate = anthropic.gate = asyncio.Event()  # the first turn holds the one slot

@@ -98,7 +98,7 @@ def test_the_demo_shows_a_screenshot_diagrams_and_a_long_task_through_the_real_h
 
     async def main() -> None:
         env = {"CLANKIE_DEMO": "1", "ANTHROPIC_API_KEY": ""}  # the tree's fake key would refuse demo mode
-        async with real_tree(tmp_path, runtime_dir, env) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:
             root = t.state / "attachments"
             told: list[str] = []  # what `python -m clankie.testing.fake_discord` prints for a demo's watcher
             watch = asyncio.ensure_future(narrate(t.discord, told.append))

@@ -58,6 +58,20 @@ def test_a_spare_becomes_the_child_and_a_new_one_is_parked(tmp_path: Path, runti
         wait_for(lambda: not pid_alive(spare) and not pid_alive(replacement), 5, "no survivors")
 
 
+def test_a_spare_delay_puts_the_spare_off_and_a_kill_meanwhile_is_a_cold_start(tmp_path: Path, runtime_dir: Path) -> None:
+    """``CLANKIE_SPARE_DELAY_SECONDS``: no spare is spawned before the delay; a child killed meanwhile starts cold."""
+    ev = tmp_path / "ev"
+    kid = fixture("w", events=ev, spare=True, policy={"intensity": 100})
+    with supervisor(tmp_path, runtime_dir, [kid], env={"CLANKIE_SPARE_DELAY_SECONDS": "3600"}) as sup:
+        first = wait_for(lambda: (c := sup.child("w")).state == "running" and c.pid, 20, "w running")
+        assert sup.child("w").spare == "none yet" and sup.child("w").spare_pid is None
+        os.kill(first, signal.SIGKILL)
+        now = wait_for(lambda: (c := sup.child("w")).state == "running" and c.pid != first and c, 20, "w back")
+        assert [p for k, _t, p in events(ev) if k == "START"] == [first, now.pid]  # spawned cold: no spare between
+        assert [k for k, _t, _p in events(ev) if k == "PARKED"] == []
+        assert sup.child("w").spare == "none yet"
+
+
 def test_a_spare_that_dies_is_replaced_and_the_child_starts_cold_without_one(tmp_path: Path, runtime_dir: Path) -> None:
     """A killed spare is replaced after its backoff; with the hand-over off there is no spare and restarts are cold."""
     ev = tmp_path / "ev"
@@ -71,7 +85,7 @@ def test_a_spare_that_dies_is_replaced_and_the_child_starts_cold_without_one(tmp
     off = tmp_path / "off"
     off.mkdir()
     with supervisor(off, runtime_dir, [fixture("w", events=ev2, spare=True)], env={"CLANKIE_HANDOVER": "false"}) as sup:
-        assert sup.child("w").spare == "off"
+        assert sup.child("w").spare == "none yet"
         first = sup.child("w").pid
         os.kill(first, signal.SIGKILL)
         back = wait_for(lambda: (c := sup.child("w")).state == "running" and c.pid != first and c, 20, "w back")

@@ -45,7 +45,7 @@ def test_a_screenshot_turn_through_a_browser_host_outside_the_tree(tmp_path: Pat
         unit = ExternalHost(unit_env, tmp_path / "browser-unit.log")
         await unit.start()
         try:
-            async with real_tree(tmp_path, runtime_dir, tree_env) as t:
+            async with real_tree(tmp_path, runtime_dir, tree_env, spares=False) as t:
                 status = await t.status()
                 browser = next(c for c in status.children if c.name == "browser")
                 assert (browser.state, browser.pid, browser.ready) == ("external", None, True), browser

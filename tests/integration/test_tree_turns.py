@@ -58,7 +58,7 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
 
     async def main() -> None:
         env = {"CLANKIE_STALL_SECONDS": str(STALL_SECONDS), "CLANKIE_STALL_TICK_SECONDS": "0.25"}
-        async with real_tree(tmp_path, runtime_dir, env) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:
             # -- a burst of three: the first message's run is held mid-answer while two more arrive
             hold = asyncio.Event()
             t.anthropic.script(

@@ -45,6 +45,8 @@ PERSON = "500000000000000001"
 REF_RE = re.compile(r"sha256:[0-9a-f]{64}:(?:browser|tldraw|generated)/[0-9a-f]{64}\.[a-z]+")
 PAGE = """<!doctype html><html><body style="margin:0;background:#33aa66">
 <h1 style="font-family:sans-serif">Hello from the tree test page</h1></body></html>"""
+NO_SPARES = {"CLANKIE_SPARE_DELAY_SECONDS": "3600"}
+"""A tree whose spares come an hour after it is ready: never, within a test (``real_tree(spares=False)``)."""
 CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
 
 
@@ -304,11 +306,16 @@ async def real_tree(
     ready_timeout: float = 60.0,
     channels: tuple[str, ...] = (CHAN,),
     prefix: Callable[[Path], Sequence[str]] | None = None,
+    spares: bool = True,
 ) -> AsyncIterator[Tree]:
     """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns.
 
     ``prefix(state)`` is a command that sets up a private mount namespace and execs the supervisor in it (a small
     tmpfs on the state directory, say); the tree's ``state`` is then the supervisor's own view of it.
+
+    ``spares=False`` is for a test whose story never restarts a child: the tree is the same (sockets held by the
+    supervisor, hand-over on), but its warm spares are put off past the test's end (:data:`NO_SPARES`), so it
+    does not pay their imports (about 3 CPU s a tree under the suite's load, docs/benchmarks.md).
     """
     discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
@@ -318,7 +325,7 @@ async def real_tree(
     await site.start()
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
-    full_env = tree_env(tmp, runtime, discord, anthropic, env or {})
+    full_env = tree_env(tmp, runtime, discord, anthropic, (env or {}) if spares else {**NO_SPARES, **(env or {})})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
@@ -343,16 +350,17 @@ async def real_tree(
 
 @contextlib.asynccontextmanager
 async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[str, str],
-                  up: Callable[[Tree], Awaitable[None]]) -> AsyncIterator[Tree]:
+                  up: Callable[[Tree], Awaitable[None]], *, spares: bool = True) -> AsyncIterator[Tree]:
     """`clankie run` with ``extra`` settings on ``discord`` (shared with other trees), with a model double and a web
-    site of its own; yielded once ``up`` says so (:meth:`Tree.ready`, :meth:`Tree.standing_by`)."""
+    site of its own; yielded once ``up`` says so (:meth:`Tree.ready`, :meth:`Tree.standing_by`). ``spares`` as
+    for :func:`real_tree`."""
     anthropic = fa.FakeAnthropic()
     site = Site()
     await anthropic.start()
     await site.start()
     tmp.mkdir(mode=0o700)
     (tmp / "state").mkdir(mode=0o700)
-    env = tree_env(tmp, runtime, discord, anthropic, extra)
+    env = tree_env(tmp, runtime, discord, anthropic, extra if spares else {**NO_SPARES, **extra})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL,
@@ -369,13 +377,13 @@ async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[st
 
 @contextlib.asynccontextmanager
 async def pg_tree(tmp: Path, discord: FakeDiscord, dsn: str, *, serving: bool,
-                  env: dict[str, str] | None = None) -> AsyncIterator[Tree]:
+                  env: dict[str, str] | None = None, spares: bool = True) -> AsyncIterator[Tree]:
     """`clankie run` in the postgres profile on ``discord`` (shared with other trees); up when every child runs and
-    the bridge either serves the shard (``serving``) or waits for its lease."""
+    the bridge either serves the shard (``serving``) or waits for its lease. ``spares`` as for :func:`real_tree`."""
     extra = {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn, "CLANKIE_DISCORD_TOOL_CARD": "false", **(env or {})}
     with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as rt:  # short: socket paths fit in 107 bytes
         runtime = Path(rt)
         runtime.chmod(0o700)
         async with tree_on(tmp, runtime, discord, extra,
-                           lambda t: t.ready(90) if serving else t.standing_by(90)) as t:
+                           lambda t: t.ready(90) if serving else t.standing_by(90), spares=spares) as t:
             yield t
