@@ -30,7 +30,7 @@ with warnings.catch_warnings():
     from discord.gateway import DiscordWebSocket, ReconnectWebSocket
 
 from bridge.discord_metrics import count_requests
-from bridge.gateway_link import IllegalSessionMove, Shard, shard_key
+from bridge.gateway_link import IdentifyGate, IllegalSessionMove, Shard, shard_key
 from bridge.gateway_session import REFUSING_CLOSES, SessionKeeper
 from bridge.ratelimits import amortise_bucket_sweep
 from bridge.shards import ReadBack
@@ -161,6 +161,7 @@ class BridgeClient(discord.Client):
         self.shard = shard_key(None, None)
         self.owner: str | None = None  # what login learned, for a parked spare's bind()
         self.start_limit: tuple[int, int] | None = None
+        self.gate = IdentifyGate()  # one session: one rate-limit key
 
     async def setup_hook(self) -> None:
         await _setup(self, self._discover, self._owned, self._limited)
@@ -188,6 +189,18 @@ class BridgeClient(discord.Client):
             hooks.on_owner(self.owner)
         if keeper is not None and self.start_limit is not None:
             keeper.limit(*self.start_limit)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """This process's first IDENTIFY goes at once, the next ones 5 s apart (:class:`IdentifyGate`), as the sharded
+        client's do; discord.py waits 5 s before every IDENTIFY but a client's very first, so a new bridge whose stored
+        RESUME was refused waited 5 s for nothing. Starts in a row across processes are the keeper's backoff."""
+        if self.keeper is None:
+            return await super().before_identify_hook(shard_id, initial=initial)
+        delay = self.gate.claim(0, self.keeper.clock.monotonic())
+        if delay > 0:
+            log.info("gateway: IDENTIFY waits %.1fs for its rate-limit key", delay)
+            await self.keeper.clock.sleep(delay)
+        return None
 
     async def connect(self, *, reconnect: bool = True) -> None:
         """discord.py's ``Client.connect`` loop (2.7), with the keeper's seams (the module docstring)."""

@@ -183,3 +183,32 @@ def test_a_session_that_lived_ends_the_crash_loop_and_a_new_day_resets_the_count
         assert keeper.book.identifies == 1 < identifies
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["one session", "shards"])
+def test_a_processes_first_identify_goes_at_once_even_after_a_refused_resume_and_the_next_waits_its_window(
+    tmp_path: Path, sharded: bool
+) -> None:
+    """discord.py sleeps 5 s before every IDENTIFY but a client's very first; a new bridge whose stored RESUME was
+    refused is not a client's first, yet this process has IDENTIFYed nothing. Both clients let it go at once and
+    keep the next ones :data:`~bridge.gateway_link.IDENTIFY_WINDOW` apart, on the keeper's clock."""
+    from bridge.discord_gateway import BridgeClient, Hooks
+    from bridge.sharded_gateway import ShardedBridgeClient
+
+    async def main() -> None:
+        clock = FakeClock(autojump=True)
+        keeper = gs.SessionKeeper(tmp_path, clock)
+        hooks = Hooks(on_message=lambda _m: None, on_status=lambda _s: None, on_owner=lambda _o: None)
+        client = (ShardedBridgeClient(hooks, shard_count=1, shard_ids=(0,), discover_gateway=False, keeper=keeper)
+                  if sharded else
+                  BridgeClient(on_message_cb=hooks.on_message, on_status=hooks.on_status, on_owner=hooks.on_owner,
+                               discover_gateway=False, keeper=keeper))
+        try:
+            await client.before_identify_hook(0 if sharded else None, initial=False)  # after the refused RESUME
+            assert clock.slept == []
+            await client.before_identify_hook(0 if sharded else None, initial=False)
+            assert clock.slept == [gl.IDENTIFY_WINDOW]
+        finally:
+            await client.http.close()  # never connected: only its HTTP session to close
+
+    asyncio.run(main())
