@@ -85,7 +85,7 @@ def test_a_spare_that_dies_is_replaced_and_the_child_starts_cold_without_one(tmp
     off = tmp_path / "off"
     off.mkdir()
     with supervisor(off, runtime_dir, [fixture("w", events=ev2, spare=True)], env={"CLANKIE_HANDOVER": "false"}) as sup:
-        assert sup.child("w").spare == "none yet"
+        assert sup.child("w").spare == "off"
         first = sup.child("w").pid
         os.kill(first, signal.SIGKILL)
         back = wait_for(lambda: (c := sup.child("w")).state == "running" and c.pid != first and c, 20, "w back")
