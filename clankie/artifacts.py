@@ -83,7 +83,7 @@ def write_into(directory: int, sub: str, data: bytes, ext: str) -> str:
         raise ValueError(f"unsupported artifact {sub}/{ext}")
     digest = hashlib.sha256(data).hexdigest()
     final = f"{digest}.{ext}"
-    tmp = f".{digest}.{os.getpid()}.tmp"
+    tmp = f".{digest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"  # its own: the same bytes may be written twice at once
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600, dir_fd=directory)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -101,6 +101,45 @@ def test_written_artifact_resolves_to_the_same_bytes(tmp_path: Path) -> None:
     assert got.data == b"\x89PNG fake" and got.content_type == "image/png"
 
 
+def test_two_writes_of_the_same_bytes_at_once_both_land(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two screenshots of one page at once are the same bytes, so the same file: each write has a temp name of its
+    own, so neither rename finds its temp file gone (the first rename here waits until the second is done)."""
+    root = tmp_path / "root"
+    data = b"\x89PNG the same page twice"
+    real_replace = os.replace
+    first_renaming, second_done = threading.Event(), threading.Event()
+    temps: list[str] = []
+
+    def replace(src: str, dst: str, **kw: int) -> None:
+        temps.append(src)
+        if len(temps) == 1:  # the first write reached its rename: let the second one run all the way first
+            first_renaming.set()
+            second_done.wait(10)
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    refs: list[str] = []
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            refs.append(artifacts.write_artifact(root, "browser", data, "png"))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_renaming.wait(10)
+    try:
+        refs.append(artifacts.write_artifact(root, "browser", data, "png"))
+    finally:
+        second_done.set()
+        thread.join(10)
+    assert errors == [] and len(set(refs)) == 1 and len(refs) == 2
+    assert temps[0] != temps[1]
+    assert sorted(p.name for p in (root / "browser").iterdir()) == [f"{hashlib.sha256(data).hexdigest()}.png"]
+
+
 @pytest.mark.parametrize(
     "ref",
     [
