@@ -163,7 +163,7 @@ def test_a_killed_supervisor_and_a_new_clankie_run_lose_nothing(tmp_path: Path, 
     """The whole tree dies with its supervisor; a new `clankie run` on the same state answers everything."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=ROOMS) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares=False) as t:  # the whole tree dies, no child alone
             t.anthropic.gate = asyncio.Event()
             sent = await say(t, 2, "in-flight")
             await until(lambda: {m["id"] for m in sent} <= journaled(t), 20, "every delivery journaled")

@@ -55,7 +55,7 @@ def test_a_sigkilled_bridge_is_resumed_and_the_gap_is_answered_once(tmp_path: Pa
     in the gap is replayed, and every message is answered once, those in flight at the kill included."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS) as t:
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=False) as t:  # the bridge restarts cold
             before = [await say(t, n, "before") for n in range(3)]
             await answered_once(t, before, "the first bridge answers")
             bridge = await t.child("bridge")
@@ -82,7 +82,7 @@ def test_restart_bridge_hands_the_session_over(tmp_path: Path, runtime_dir: Path
     """``clankiectl restart bridge``: the old bridge closes with 4000, the new one RESUMEs; no session start spent."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS) as t:
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=False) as t:  # the bridge restarts cold
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
             restarting = asyncio.ensure_future(t.call("restart", ChildTarget(name="bridge")))
