@@ -8,9 +8,11 @@ the memory comes back with the shard."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
@@ -18,17 +20,39 @@ import pytest
 
 from clankie.clock import SystemClock
 from clankie.errors import RemoteError
+from clankie.protocol import TurnResult
 from clankie.store import database
 from clankie.store.lanes_pg import PgLaneTrees
 from clankie.store.leases import Fence
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_anthropic import FakeAnthropic
 from service.agent.session import SessionTree
+from service.app import ServiceApp
 from service.captain.deliveries.store import RunIt, fingerprint, reckon
 from tests.polling import until
 from tests.service.captain.harness import FakeBridge, msg, run, service
 
 LANE = "rooms/discord%3Aclankie%3Adiscord%3A1%3A2"  # the lane of msg()'s room (guild 1, channel 2) in the database
+QUESTION = msg("m1", "what is the door code?")
+
+
+@contextlib.asynccontextmanager
+async def a_turn_at_the_model(pg_env: dict[str, str]) -> AsyncIterator[tuple[ServiceApp, asyncio.Task[TurnResult],
+                                                                          asyncio.Event]]:
+    """A service in the PostgreSQL profile with one turn (:data:`QUESTION`) in flight: the model was asked, and its
+    answer stalls until the yielded event is set (set at the end in any case)."""
+    async with FakeAnthropic() as fake:
+        never = asyncio.Event()
+        fake.script(fa.text("too late", stall_after=2, stall_until=never))
+        async with service(pg_env, fake) as app:
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            turn = bridge.start(QUESTION)
+            await until(lambda: len(fake.requests) == 1, what="the model asked")
+            try:
+                yield app, turn, never
+            finally:
+                never.set()
 
 
 def test_a_restarted_service_recalls_a_rooms_memory_from_postgresql(env: dict[str, str], postgres_dsn: str,
@@ -224,20 +248,12 @@ def test_a_run_live_when_the_shard_is_lost_fails_as_moved_at_once(env: dict[str,
               "CLANKIE_LEASE_RENEW_SECONDS": "0.5", "CLANKIE_LEASE_TTL_SECONDS": "2"}
 
     async def body() -> None:
-        async with FakeAnthropic() as fake:
-            never = asyncio.Event()
-            fake.script(fa.text("too late", stall_after=2, stall_until=never))
-            async with service(pg_env, fake) as app:
-                bridge = FakeBridge()
-                await bridge.connect(app)
-                turn = bridge.start(msg("m1", "what is the door code?"))
-                await until(lambda: len(fake.requests) == 1, what="the model asked")
-                with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree B takes the shard over
-                    conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
-                                 "expires_at = now() + interval '1 minute' WHERE shard = '0/1'")
-                result = await asyncio.wait_for(turn, 30)
-                assert (result.outcome, result.code, result.text) == ("failed", "captain_shard_moved", "")
-                never.set()
+        async with a_turn_at_the_model(pg_env) as (_app, turn, _never):
+            with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # tree B takes the shard over
+                conn.execute("UPDATE clankie_shard_lease SET holder = 'tree-b', epoch = epoch + 1, "
+                             "expires_at = now() + interval '1 minute' WHERE shard = '0/1'")
+            result = await asyncio.wait_for(turn, 30)
+            assert (result.outcome, result.code, result.text) == ("failed", "captain_shard_moved", "")
 
     run(body(), timeout=60)
 
@@ -267,21 +283,13 @@ def test_a_turn_whose_shard_moved_is_handed_back_unanswered(env: dict[str, str],
     pg_env = {**env, "CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": postgres_dsn}
 
     async def body() -> None:
-        async with FakeAnthropic() as fake:
-            never = asyncio.Event()
-            fake.script(fa.text("too late", stall_after=2, stall_until=never))
-            async with service(pg_env, fake) as app:
-                bridge = FakeBridge()
-                await bridge.connect(app)
-                turn = bridge.start(msg("m1", "what is the door code?"))
-                await until(lambda: len(fake.requests) == 1, what="the model asked")
-                assert app.captain.stop_serving(lambda room: True) == 1
-                result = await asyncio.wait_for(turn, 30)
-                assert (result.outcome, result.code) == ("failed", "captain_shard_moved")
-                never.set()
-                assert app.pg is not None and app.pg.fence("0/1") is not None  # the lease is still this tree's
-                assert reckon(app.store.load("m1"), fingerprint(msg("m1", "what is the door code?")), 3,
-                              tree="another-tree") == RunIt(())
+        async with a_turn_at_the_model(pg_env) as (app, turn, never):
+            assert app.captain.stop_serving(lambda room: True) == 1
+            result = await asyncio.wait_for(turn, 30)
+            assert (result.outcome, result.code) == ("failed", "captain_shard_moved")
+            never.set()
+            assert app.pg is not None and app.pg.fence("0/1") is not None  # the lease is still this tree's
+            assert reckon(app.store.load("m1"), fingerprint(QUESTION), 3, tree="another-tree") == RunIt(())
         with psycopg.connect(postgres_dsn) as conn:
             row = conn.execute("SELECT settled, run FROM clankie_delivery WHERE delivery_id = 'm1'").fetchone()
         assert row == (False, None)
