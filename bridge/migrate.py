@@ -126,8 +126,8 @@ def migrate(settings: Settings, out: list[str], clock: Clock | None = None) -> R
     files = read_files(settings, (clock or SystemClock()).wall())
     report = Report(ids_unplaced=files.unplaced)
     with holding(dsn, [shard_name(*s) for s in files.shards]) as held:
-        if held.refused:
-            report.conflicts.append(f"shards held by a running tree: {', '.join(held.refused)} (stop it, then migrate)")
+        if (refused := held.refusal()) is not None:
+            report.conflicts.append(refused)
             return report
         pool = database.open_sync_pool(dsn, ttl=LEASE_SECONDS)
         try:

@@ -94,8 +94,8 @@ def migrate(settings: Settings, out: list[str]) -> Report:
     shards = sorted({shard_name(*s) for _, _, s in lanes})
     report = Report()
     with holding(dsn, shards) as held:
-        if held.refused:
-            report.conflicts.append(f"shards held by a running tree: {', '.join(held.refused)} (stop it, then migrate)")
+        if (refused := held.refusal()) is not None:
+            report.conflicts.append(refused)
             return report
         pool = database.open_sync_pool(dsn, ttl=LEASE_SECONDS)
         try:

@@ -41,6 +41,10 @@ class Held:
     fences: dict[str, Fence] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
 
+    def refusal(self) -> str | None:
+        """The report's conflict line when a running tree holds any of the shards (nothing is copied then)."""
+        return f"shards held by a running tree: {', '.join(self.refused)} (stop it, then migrate)" if self.refused else None
+
 
 @contextmanager
 def holding(dsn: str, shards: list[str]) -> Iterator[Held]:
