@@ -39,6 +39,9 @@ FAILURE_REACTION = "CLANKIE_DISCORD_FAILURE_REACTION"
 _ENV: ContextVar[Mapping[str, str]] = ContextVar("clankie_settings_env")
 
 IdList = Annotated[tuple[str, ...], NoDecode]
+SpareName = Literal["service", "bridge", "browser", "tldraw"]
+SPARE_NAMES: tuple[SpareName, ...] = ("service", "bridge", "browser", "tldraw")
+"""The default children that may keep a warm spare (``CLANKIE_SPARES``); all of them unless the operator says fewer."""
 
 
 class _MappingEnvSource(EnvSettingsSource):
@@ -141,6 +144,7 @@ class Settings(
     max_frame_bytes: int = Field(default=1024 * 1024, ge=4096, le=64 * 1024 * 1024)
     handover: bool = True  # the supervisor holds the listening sockets and keeps warm spares (docs/supervision.md)
     bridge_spare: bool = True  # the bridge keeps a parked spare too: logged in, no gateway socket; unsharded only
+    spares: Annotated[tuple[SpareName, ...], NoDecode] = SPARE_NAMES  # default children that keep a warm spare: "service,bridge" or "none"
     spare_delay_seconds: float = Field(default=0.5, ge=0, le=MAX_SECONDS)  # a ready child's next spare is spawned this much later
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -162,6 +166,15 @@ class Settings(
     def _split_ids(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("spares", mode="before")
+    @classmethod
+    def _spare_names(cls, value: Any) -> Any:
+        """``"service, bridge"`` as a tuple; ``"none"`` (or nothing) is no spare at all; a name twice counts once."""
+        if isinstance(value, str):
+            names = [part.strip().lower() for part in value.split(",") if part.strip()]
+            return () if names == ["none"] else tuple(dict.fromkeys(names))
         return value
 
     @field_validator("discord_guild_ids", "discord_channel_ids", "discord_dm_user_ids", "discord_system_actor_ids")

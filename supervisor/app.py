@@ -30,7 +30,7 @@ from clankie.version import describe
 from supervisor import dbcli, selflog
 from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
-from supervisor.spec import ChildSpec, bridge_keeps_spare, default_specs, load_spec_file
+from supervisor.spec import ChildSpec, default_specs, load_spec_file, spares_kept
 from supervisor.systemd import Notifier
 from supervisor.tree import STOP_BUDGET, Tree
 
@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.spec_file is not None:
             specs = load_spec_file(args.spec_file)
         else:
-            bridge_spare = bridge_keeps_spare(enabled=settings.bridge_spare, sharded=settings.discord_shard_count is not None)
-            specs, missing = default_specs(browser=settings.browser_host, bridge_spare=bridge_spare, store=settings.store)
+            spares = spares_kept(settings.spares, bridge_spare=settings.bridge_spare)
+            specs, missing = default_specs(browser=settings.browser_host, spares=spares, store=settings.store)
             if settings.browser_host == "external":
                 log.info("the browser host runs in its own unit; the service dials %s", settings.browser_socket)
             if missing:

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -67,17 +68,15 @@ DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
 DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw": ("tldraw",), "service": ("service",)}
 """The listening sockets each default child serves (the bridge serves none)."""
 
-DEFAULT_SPARES = frozenset({"browser", "tldraw", "service"})
-"""Default children that always keep a warm spare. The bridge keeps one when :func:`bridge_keeps_spare` says so."""
+DEFAULT_SPARES = frozenset(name for name, _module in DEFAULT_CHILDREN)
+"""Default children that keep a warm spare unless ``CLANKIE_SPARES`` names fewer (:func:`spares_kept`)."""
 
 
-def bridge_keeps_spare(*, enabled: bool, sharded: bool) -> bool:
-    """Whether the bridge keeps a parked spare: with ``CLANKIE_BRIDGE_SPARE`` on, sharded or not.
-
-    A spare bridge RESUMEs the stored gateway session of every shard its tree runs (one, unsharded); ``sharded``
-    no longer matters (it kept sharded trees cold before their sessions were kept, docs/supervision.md)."""
-    del sharded
-    return enabled
+def spares_kept(listed: Collection[str], *, bridge_spare: bool) -> frozenset[str]:
+    """The default children that keep a warm spare: those ``CLANKIE_SPARES`` lists, the bridge only while
+    ``CLANKIE_BRIDGE_SPARE`` is on too (the older switch, kept). A spare bridge RESUMEs the stored gateway session of
+    every shard its tree runs, sharded or not (docs/supervision.md)."""
+    return frozenset(listed).intersection(DEFAULT_SPARES) - (set() if bridge_spare else {"bridge"})
 
 
 def has_main(module: str) -> bool:
@@ -93,13 +92,12 @@ def has_main(module: str) -> bool:
     return False
 
 
-def default_specs(*, browser: BrowserHostMode = "child", bridge_spare: bool = False,
+def default_specs(*, browser: BrowserHostMode = "child", spares: Collection[str] = DEFAULT_SPARES,
                   store: Literal["files", "postgres"] = "files") -> tuple[list[ChildSpec], list[str]]:
     """The default tree, and the names left out because their package is not there yet. With the browser host
     ``external`` (its own systemd unit, ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it;
-    ``bridge_spare`` (:func:`bridge_keeps_spare`) gives the bridge a parked spare; ``store`` ``postgres`` hands the
+    the children named in ``spares`` (:func:`spares_kept`) keep a warm spare; ``store`` ``postgres`` hands the
     DSN to :data:`STORE_USERS`."""
-    spares = DEFAULT_SPARES | ({"bridge"} if bridge_spare else set())
     specs, missing = [], []
     for name, module in DEFAULT_CHILDREN:
         if name == "browser" and browser == "external":

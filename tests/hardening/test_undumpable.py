@@ -82,7 +82,7 @@ def test_secret_holders_refuse_same_uid_readers_and_status_still_shows_memory_an
         env = {"PYTHONPATH": f"{REPO}:{site_packages}", "CLANKIE_BROWSER_SANDBOX": "off"}
 
         async def main() -> None:
-            async with real_tree(tmp, runtime_dir, env=env, prefix=unprivileged_tree if root else None) as t:
+            async with real_tree(tmp, runtime_dir, env=env, prefix=unprivileged_tree if root else None, spares=False) as t:
                 status = await t.status()
                 pids = {c.name: c.pid for c in status.children}
                 assert all(pids.values()), pids

@@ -107,7 +107,7 @@ def test_default_root_pictures_arrive_attached_and_every_broken_file_costs_only_
 
     async def main() -> None:
         env = {"CLANKIE_BROWSER_ALLOW_PRIVATE": "true", "CLANKIE_DISCORD_TOOL_CARD": "false"}  # NO_CARD below
-        async with real_tree(tmp_path, runtime_dir, env) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:  # no child restarts
             root = t.state / "attachments"
             assert "CLANKIE_DISCORD_ATTACHMENT_ROOT" not in t.env
             status = await t.status()
@@ -157,7 +157,7 @@ def test_custom_root_policy_limit_host_death_and_restarts(tmp_path: Path, runtim
             "CLANKIE_DISCORD_UPLOAD_LIMIT_BYTES": "100000",
             "CLANKIE_DISCORD_TOOL_CARD": "false",  # NO_CARD below
         }
-        async with real_tree(tmp_path, runtime_dir, env) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares={"browser", "tldraw"}) as t:  # the two it restarts
             status = await t.status()
             assert {c.attachment_root for c in status.children} == {str(pictures)}
             assert (await t.doctor()).ok

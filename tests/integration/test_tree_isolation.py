@@ -59,7 +59,7 @@ def test_renderers_sandboxed_apart_and_sockets_refuse_a_process_that_is_not_thei
 
     async def main() -> None:
         env = {"CLANKIE_DISCORD_TOOL_CARD": "false", "CLANKIE_BROWSER_ALLOW_PRIVATE": "true"}  # the page is on 127.0.0.1
-        async with real_tree(tmp_path, runtime_dir, env) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:  # no child restarts
             browser = await t.child("browser")
             assert browser.pid is not None and "sandbox on" in browser.detail, browser.detail
             t.anthropic.script(fa.tool_use(("browser_screenshot", {"url": t.site.url("/slow")})), fa.text("slow page"))

@@ -114,10 +114,12 @@ def test_a_parked_spare_takes_a_sigkilled_bridge_over_and_resumes(tmp_path: Path
     once; a new spare parks, and a second kill is taken over the same way."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS) as t:
+        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares={"bridge"}) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             spare = parked.spare_pid
             assert spare is not None and spare != parked.pid
+            others = {c.name: c.spare for c in (await t.status()).children if c.name != "bridge"}
+            assert others == dict.fromkeys(("browser", "tldraw", "service"), "off")  # CLANKIE_SPARES=bridge: only it
             assert t.discord.gateway.shared == 0 and len(t.discord.gateway.sockets) == 1  # parked: no socket of its own
             os.kill(spare, signal.SIGKILL)  # a spare that dies untaken is replaced after its backoff; it spent nothing
             again = await t.wait_child(lambda c: c.spare.startswith("parked") and c.spare_pid != spare, "bridge", 60)
@@ -152,7 +154,7 @@ def test_restart_bridge_hands_the_session_to_the_spare(tmp_path: Path, runtime_d
     RESUMEs; no session start spent."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS) as t:
+        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares={"bridge"}) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
@@ -175,7 +177,7 @@ def test_a_hung_bridge_is_killed_before_the_spare_resumes(tmp_path: Path, runtim
 
     async def main() -> None:
         env = {**SPARE, "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "5"}
-        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS) as t:
+        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS, spares={"bridge"}) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")

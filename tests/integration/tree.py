@@ -24,7 +24,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,19 @@ PAGE = """<!doctype html><html><body style="margin:0;background:#33aa66">
 <h1 style="font-family:sans-serif">Hello from the tree test page</h1></body></html>"""
 NO_SPARES = {"CLANKIE_SPARE_DELAY_SECONDS": "3600"}
 """A tree whose spares come an hour after it is ready: never, within a test (``real_tree(spares=False)``)."""
+
+Spares = bool | Collection[str]
+"""Which of a test tree's children keep a warm spare: all (True), none within the test (False, :data:`NO_SPARES`), or
+the ones named (``CLANKIE_SPARES``): those whose restart the test's story is about."""
+
+
+def spare_env(spares: Spares) -> dict[str, str]:
+    """The settings that give a test tree the spares ``spares`` asks for (nothing for the default, all four)."""
+    if spares is True:
+        return {}
+    if spares is False:
+        return dict(NO_SPARES)
+    return {"CLANKIE_SPARES": ",".join(sorted(spares)) or "none"}
 CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
 
 
@@ -306,7 +319,7 @@ async def real_tree(
     ready_timeout: float = 60.0,
     channels: tuple[str, ...] = (CHAN,),
     prefix: Callable[[Path], Sequence[str]] | None = None,
-    spares: bool = True,
+    spares: Spares = True,
 ) -> AsyncIterator[Tree]:
     """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns.
 
@@ -315,7 +328,8 @@ async def real_tree(
 
     ``spares=False`` is for a test whose story never restarts a child: the tree is the same (sockets held by the
     supervisor, hand-over on), but its warm spares are put off past the test's end (:data:`NO_SPARES`), so it
-    does not pay their imports (about 3 CPU s a tree under the suite's load, docs/benchmarks.md).
+    does not pay their imports (about 3 CPU s a tree under the suite's load, docs/benchmarks.md). ``spares`` as a
+    set of names is for a story that restarts those children: only they keep a spare (:func:`spare_env`).
     """
     discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
@@ -325,7 +339,7 @@ async def real_tree(
     await site.start()
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
-    full_env = tree_env(tmp, runtime, discord, anthropic, (env or {}) if spares else {**NO_SPARES, **(env or {})})
+    full_env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares), **(env or {})})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
@@ -350,7 +364,7 @@ async def real_tree(
 
 @contextlib.asynccontextmanager
 async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[str, str],
-                  up: Callable[[Tree], Awaitable[None]], *, spares: bool = True) -> AsyncIterator[Tree]:
+                  up: Callable[[Tree], Awaitable[None]], *, spares: Spares = True) -> AsyncIterator[Tree]:
     """`clankie run` with ``extra`` settings on ``discord`` (shared with other trees), with a model double and a web
     site of its own; yielded once ``up`` says so (:meth:`Tree.ready`, :meth:`Tree.standing_by`). ``spares`` as
     for :func:`real_tree`."""
@@ -360,7 +374,7 @@ async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[st
     await site.start()
     tmp.mkdir(mode=0o700)
     (tmp / "state").mkdir(mode=0o700)
-    env = tree_env(tmp, runtime, discord, anthropic, extra if spares else {**NO_SPARES, **extra})
+    env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares), **extra})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL,
@@ -377,7 +391,7 @@ async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[st
 
 @contextlib.asynccontextmanager
 async def pg_tree(tmp: Path, discord: FakeDiscord, dsn: str, *, serving: bool,
-                  env: dict[str, str] | None = None, spares: bool = True) -> AsyncIterator[Tree]:
+                  env: dict[str, str] | None = None, spares: Spares = True) -> AsyncIterator[Tree]:
     """`clankie run` in the postgres profile on ``discord`` (shared with other trees); up when every child runs and
     the bridge either serves the shard (``serving``) or waits for its lease. ``spares`` as for :func:`real_tree`."""
     extra = {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn, "CLANKIE_DISCORD_TOOL_CARD": "false", **(env or {})}
