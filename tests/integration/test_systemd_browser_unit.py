@@ -71,7 +71,7 @@ def test_the_browser_in_its_own_unit_under_a_real_systemd(tmp_path: Path) -> Non
         ns = NamespacedSystemd(tmp_path / "systemd")
         for name in ("clankie.service", "clankie-browser.socket", "clankie-browser.service"):
             ns.add_unit(name, (UNITS / name).read_text())  # as shipped
-        ns.add_unit("clankie.service.d/test.conf", drop_in(discord, anthropic))
+        ns.add_unit("clankie.service.d/test.conf", drop_in(discord, anthropic, "none"))  # no child restarts
         ns.add_unit("clankie-browser.service.d/test.conf", BROWSER_TEST)
         ns.add_unit("clankie-browser.socket.d/test.conf", "[Unit]\nDefaultDependencies=no\n")
         ns.add_user("clankie", TREE_UID)

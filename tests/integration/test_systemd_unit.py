@@ -63,7 +63,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 TREE = ("python", "chromium", "node", "clankie")
 
 
-def drop_in(discord: FakeDiscord, anthropic: fa.FakeAnthropic) -> str:
+def drop_in(discord: FakeDiscord, anthropic: fa.FakeAnthropic, spares: str) -> str:
+    """The test's settings for clankie.service; ``spares`` (``CLANKIE_SPARES``) names the children the story restarts."""
     return "\n".join([
         "[Unit]",
         "DefaultDependencies=no",
@@ -77,6 +78,7 @@ def drop_in(discord: FakeDiscord, anthropic: fa.FakeAnthropic) -> str:
         f"Environment=CLANKIE_DISCORD_GUILD_IDS={GUILD}",
         "Environment=CLANKIE_BROWSER_ALLOW_PRIVATE=true",
         "Environment=CLANKIE_DISCORD_TOOL_CARD=false",  # the unit is the subject here, not the tool-activity card
+        f"Environment=CLANKIE_SPARES={spares}",
         "",
     ])
 
@@ -169,7 +171,7 @@ def test_the_shipped_unit_under_a_real_systemd(tmp_path: Path) -> None:
         ns = NamespacedSystemd(tmp_path / "systemd")
         ns.add_unit("clankie.service", UNIT.read_text())  # as shipped
         ns.add_unit("clankie.service.d/browser-child.conf", CHILD.read_text())  # the single-unit setup, as shipped
-        ns.add_unit("clankie.service.d/test.conf", drop_in(discord, anthropic))
+        ns.add_unit("clankie.service.d/test.conf", drop_in(discord, anthropic, "service"))  # the one it kills
         b = Booted(ns, discord, anthropic)
         try:
             ns.start()  # from this thread: it lives as long as the test (see NamespacedSystemd.start)
