@@ -118,9 +118,12 @@ def test_the_demo_shows_a_screenshot_diagrams_and_a_long_task_through_the_real_h
             await until(lambda: card.id in t.discord.deleted, 30, "the card removed when the turn ended")
             assert DEMO_MARK in update.content and "text update" in reply.content
 
+            # the card goes before the reply is posted (bridge/turn.py), so each line is waited for: the watcher tells a
+            # change on its next turn of the loop, which can come after reply_to has seen the post
             await until(lambda: f"<- message {card.id} deleted" in told, 10, "the watcher telling of the card's end")
+            await until(lambda: any(line.startswith(f"<- #{CHAN} message {reply.id}: ") and "[file " in line
+                                    for line in told), 10, "the watcher telling of the reply and its picture")
             assert f"<- #{CHAN} message {update.id}: {TEXT_UPDATE}" in told
-            assert any(line.startswith(f"<- #{CHAN} message {reply.id}: ") and "[file " in line for line in told)
             watch.cancel()
 
             for ask, sub in (("a screenshot, please", "browser"), ("a long task", "browser"), ("draw it", "tldraw")):
