@@ -12,7 +12,9 @@ is ``sys.exit(run_child(SPEC))``):
    logging and then observability (:func:`clankie.observability.configure`:
    the meter and the spec's own switches); a cold start refuses a bad
    setting before it imports anything heavy;
-4. ``warm`` (the spec's imports, before any event loop);
+4. ``warm`` (the spec's imports, before any event loop), then settle the
+   heap (:func:`clankie.heap.settle`: each ``__main__`` holds the collector
+   off from its first line);
 5. in the loop: link to the supervisor; SIGTERM and Ctrl-C ask for a
    graceful stop; a spare of a spec that parks first parks here (it waits
    for ``activate``) and only then reads secrets and settings;
@@ -38,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequen
 from dataclasses import dataclass
 from typing import Protocol
 
-from clankie import ipc, logs, observability
+from clankie import heap, ipc, logs, observability
 from clankie import settings as settings_mod
 from clankie.child import arm_parent_death
 from clankie.errors import EX_CONFIG, ConfigError
@@ -133,6 +135,7 @@ def run_child(spec: ChildSpec, environ: Mapping[str, str] | None = None) -> int:
         settings = None if spec.parks_first and is_spare(env) else _configure(spec, env)
         if spec.warm is not None:
             spec.warm()
+        heap.settle()  # the start's imports are done: one collection, its survivors frozen, the collector on
         return asyncio.run(_amain(spec, env, settings))
     except ConfigError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr, flush=True)

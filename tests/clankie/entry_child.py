@@ -5,14 +5,21 @@
 secrets and parks first), ``ends`` (the body returns by itself) or
 ``refuses`` (the body raises a ConfigError while running). Once running,
 the body prints one JSON line: what a process it spawns inherits of the
-secret variables, which secrets its settings hold, and what was observed
+secret variables, which secrets its settings hold, what was observed
 (whether the meter is on, and what the spec's observability part had been
-configured with when the body was built). ``close`` prints ``closed``.
+configured with when the body was built) and the garbage collector's state
+(:mod:`clankie.heap`: held off from the first line, on and its start frozen
+by the time the body runs). ``close`` prints ``closed``.
 """
 
 from __future__ import annotations
 
+from clankie import heap
+
+heap.hold()  # as every child's __main__ does (hence the imports below it, as there): the collector off from the first line, until run_child settles it
+
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -57,7 +64,8 @@ class Body:
         inherited = sorted(item.split(b"=", 1)[0].decode() for item in spawned if item.split(b"=", 1)[0].decode() in SECRET_VARIABLES)
         held = sorted(name for name in ("discord_token", "anthropic_api_key") if getattr(self.settings, name) is not None)
         observed = {"meter": METER.enabled, "at_build": self.at_build}
-        print(json.dumps({"inherited": inherited, "held": held, "observed": observed}), flush=True)
+        collector = {"on": gc.isenabled(), "frozen": gc.get_freeze_count() > 0}
+        print(json.dumps({"inherited": inherited, "held": held, "observed": observed, "collector": collector}), flush=True)
         await ready()
         if self.mode == "ends":
             return

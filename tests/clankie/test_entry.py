@@ -22,6 +22,8 @@ from clankie.secrets import hand_over
 
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = {"DISCORD_TOKEN": "tok-in-env", "ANTHROPIC_API_KEY": "key-in-env", "CLANKIE_DISCORD_TOKEN": "tok-2"}
+SETTLED = {"on": True, "frozen": True}
+"""The collector of a child whose body runs: on again, the start's survivors frozen (clankie.heap)."""
 
 
 async def _start(mode: str, env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> asyncio.subprocess.Process:
@@ -64,7 +66,8 @@ def test_a_child_that_keeps_no_secret_holds_none_and_nothing_it_spawns_inherits_
     async def main() -> None:
         proc = await _start("drop", {**env, **SECRETS, "CREDENTIALS_DIRECTORY": "/nonexistent"})
         report = await _report(proc)
-        assert report == {"inherited": [], "held": [], "observed": {"meter": False, "at_build": ["no metrics"]}}
+        assert report == {"inherited": [], "held": [], "observed": {"meter": False, "at_build": ["no metrics"]},
+                          "collector": SETTLED}
         proc.send_signal(signal.SIGTERM)
         code, out, err = await _finish(proc)
         assert code == 0 and out == ["closed"], (code, out, err)
@@ -84,7 +87,7 @@ def test_a_child_that_keeps_secrets_holds_them_in_its_settings_and_spawns_nothin
             os.close(fd)
         report = await _report(proc)
         assert report == {"inherited": [], "held": ["anthropic_api_key", "discord_token"],
-                          "observed": {"meter": False, "at_build": ["no metrics"]}}
+                          "observed": {"meter": False, "at_build": ["no metrics"]}, "collector": SETTLED}
         proc.send_signal(signal.SIGTERM)
         code, out, err = await _finish(proc)
         assert code == 0 and out == ["closed"], (code, out, err)
@@ -102,6 +105,7 @@ def test_observability_is_configured_once_from_the_settings_before_the_body_is_b
         proc = await _start(mode, {**env, "CLANKIE_METRICS_LISTEN": "127.0.0.1:9464"})
         report = await _report(proc)
         assert report["observed"] == {"meter": True, "at_build": ["metrics"]}
+        assert report["collector"] == SETTLED  # a spare too: settled before it parked
         proc.send_signal(signal.SIGTERM)
         code, out, err = await _finish(proc)
         assert code == 0 and out == ["closed"], (code, out, err)
