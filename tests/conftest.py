@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clankie import observability
+from clankie import heap, observability
 from clankie import settings as settings_mod
 from clankie.peers import HANDED
 from clankie.testing.clock import FakeClock
@@ -32,6 +32,19 @@ LONG_UNMARKED = (
 """Tests (files, or one test each) not marked ``slow`` that take 10-60 s on a cold, busy machine (docs/benchmarks.md,
 the suite's slowest): they start right after the slow ones. Collected in their usual place, the top-level files
 (``tests/test_gen_docs.py``: 60, 41, 20 and 17 s) came last, and one worker ran them alone at the end of the run."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A process that collects (an xdist worker, or a run without workers) holds the collector off while it imports
+    every test module and settles once they are collected (:mod:`clankie.heap`, as every child does over its start):
+    each worker's collection, and every full collection in its tests after, skips what the imports built."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller collects nothing
+    heap.hold()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    heap.settle()
 
 
 def schedule(item: pytest.Item) -> int:
