@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from clankie import logs
+from clankie import heap, logs
 from clankie.child import make_undumpable
 from clankie.clock import SystemClock
 from clankie.errors import EX_CONFIG, ConfigError
@@ -144,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.info("the browser host runs in its own unit; the service dials %s", settings.browser_socket)
             if missing:
                 log.warning("not starting %s: package has no __main__ yet", ", ".join(missing))
+        heap.settle()  # started: what the imports built is frozen, never walked by a collection again (clankie/heap.py)
         return asyncio.run(_serve(settings, specs, args.stop_budget, stderr))
     except ConfigError as exc:
         print(f"clankie: {exc}", file=sys.stderr, flush=True)
