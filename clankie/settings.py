@@ -143,7 +143,7 @@ class Settings(
     heartbeat_timeout_seconds: float = Field(default=20.0, gt=0, le=MAX_SECONDS)
     max_frame_bytes: int = Field(default=1024 * 1024, ge=4096, le=64 * 1024 * 1024)
     handover: bool = True  # the supervisor holds the listening sockets and keeps warm spares (docs/supervision.md)
-    bridge_spare: bool = True  # the bridge keeps a parked spare too: logged in, no gateway socket; unsharded only
+    bridge_spare: bool = True  # the bridge keeps a parked spare too: logged in, no gateway socket (sharded or not)
     spares: Annotated[tuple[SpareName, ...], NoDecode] = SPARE_NAMES  # default children that keep a warm spare: "service,bridge" or "none"
     spare_delay_seconds: float = Field(default=0.5, ge=0, le=MAX_SECONDS)  # a ready child's next spare is spawned this much later
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
