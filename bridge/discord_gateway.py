@@ -196,10 +196,7 @@ class BridgeClient(discord.Client):
         RESUME was refused waited 5 s for nothing. Starts in a row across processes are the keeper's backoff."""
         if self.keeper is None:
             return await super().before_identify_hook(shard_id, initial=initial)
-        delay = self.gate.claim(0, self.keeper.clock.monotonic())
-        if delay > 0:
-            log.info("gateway: IDENTIFY waits %.1fs for its rate-limit key", delay)
-            await self.keeper.clock.sleep(delay)
+        await self.keeper.identify_slot(self.gate, 0)
         return None
 
     async def connect(self, *, reconnect: bool = True) -> None:

@@ -49,6 +49,7 @@ from bridge.gateway_link import (
     MAX_URL_CHARS,
     SETTLED,
     Book,
+    IdentifyGate,
     Link,
     Move,
     Shard,
@@ -150,6 +151,15 @@ class SessionKeeper:
                 self.mirror.forget(shard)
         self.seqs.pop(shard, None)
         self.flush()
+
+    async def identify_slot(self, gate: IdentifyGate, shard_id: int) -> None:
+        """Wait for shard ``shard_id``'s IDENTIFY slot in ``gate`` (its rate-limit key, on our clock): a process's
+        first IDENTIFY of a key goes at once, the next ones :data:`~bridge.gateway_link.IDENTIFY_WINDOW` apart. Both
+        clients' ``before_identify_hook`` instead of discord.py's 5 s before every IDENTIFY but a client's first."""
+        delay = gate.claim(shard_id, self.clock.monotonic())
+        if delay > 0:
+            log.info("shard %d: IDENTIFY waits %.1fs for its rate-limit key", shard_id, delay)
+            await self.clock.sleep(delay)
 
     def identified(self, shard: Shard) -> None:
         """An IDENTIFY was sent: one session start spent (an attempt whose socket never opened spent none, so a

@@ -161,10 +161,7 @@ class ShardedBridgeClient(discord.AutoShardedClient):
         """Wait for this shard's IDENTIFY slot (``max_concurrency``), not discord.py's 5 s before all but the first."""
         if self.keeper is None:
             return await super().before_identify_hook(shard_id, initial=initial)
-        delay = self.gate.claim(shard_id or 0, self.keeper.clock.monotonic())
-        if delay > 0:
-            log.info("shard %d: IDENTIFY waits %.1fs for its rate-limit key", shard_id or 0, delay)
-            await self.keeper.clock.sleep(delay)
+        await self.keeper.identify_slot(self.gate, shard_id or 0)
         return None
 
     async def open_shard(self, shard_id: int, *, resume: bool, gateway: yarl.URL | None = None,
