@@ -45,21 +45,17 @@ PERSON = "500000000000000001"
 REF_RE = re.compile(r"sha256:[0-9a-f]{64}:(?:browser|tldraw|generated)/[0-9a-f]{64}\.[a-z]+")
 PAGE = """<!doctype html><html><body style="margin:0;background:#33aa66">
 <h1 style="font-family:sans-serif">Hello from the tree test page</h1></body></html>"""
-NO_SPARES = {"CLANKIE_SPARE_DELAY_SECONDS": "3600"}
-"""A tree whose spares come an hour after it is ready: never, within a test (``real_tree(spares=False)``)."""
-
 Spares = bool | Collection[str]
-"""Which of a test tree's children keep a warm spare: all (True), none within the test (False, :data:`NO_SPARES`), or
-the ones named (``CLANKIE_SPARES``): those whose restart the test's story is about."""
+"""Which of a test tree's children keep a warm spare (``CLANKIE_SPARES``): all four (True), none (False), or the ones
+named: those whose restart the test's story is about."""
 
 
 def spare_env(spares: Spares) -> dict[str, str]:
     """The settings that give a test tree the spares ``spares`` asks for (nothing for the default, all four)."""
     if spares is True:
         return {}
-    if spares is False:
-        return dict(NO_SPARES)
-    return {"CLANKIE_SPARES": ",".join(sorted(spares)) or "none"}
+    names = () if spares is False else sorted(spares)
+    return {"CLANKIE_SPARES": ",".join(names) or "none"}
 CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
 
 
@@ -327,9 +323,9 @@ async def real_tree(
     tmpfs on the state directory, say); the tree's ``state`` is then the supervisor's own view of it.
 
     ``spares=False`` is for a test whose story never restarts a child: the tree is the same (sockets held by the
-    supervisor, hand-over on), but its warm spares are put off past the test's end (:data:`NO_SPARES`), so it
-    does not pay their imports (about 3 CPU s a tree under the suite's load, docs/benchmarks.md). ``spares`` as a
-    set of names is for a story that restarts those children: only they keep a spare (:func:`spare_env`).
+    supervisor, hand-over on) but keeps no warm spare, so it does not pay their imports (about 3 CPU s a tree under
+    the suite's load, docs/benchmarks.md). ``spares`` as a set of names is for a story that restarts those children:
+    only they keep a spare (:func:`spare_env`).
     """
     discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
