@@ -8,14 +8,19 @@ from __future__ import annotations
 import pytest
 
 from clankie.errors import ConfigError
-from clankie.settings import load
-from supervisor.spec import default_specs, spares_kept
+from clankie.settings import SPARE_NAMES, load
+from supervisor.spec import DEFAULT_CHILDREN, default_specs, spares_kept
 
 
 def kept(env: dict[str, str]) -> set[str]:
     settings = load(env)
     specs, _missing = default_specs(spares=spares_kept(settings.spares, bridge_spare=settings.bridge_spare))
     return {spec.name for spec in specs if spec.spare}
+
+
+def test_the_setting_names_exactly_the_default_children() -> None:
+    """The settings (clankie, which imports no supervisor module) spell the names out; they are the spec's."""
+    assert set(SPARE_NAMES) == {name for name, _module in DEFAULT_CHILDREN}
 
 
 def test_by_default_every_default_child_keeps_a_spare() -> None:
