@@ -42,6 +42,9 @@ IdList = Annotated[tuple[str, ...], NoDecode]
 SpareName = Literal["service", "bridge", "browser", "tldraw"]
 SPARE_NAMES: tuple[SpareName, ...] = ("service", "bridge", "browser", "tldraw")
 """The default children that may keep a warm spare (``CLANKIE_SPARES``); all of them unless the operator says fewer."""
+HostName = Literal["browser", "tldraw"]
+HOST_NAMES: tuple[HostName, ...] = ("browser", "tldraw")
+"""The hosts of the default tree (``CLANKIE_HOSTS``): each one's tools are offered to the model only while it runs."""
 
 
 class _MappingEnvSource(EnvSettingsSource):
@@ -130,6 +133,7 @@ class Settings(
     delivery_max_retained: int = Field(default=100_000, ge=100)  # delivery records kept; past it the oldest settled go
 
     # hosts
+    hosts: Annotated[tuple[HostName, ...], NoDecode] = HOST_NAMES  # hosts the tree runs, so tools he is offered: "tldraw" or "none"
     browser_allow_private: bool = False
     chromium_path: Path | None = None
     browser_idle_seconds: float = Field(default=300.0, gt=0, le=MAX_SECONDS)  # Chromium closes after this long unused
@@ -168,10 +172,10 @@ class Settings(
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
-    @field_validator("spares", mode="before")
+    @field_validator("spares", "hosts", mode="before")
     @classmethod
-    def _spare_names(cls, value: Any) -> Any:
-        """``"service, bridge"`` as a tuple; ``"none"`` (or nothing) is no spare at all; a name twice counts once."""
+    def _names(cls, value: Any) -> Any:
+        """``"service, bridge"`` as a tuple; ``"none"`` (or nothing) is none at all; a name twice counts once."""
         if isinstance(value, str):
             names = [part.strip().lower() for part in value.split(",") if part.strip()]
             return () if names == ["none"] else tuple(dict.fromkeys(names))

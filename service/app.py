@@ -155,8 +155,9 @@ class ServiceApp:
         self.clock = clock or SystemClock()
         self.provider = provider if provider is not None else make_provider(settings)
         rt = settings.runtime_dir
-        self.browser = browser_client(settings, self.clock)
-        self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock)
+        # a host the tree does not run (CLANKIE_HOSTS) has no client, so the model is not offered its tools
+        self.browser = browser_client(settings, self.clock) if "browser" in settings.hosts else None
+        self.tldraw = HostClient("tldraw", socket_path(rt, "tldraw"), self.clock) if "tldraw" in settings.hosts else None
         paths = CaptainPaths.under(settings.state_dir)
         ensure_private_dir(paths.root)
         self.learned = Learned(paths.root, self.clock)  # each route's learned window, across restarts
@@ -240,8 +241,9 @@ class ServiceApp:
         if self.server is not None:
             await self.server.close()
             self.server = None
-        await self.browser.aclose()
-        await self.tldraw.aclose()
+        for host in (self.browser, self.tldraw):
+            if host is not None:
+                await host.aclose()
         self.learned.flush()
         if self.routes is not None:
             await self.routes.aclose()  # the primary's provider and every fallback's

@@ -129,7 +129,7 @@ async def run_doctor(children: Mapping[str, Child], settings: Settings) -> Docto
     lines, checks = await asyncio.gather(health(children, settings), pairs)
     if not checks:
         lines = (*lines, HealthCheck(name="pictures", status="warn", detail="no picture host -> bridge pair in this tree",
-                                     fix="run the default tree (no --spec-file) to check the picture path"))
+                                     fix="run the default tree (no --spec-file, CLANKIE_HOSTS naming a host) to check the picture path"))
     ok = all(c.ok for c in checks) and not any(h.status == "fail" for h in lines)
     return DoctorReply(ok=ok, checks=checks, health=lines)
 

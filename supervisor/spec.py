@@ -1,8 +1,8 @@
 """Child specs are data: what to run, in what order, with which timings.
 
 The default tree is :data:`DEFAULT_CHILDREN`, started in list order and
-stopped in reverse (bridge first), less the browser when it runs in its own
-unit (``CLANKIE_BROWSER_HOST=external``). A child whose package has no
+stopped in reverse (bridge first), less the hosts ``CLANKIE_HOSTS`` leaves out
+and the browser when it runs in its own unit (``CLANKIE_BROWSER_HOST=external``). A child whose package has no
 ``__main__`` yet is left out of :func:`default_specs` (it lands with its
 issue) and named in the supervisor's start-up log. Tests and the benchmark
 pass their own specs as JSON (``clankie run --spec-file``).
@@ -68,6 +68,9 @@ DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
 DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw": ("tldraw",), "service": ("service",)}
 """The listening sockets each default child serves (the bridge serves none)."""
 
+HOST_CHILDREN = frozenset(("browser", "tldraw"))
+"""The default children that are hosts: each runs only while ``CLANKIE_HOSTS`` lists it (its tools go with it)."""
+
 DEFAULT_SPARES = frozenset(name for name, _module in DEFAULT_CHILDREN)
 """Default children that keep a warm spare unless ``CLANKIE_SPARES`` names fewer (:func:`spares_kept`)."""
 
@@ -93,14 +96,16 @@ def has_main(module: str) -> bool:
 
 
 def default_specs(*, browser: BrowserHostMode = "child", spares: Collection[str] = DEFAULT_SPARES,
-                  store: Literal["files", "postgres"] = "files") -> tuple[list[ChildSpec], list[str]]:
-    """The default tree, and the names left out because their package is not there yet. With the browser host
-    ``external`` (its own systemd unit, ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it;
+                  store: Literal["files", "postgres"] = "files",
+                  hosts: Collection[str] = HOST_CHILDREN) -> tuple[list[ChildSpec], list[str]]:
+    """The default tree, and the names left out because their package is not there yet. A host not in ``hosts``
+    (``CLANKIE_HOSTS``) is not run at all; with the browser host ``external`` (its own systemd unit,
+    ``CLANKIE_BROWSER_HOST``) the tree has no browser child and no spare for it;
     the children named in ``spares`` (:func:`spares_kept`) keep a warm spare; ``store`` ``postgres`` hands the
     DSN to :data:`STORE_USERS`."""
     specs, missing = [], []
     for name, module in DEFAULT_CHILDREN:
-        if name == "browser" and browser == "external":
+        if (name in HOST_CHILDREN and name not in hosts) or (name == "browser" and browser == "external"):
             continue
         if not has_main(module):
             missing.append(name)

@@ -61,7 +61,7 @@ def test_the_probe_run_by_a_tools_bash_in_the_real_tree_is_refused_every_time(tm
     out = tmp_path / "probe.jsonl"
 
     async def body() -> None:
-        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_DISCORD_SYSTEM_ACTOR_IDS": PERSON}, spares=False) as t:
+        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_DISCORD_SYSTEM_ACTOR_IDS": PERSON}, spares=False, hosts=False) as t:
             assert t.proc.pid is not None
             command = shlex.join([sys.executable, str(PROBE), str(t.sock), str(out), str(TRIES), str(t.proc.pid)])
             t.anthropic.script(fa.tool_use(("bash", {"command": command})), fa.text("probed"))

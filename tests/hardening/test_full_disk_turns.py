@@ -1,6 +1,6 @@
 """Issue 25 item 6: a full disk is a state, not a stack trace, for the whole tree's turns.
 
-The real tree (`clankie run`, four children, real discord.py against the fake
+The real tree (`clankie run`, the service and the bridge, real discord.py against the fake
 Discord) runs with its state directory on an 64 MiB tmpfs in a private mount
 namespace (``tests/hardening/test_full_disk.py``), one turn slot, and two
 messages waiting behind a turn the fake model holds. Then the disk is filled.
@@ -77,7 +77,7 @@ def test_turns_on_a_full_disk_fail_in_one_line_each_and_waiting_messages_wait_fo
 
     async def main() -> None:
         small = {"CLANKIE_DISCORD_MAX_TURNS": "1", "CLANKIE_DISCORD_TOOL_CARD": "false"}
-        async with real_tree(tmp_path, runtime_dir, small, ready_timeout=90, spares=False, channels=(CHAN, *ROOMS),
+        async with real_tree(tmp_path, runtime_dir, small, ready_timeout=90, spares=False, hosts=False, channels=(CHAN, *ROOMS),
                              prefix=lambda state: in_small_fs(state, "64m")) as t:
             discord, anthropic, view = t.discord, t.anthropic, t.state  # view: the supervisor's, the small tmpfs
             gate = anthropic.gate = asyncio.Event()  # the first turn holds the one slot

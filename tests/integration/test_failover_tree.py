@@ -28,7 +28,7 @@ def test_a_529_primary_fails_over_to_the_backup_and_its_key_stays_in_the_service
         async with fa.FakeAnthropic(api_key=BACKUP_KEY) as backup:
             routes = [{"name": "backup", "kind": "anthropic", "base_url": backup.base_url, "credential": NAME}]
             env = {"CLANKIE_MODEL_ROUTES": json.dumps(routes), NAME: BACKUP_KEY, "CLANKIE_DISCORD_TOOL_CARD": "false"}
-            async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:
+            async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:  # every child looked at: the hosts too
                 t.anthropic.respond_with(lambda body: fa.overloaded())
                 post = await t.ask("clankie, are you there?")
                 assert post.content.startswith("echo:") and len(backup.requests) == 1 and len(t.anthropic.requests) == 1

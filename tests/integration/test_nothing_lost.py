@@ -1,6 +1,6 @@
 """Nothing lost: every admitted message gets exactly one outcome and at most one reply, whichever process dies.
 
-The real tree (`clankie run` and its four children) against the fake Discord
+The real tree (`clankie run`, its service and its bridge: no host, none is needed) against the fake Discord
 and the fake Anthropic. The model's answers are held on a gate so turns are
 live when the kill lands; the gateway can be held closed to make an outage
 during which people keep talking. After each fault every message sent must
@@ -84,7 +84,7 @@ def test_a_bridge_killed_mid_turn_still_answers_every_message(tmp_path: Path, ru
     """Turns in flight when the bridge dies are resumed from its journal and answered once each."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             t.anthropic.gate = asyncio.Event()
             sent = await say(t, 2, "mid-turn")
             await until(lambda: {m["id"] for m in sent} <= journaled(t), 20, "every delivery journaled")
@@ -101,7 +101,7 @@ def test_messages_sent_while_the_bridge_is_down_are_fetched_and_answered(tmp_pat
     """Discord does not redeliver: what arrived with no gateway session is read from channel history."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             before = await say(t, 1, "before")
             await answered(t, before)
             t.discord.gateway_open.clear()  # the next gateway session waits: an outage
@@ -122,7 +122,7 @@ def test_three_bridge_kills_in_a_row_lose_nothing(tmp_path: Path, runtime_dir: P
     """Each kill lands while turns are held; every message still ends once, with one reply at most."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             t.anthropic.gate = asyncio.Event()
             sent: list[dict[str, Any]] = []
             for kill in range(3):
@@ -140,7 +140,7 @@ def test_a_reply_posted_just_before_the_bridge_died_is_found_not_posted_again(tm
     """The reply reached Discord but its outcome was never journaled: the new bridge finds it in history."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             t.discord.post_answers.clear()  # Discord keeps the reply but the bridge never hears back
             m = await t.discord.message(ROOMS[0], "answer then die", author_id=PERSON)
             first = (await until(lambda: replies_to(t, m["id"]), 30, "the reply in Discord"))[0]
@@ -163,7 +163,7 @@ def test_a_killed_supervisor_and_a_new_clankie_run_lose_nothing(tmp_path: Path, 
     """The whole tree dies with its supervisor; a new `clankie run` on the same state answers everything."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares=False) as t:  # the whole tree dies, no child alone
+        async with real_tree(tmp_path, runtime_dir, channels=ROOMS, spares=False, hosts=False) as t:  # the whole tree dies, no child alone
             t.anthropic.gate = asyncio.Event()
             sent = await say(t, 2, "in-flight")
             await until(lambda: {m["id"] for m in sent} <= journaled(t), 20, "every delivery journaled")

@@ -89,7 +89,7 @@ def test_three_kills_lose_nothing_and_charge_only_the_runs_a_message_was_part_of
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values()), spares={"service"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values()), spares={"service"}, hosts=False) as t:
             answering: set[str] = set()
 
             def respond(body: dict[str, Any]) -> fa.Scenario:
@@ -164,7 +164,7 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_its_roo
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values()), spares={"service"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=tuple(ROOMS.values()), spares={"service"}, hosts=False) as t:
             poison_seen: list[int] = []
 
             def seen_more_than(count: int) -> bool:
@@ -236,7 +236,7 @@ def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: 
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=(ROOMS["A"],), spares={"service"}) as t:
+        async with real_tree(tmp_path, runtime_dir, channels=(ROOMS["A"],), spares={"service"}, hosts=False) as t:
             answering = asyncio.Event()
 
             def respond(body: dict[str, Any]) -> fa.Scenario:

@@ -37,6 +37,7 @@ def test_media_capture_is_owned_by_the_run_and_survives_a_steer(env: dict[str, s
 
             host = await ipc.serve(socket_path(runtime_dir, "browser"), "browser", browser)
             try:
+                assert app.browser is not None
                 app.browser._next_try = 0.0  # dial now, whatever an earlier failed dial scheduled
                 bridge = FakeBridge()
                 await bridge.connect(app)

@@ -167,6 +167,28 @@ def test_send_text_update_schema_and_description(env: dict[str, str]) -> None:
     run(body())
 
 
+@pytest.mark.parametrize(("hosts", "offered"), [
+    ("browser,tldraw", {"browser_screenshot", "draw_er_diagram", "draw_sequence_diagram"}),
+    ("tldraw", {"draw_er_diagram", "draw_sequence_diagram"}),
+    ("none", set()),
+])
+def test_the_model_is_offered_the_tools_of_the_hosts_the_tree_runs_and_no_other(
+    env: dict[str, str], hosts: str, offered: set[str]
+) -> None:
+    """``CLANKIE_HOSTS`` says which hosts the tree runs; a host left out is not dialled, and its tools are not offered
+    (the model cannot call what is not there). ``send_text_update`` is the service's own and always offered."""
+
+    async def body() -> None:
+        async with FakeAnthropic() as fake, service({**env, "CLANKIE_HOSTS": hosts}, fake) as app:
+            assert (app.browser is None, app.tldraw is None) == ("browser" not in hosts, "tldraw" not in hosts)
+            bridge = FakeBridge()
+            await bridge.connect(app)
+            await bridge.submit(msg("m1", "clankie, hi"))
+            assert {tool["name"] for tool in fake.requests[0]["tools"]} == {"send_text_update", *offered}
+
+    run(body())
+
+
 def test_screenshot_rides_with_the_reply_and_a_down_host_is_said_out_loud(env: dict[str, str], runtime_dir: Path) -> None:
     """A screenshot's governed ref becomes the reply's media; with the browser host down the model is told browser_unavailable."""
 
@@ -202,6 +224,7 @@ def test_screenshot_rides_with_the_reply_and_a_down_host_is_said_out_loud(env: d
 
             host = await ipc.serve(socket_path(runtime_dir, "browser"), "browser", browser)
             try:
+                assert app.browser is not None
                 app.browser._next_try = 0.0  # do not wait out the backoff from the failed dial above
                 fake.script(
                     fa.tool_use(("browser_screenshot", {"url": "https://refuse.example"})),

@@ -57,7 +57,7 @@ def test_a_one_token_day_budget_stops_the_tree_before_the_model_and_survives_kil
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     async def body() -> None:
-        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_BUDGET_DAY_TOKENS": "1"}) as t:
+        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_BUDGET_DAY_TOKENS": "1"}, hosts=False) as t:
             t.anthropic.script(fa.text("first and last answer today"))
             assert (await t.ask("clankie, hello")).content == "first and last answer today"  # nothing spent yet
             first = await refused(t, "clankie, hello again")
@@ -98,7 +98,7 @@ def test_a_room_budget_stops_one_room_and_a_person_budget_one_person_in_every_ro
 
     async def body() -> None:
         env = {"CLANKIE_BUDGET_ROOM_DAY_TOKENS": "1"}
-        async with real_tree(tmp_path, runtime_dir, env=env, channels=(CHAN, OTHER_ROOM), spares=False) as t:
+        async with real_tree(tmp_path, runtime_dir, env=env, channels=(CHAN, OTHER_ROOM), spares=False, hosts=False) as t:
             t.anthropic.script(fa.text("room A answered"), fa.text("room B answered"))
             assert await answered(t, "clankie, hi", CHAN) == "room A answered"
             await refused(t, "clankie, hi again", CHAN)
@@ -109,7 +109,7 @@ def test_a_room_budget_stops_one_room_and_a_person_budget_one_person_in_every_ro
 
     async def people() -> None:
         env = {"CLANKIE_BUDGET_USER_DAY_TOKENS": "1"}
-        async with real_tree(tmp_path / "people", runtime_dir, env=env, channels=(CHAN, OTHER_ROOM), spares=False) as t:
+        async with real_tree(tmp_path / "people", runtime_dir, env=env, channels=(CHAN, OTHER_ROOM), spares=False, hosts=False) as t:
             t.anthropic.script(fa.text("first answer"), fa.text("the other person's answer"))
             assert await answered(t, "clankie, hi", CHAN) == "first answer"
             await refused(t, "clankie, hi again", CHAN)

@@ -45,7 +45,7 @@ def test_budget_say_and_abort_name_their_caller_and_unlimited_is_said(tmp_path: 
     me = {"caller_pid": os.getpid(), "caller_uid": os.getuid()}
 
     async def body() -> None:
-        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_BUDGET_DAY_TOKENS": "1000"}, spares=False) as t:
+        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_BUDGET_DAY_TOKENS": "1000"}, spares=False, hosts=False) as t:
             code, said = await clankiectl(t, "budget", "raise", "tree", "--tokens", "0")
             assert code == 2 and "--tokens" in said  # 0 no longer means "no limit"
             code, said = await clankiectl(t, "budget", "raise", "tree")

@@ -47,12 +47,12 @@ def test_a_killed_trees_room_is_answered_by_the_standby_tree_with_what_it_was_to
         discord = FakeDiscord(guilds={GUILD: [CHAN]})
         await discord.start()
         try:
-            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, env=LEASES) as a:
+            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, hosts=False, env=LEASES) as a:
                 a.anthropic.script(fa.text("noted"))
                 told = await a.ask("clankie, remember: the door code is 4711", 60)
                 assert told.content == "noted"
                 assert lease_row(postgres_dsn) == (tree_holder(a.state), 1)
-                async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, env=LEASES) as b:
+                async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, hosts=False, env=LEASES) as b:
                     assert discord.identifies == 1  # the standby opened no gateway session
                     b.anthropic.script(fa.text("it is 4711"))
                     await a.kill_supervisor()  # the machine dies: its children with it, its lease left to expire

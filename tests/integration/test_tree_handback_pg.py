@@ -66,9 +66,9 @@ def test_a_dead_trees_shard_is_served_by_the_other_tree_and_handed_back_when_it_
         await discord.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
-                a = await stack.enter_async_context(pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False,
+                a = await stack.enter_async_context(pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, hosts=False,
                                                             env=shard_env("0")))
-                b = await stack.enter_async_context(pg_tree(tmp_path / "b", discord, postgres_dsn, serving=True, spares=False,
+                b = await stack.enter_async_context(pg_tree(tmp_path / "b", discord, postgres_dsn, serving=True, spares=False, hosts=False,
                                                             env=shard_env("1")))
                 # B claimed its shard from A (which took it while it was free) and A handed it back
                 await until(lambda: lease_row(postgres_dsn, "1/2") == (tree_holder(b.state), 2), 30, "shard 1 B's")

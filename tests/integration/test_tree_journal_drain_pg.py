@@ -42,10 +42,10 @@ def test_a_dead_trees_stuck_message_is_drained_and_answered_once_by_the_tree_tha
         discord = FakeDiscord(guilds={GUILD: [CHAN]})
         await discord.start()
         try:
-            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, env=LEASES) as a:
+            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, hosts=False, env=LEASES) as a:
                 a.anthropic.gate = asyncio.Event()  # A's model never answers: its turn is stuck
                 try:
-                    async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, env=LEASES) as b:
+                    async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, hosts=False, env=LEASES) as b:
                         b.anthropic.script(fa.text("here I am"))
                         asked = await discord.message(CHAN, "clankie, are you there?", author_id=PERSON)
                         did = str(asked["id"])

@@ -87,7 +87,7 @@ def test_the_operator_s_service_name_and_resource_reach_the_exported_spans_and_m
                "OTEL_RESOURCE_ATTRIBUTES": "service.namespace=ops,deployment.environment.name=eu%2Cwest",
                "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRIC_EXPORT_INTERVAL": "200"}
         try:
-            async with real_tree(tmp_path, runtime_dir, env=env, spares=False) as t:
+            async with real_tree(tmp_path, runtime_dir, env=env, spares=False, hosts=False) as t:
                 t.anthropic.script(fa.text("hello from the night shift"))
                 assert (await t.ask("clankie, hello")).content == "hello from the night shift"
 

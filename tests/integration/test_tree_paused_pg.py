@@ -54,10 +54,10 @@ def test_a_tree_paused_past_its_lease_is_replaced_and_after_waking_writes_and_sa
         discord = FakeDiscord(guilds={GUILD: [CHAN]})
         await discord.start()
         try:
-            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, env=LEASES) as a:
+            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, hosts=False, env=LEASES) as a:
                 a.anthropic.script(fa.text("noted"))
                 assert (await a.ask("clankie, remember: the door code is 4711", 60)).content == "noted"
-                async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, env=LEASES) as b:
+                async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, hosts=False, env=LEASES) as b:
                     held_back = asyncio.Event()
                     a.anthropic.script(fa.text("too late: 4711", stall_after=2, stall_until=held_back))
                     b.anthropic.script(fa.text("it is 4711"))

@@ -35,7 +35,7 @@ async def shard_tree(tmp: Path, runtime: Path, discord: FakeDiscord, shard_ids: 
     """`clankie run` on shards ``shard_ids`` of 2, against the shared fake Discord and a fake Anthropic of its own."""
     extra = {"CLANKIE_DISCORD_GUILD_IDS": f"{G0},{G1}", "CLANKIE_DISCORD_SHARD_COUNT": "2",
              "CLANKIE_DISCORD_SHARD_IDS": shard_ids}
-    async with tree_on(tmp, runtime, discord, extra, lambda t: t.ready(90), spares=False) as t:
+    async with tree_on(tmp, runtime, discord, extra, lambda t: t.ready(90), spares=False, hosts=False) as t:
         yield t
 
 

@@ -62,7 +62,7 @@ def test_the_taking_tree_resumes_the_dead_trees_session_and_answers_what_was_sai
         discord = FakeDiscord(guilds={GUILD: [CHAN]})
         await discord.start()
         try:
-            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, env=LEASES) as a:
+            async with pg_tree(tmp_path / "a", discord, postgres_dsn, serving=True, spares=False, hosts=False, env=LEASES) as a:
                 a.anthropic.script(fa.text("A here"))
                 asked = await discord.message(CHAN, "clankie, who is there?", author_id=PERSON)
                 first = await a.reply_to(str(asked["id"]), 60)
@@ -71,7 +71,7 @@ def test_the_taking_tree_resumes_the_dead_trees_session_and_answers_what_was_sai
                 stored = await until(lambda: sequenced(postgres_dsn), 30, "A's session and sequence in the database")
                 a_session = stored[0]
                 assert stored[2] == 1 and lease_row(postgres_dsn) == (tree_holder(a.state), 1)
-                async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, env=LEASES) as b:
+                async with pg_tree(tmp_path / "b", discord, postgres_dsn, serving=False, spares=False, hosts=False, env=LEASES) as b:
                     assert discord.identifies == 1  # the standby opened no gateway session
                     b.anthropic.script(fa.text("B here"))
                     await a.kill_supervisor()  # the machine dies: its children with it, its lease left to expire

@@ -1,6 +1,6 @@
 """The whole tree, as a person in a Discord room and an operator see it.
 
-`clankie run` boots all four children against the loopback fakes. One boot
+`clankie run` boots the service and the bridge against the loopback fakes. One boot
 walks the mission's central promises in order: a burst of three messages gets
 one answer and two absorbed deliveries; a run that goes silent is aborted by
 the supervisor's stall watchdog and every turn attached to it fails as
@@ -24,6 +24,7 @@ from tests.polling import until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 STALL_SECONDS = 3
+HOST_TOOLS = {"browser_screenshot", "draw_er_diagram", "draw_sequence_diagram"}
 
 
 def outcome_of(t: Tree, delivery_id: str) -> dict[str, Any] | None:
@@ -54,11 +55,12 @@ def user_texts(body: dict[str, Any]) -> list[str]:
 def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_comes_back_cold(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
-    """Burst → one reply + two absorbed; stall → all attached turns fail stalled, nothing posted; next message → cold lane answers."""
+    """Burst → one reply + two absorbed; stall → all attached turns fail stalled, nothing posted; next message → cold lane answers.
+    The tree runs no host (``CLANKIE_HOSTS=none``): it has no host child, and the model is offered no host's tool."""
 
     async def main() -> None:
         env = {"CLANKIE_STALL_SECONDS": str(STALL_SECONDS), "CLANKIE_STALL_TICK_SECONDS": "0.25"}
-        async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares=False, hosts=False) as t:
             # -- a burst of three: the first message's run is held mid-answer while two more arrive
             hold = asyncio.Event()
             t.anthropic.script(
@@ -83,6 +85,8 @@ def test_a_burst_is_one_answer_a_stall_is_cut_by_the_supervisor_and_the_lane_com
             assert got["outcome"] == "settled"
             assert [str(p.message_reference["message_id"]) for p in t.discord.posts_in(CHAN)] == [first["id"]]  # type: ignore[index]  # a reply always carries its reference
             assert len(t.anthropic.requests) == 2
+            assert [c.name for c in (await t.status()).children] == ["service", "bridge"]
+            assert not HOST_TOOLS & {tool["name"] for tool in t.anthropic.requests[0]["tools"]}
             merged = user_texts(t.anthropic.requests[1])
             assert any("same one as last week" in text for text in merged[-2:])
             assert any("new deck" in text for text in merged[-2:])

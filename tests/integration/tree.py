@@ -50,12 +50,19 @@ Spares = bool | Collection[str]
 named: those whose restart the test's story is about."""
 
 
-def spare_env(spares: Spares) -> dict[str, str]:
-    """The settings that give a test tree the spares ``spares`` asks for (nothing for the default, all four)."""
-    if spares is True:
-        return {}
-    names = () if spares is False else sorted(spares)
-    return {"CLANKIE_SPARES": ",".join(names) or "none"}
+Hosts = bool | Collection[str]
+"""Which hosts a test tree runs (``CLANKIE_HOSTS``): both (True), none (False: a story of turns, restarts or spend that
+never draws or browses), or the ones named."""
+
+
+def spare_env(spares: Spares, hosts: Hosts = True) -> dict[str, str]:
+    """The settings that give a test tree the spares ``spares`` and the hosts ``hosts`` ask for (nothing for the
+    defaults: all four children, each with a spare)."""
+    out = {}
+    for variable, chosen in (("CLANKIE_SPARES", spares), ("CLANKIE_HOSTS", hosts)):
+        if chosen is not True:
+            out[variable] = ",".join(() if chosen is False else sorted(chosen)) or "none"
+    return out
 CLANKIE = shutil.which("clankie", path=str(Path(sys.executable).parent)) or "clankie"
 
 
@@ -237,11 +244,17 @@ class Tree:
             return False
         return True
 
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts this tree runs as its children: those ``CLANKIE_HOSTS`` names (both by default), less a browser
+        host in its own unit (``CLANKIE_BROWSER_HOST=external``)."""
+        named = self.env.get("CLANKIE_HOSTS", "browser,tldraw").replace(" ", "").split(",")
+        external = self.env.get("CLANKIE_BROWSER_HOST") == "external"
+        return tuple(n for n in ("browser", "tldraw") if n in named and not (n == "browser" and external))
+
     async def ready(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge has a Discord session and the service."""
         await until_probe(self.answers, 15, "the control socket to answer", step=0.02)
-        external = self.env.get("CLANKIE_BROWSER_HOST") == "external"  # then not a child of the tree: its own unit
-        for name in ("tldraw", "service") if external else ("browser", "tldraw", "service"):
+        for name in (*self.hosts(), "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
         await self.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
                               "bridge", timeout)
@@ -250,7 +263,7 @@ class Tree:
         """Wait until every child runs and the bridge waits for its shard lease (postgres profile: another tree
         serves the shard)."""
         await until_probe(self.answers, 15, "the control socket to answer", step=0.02)
-        for name in ("browser", "tldraw", "service"):
+        for name in (*self.hosts(), "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
         await self.wait_child(lambda c: "waiting for the shard lease" in c.detail, "bridge", timeout)
 
@@ -316,8 +329,9 @@ async def real_tree(
     channels: tuple[str, ...] = (CHAN,),
     prefix: Callable[[Path], Sequence[str]] | None = None,
     spares: Spares = True,
+    hosts: Hosts = True,
 ) -> AsyncIterator[Tree]:
-    """`clankie run` with all four children, connected to Discord (``channels`` in guild GUILD) and ready for turns.
+    """`clankie run` with all four children (less the hosts ``hosts`` leaves out), connected to Discord (``channels`` in guild GUILD) and ready for turns.
 
     ``prefix(state)`` is a command that sets up a private mount namespace and execs the supervisor in it (a small
     tmpfs on the state directory, say); the tree's ``state`` is then the supervisor's own view of it.
@@ -325,7 +339,8 @@ async def real_tree(
     ``spares=False`` is for a test whose story never restarts a child: the tree is the same (sockets held by the
     supervisor, hand-over on) but keeps no warm spare, so it does not pay their imports (about 3 CPU s a tree under
     the suite's load, docs/benchmarks.md). ``spares`` as a set of names is for a story that restarts those children:
-    only they keep a spare (:func:`spare_env`).
+    only they keep a spare (:func:`spare_env`). ``hosts=False`` is for a story that never browses or draws: the tree
+    runs the service and the bridge only, and the model is offered no host's tool.
     """
     discord = FakeDiscord(guilds={GUILD: list(channels)})
     anthropic = fa.FakeAnthropic()
@@ -335,7 +350,7 @@ async def real_tree(
     await site.start()
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
-    full_env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares), **(env or {})})
+    full_env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares, hosts), **(env or {})})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
@@ -360,17 +375,18 @@ async def real_tree(
 
 @contextlib.asynccontextmanager
 async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[str, str],
-                  up: Callable[[Tree], Awaitable[None]], *, spares: Spares = True) -> AsyncIterator[Tree]:
+                  up: Callable[[Tree], Awaitable[None]], *, spares: Spares = True,
+                  hosts: Hosts = True) -> AsyncIterator[Tree]:
     """`clankie run` with ``extra`` settings on ``discord`` (shared with other trees), with a model double and a web
-    site of its own; yielded once ``up`` says so (:meth:`Tree.ready`, :meth:`Tree.standing_by`). ``spares`` as
-    for :func:`real_tree`."""
+    site of its own; yielded once ``up`` says so (:meth:`Tree.ready`, :meth:`Tree.standing_by`). ``spares`` and
+    ``hosts`` as for :func:`real_tree`."""
     anthropic = fa.FakeAnthropic()
     site = Site()
     await anthropic.start()
     await site.start()
     tmp.mkdir(mode=0o700)
     (tmp / "state").mkdir(mode=0o700)
-    env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares), **extra})
+    env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares, hosts), **extra})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL,
@@ -387,13 +403,14 @@ async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[st
 
 @contextlib.asynccontextmanager
 async def pg_tree(tmp: Path, discord: FakeDiscord, dsn: str, *, serving: bool,
-                  env: dict[str, str] | None = None, spares: Spares = True) -> AsyncIterator[Tree]:
+                  env: dict[str, str] | None = None, spares: Spares = True, hosts: Hosts = True) -> AsyncIterator[Tree]:
     """`clankie run` in the postgres profile on ``discord`` (shared with other trees); up when every child runs and
-    the bridge either serves the shard (``serving``) or waits for its lease. ``spares`` as for :func:`real_tree`."""
+    the bridge either serves the shard (``serving``) or waits for its lease. ``spares`` and ``hosts`` as for
+    :func:`real_tree`."""
     extra = {"CLANKIE_STORE": "postgres", "CLANKIE_POSTGRES_DSN": dsn, "CLANKIE_DISCORD_TOOL_CARD": "false", **(env or {})}
     with tempfile.TemporaryDirectory(prefix="ck-", dir="/tmp") as rt:  # short: socket paths fit in 107 bytes
         runtime = Path(rt)
         runtime.chmod(0o700)
         async with tree_on(tmp, runtime, discord, extra,
-                           lambda t: t.ready(90) if serving else t.standing_by(90), spares=spares) as t:
+                           lambda t: t.ready(90) if serving else t.standing_by(90), spares=spares, hosts=hosts) as t:
             yield t
