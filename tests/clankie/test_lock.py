@@ -117,3 +117,17 @@ def test_an_index_without_the_json_api_is_not_a_false_all_clear(tmp_path: Path) 
     report = {"dependencies": [{"name": n, "skip_reason": "Dependency not found on PyPI"} for n in ("a", "b")]}
     proc = audit(tmp_path, report=report, status=0)
     assert proc.returncode == 0 and "nothing was audited" in proc.stdout and "no known" not in proc.stdout
+
+
+def test_bootstrap_installs_uv_from_the_locks_own_pin_and_every_one_of_its_hashes() -> None:
+    """scripts/bootstrap has pip install uv from uv's lines of the lock (then uv installs the rest): what its ``sed``
+    cuts out is the one requirement ``uv==<the locked version>`` with every hash the lock has for it, and nothing of
+    the next distribution's."""
+    (command,) = [line.strip() for line in (ROOT / "scripts/bootstrap").read_text().splitlines()
+                  if line.strip().startswith("sed ") and "uv==" in line]
+    command = command.split(" > ", 1)[0]  # where the script writes it: here, read from stdout
+    cut = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    version, hashes = locked()["uv"]
+    assert cut.splitlines()[0] == f"uv=={version} \\"
+    assert re.findall(r"--hash=sha256:([0-9a-f]{64})", cut) == hashes and len(hashes) >= 1
+    assert all(line.startswith(" ") for line in cut.splitlines()[1:]), cut
