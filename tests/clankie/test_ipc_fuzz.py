@@ -16,8 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from clankie import framing, ipc, protocol
 from clankie.protocol import TurnResult, TurnSubmit
@@ -112,10 +110,6 @@ def settle(live: LiveServer) -> None:
     until_sync(lambda: live.connections() == 0, 10, lambda: f"every connection closed ({live.connections()} open)", 0.01)
 
 
-frames = st.one_of(
-    st.binary(max_size=64),
-    st.binary(max_size=64).map(lambda b: struct.pack(">I", len(b)) + b),
-)
 BOUNDARY_INTS = (0, 1, -1, 31, 32, -32, -33, 127, 128, -128, -129, 255, 256, 2**15 - 1, 2**15, -(2**15) - 1, 2**16 - 1,
                  2**16, 2**31 - 1, 2**31, -(2**31) - 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, -(2**63), 2**64 - 1)
 """Where msgpack changes its encoding (fixint, int8 ... uint64) and the ends of what it can carry."""
@@ -172,15 +166,28 @@ class Objects:
         return framing.encode(obj, max_frame_size=1 << 20)
 
 
+def byte_string(rng: random.Random) -> bytes:
+    """Up to 64 random bytes, half of them behind a length prefix that matches them (a frame whose body is noise)."""
+    body = rng.randbytes(rng.randint(0, 64))
+    return struct.pack(">I", len(body)) + body if rng.random() < 0.5 else body
+
+
 @pytest.mark.slow  # 10,000 connections: started first, and given room on a busy machine
 @pytest.mark.timeout(180)
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.booleans(), frames), min_size=100, max_size=100))
-def test_10000_random_byte_strings(live: LiveServer, batch: list[tuple[bool, bytes]]) -> None:
-    """100 batches of 100 random byte strings, with or without a hello first: the server survives all."""
-    for with_hello, payload in batch:
-        send_and_leave(live.path, (HELLO if with_hello else b"") + payload)
-    live.healthy_round_trip()
+def test_10000_random_byte_strings(live: LiveServer) -> None:
+    """100 batches of 100 random byte strings, each on a connection of its own, with or without a hello first: the
+    server survives all, and a well-behaved client is answered after each batch.
+
+    Drawn from a seeded :class:`random.Random` (the seed is printed, so a failure can be drawn again), as
+    :class:`Objects` is: Hypothesis drew the same strings at 5 of this test's 14 CPU s, for a corpus it never shrinks
+    (the server must survive every string)."""
+    seed = random.SystemRandom().randrange(2**32)
+    print(f"byte strings drawn with random.Random({seed})")
+    rng = random.Random(seed)
+    for _ in range(100):
+        for _ in range(100):
+            send_and_leave(live.path, (HELLO if rng.random() < 0.5 else b"") + byte_string(rng))
+        live.healthy_round_trip()
 
 
 def rss_bytes() -> int:

@@ -57,7 +57,7 @@ def test_a_one_token_day_budget_stops_the_tree_before_the_model_and_survives_kil
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     async def body() -> None:
-        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_BUDGET_DAY_TOKENS": "1"}, hosts=False) as t:
+        async with real_tree(tmp_path, runtime_dir, env={"CLANKIE_BUDGET_DAY_TOKENS": "1"}, spares={"service"}, hosts=False) as t:
             t.anthropic.script(fa.text("first and last answer today"))
             assert (await t.ask("clankie, hello")).content == "first and last answer today"  # nothing spent yet
             first = await refused(t, "clankie, hello again")
