@@ -253,7 +253,7 @@ class Tree:
 
     async def ready(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge has a Discord session and the service."""
-        await until_probe(self.answers, 15, "the control socket to answer", step=0.02)
+        await until_probe(self.answers, timeout, "the control socket to answer", step=0.02)
         for name in (*self.hosts(), "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
         await self.wait_child(lambda c: c.state == "running" and "discord: connected; service: connected" in c.detail,
@@ -262,7 +262,7 @@ class Tree:
     async def standing_by(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge waits for its shard lease (postgres profile: another tree
         serves the shard)."""
-        await until_probe(self.answers, 15, "the control socket to answer", step=0.02)
+        await until_probe(self.answers, timeout, "the control socket to answer", step=0.02)
         for name in (*self.hosts(), "service"):
             await self.wait_child(lambda c: c.state == "running", name, timeout)
         await self.wait_child(lambda c: "waiting for the shard lease" in c.detail, "bridge", timeout)

@@ -164,7 +164,7 @@ def supervisor(
         )
     run = Running(proc, runtime, state, err)
     try:
-        wait_for(lambda: _answers(run) or proc.poll() is not None, 10, "control socket")
+        wait_for(lambda: _answers(run) or proc.poll() is not None, max(ready_timeout, 30), "control socket")
         if proc.poll() is not None:
             raise AssertionError(f"supervisor exited {proc.returncode}: {run.stderr()}")
         if wait_ready:

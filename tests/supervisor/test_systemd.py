@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import os
 import socket
+import statistics
 import time
 from pathlib import Path
 
@@ -99,7 +100,8 @@ def test_b27_watchdog_pings_stop_while_the_loop_is_wedged(env: dict[str, str], r
     sock.close()
     gaps = [b - a for a, b in itertools.pairwise(received)]
     assert max(gaps) >= 0.45  # the wedge
-    normal = sorted(gaps)[: len(gaps) // 2]
-    assert all(0.03 <= g <= 0.1 for g in normal), normal
+    # the cadence, as the median gap: a gap is measured where this same loop reads the pings, so a moment the worker
+    # is descheduled can read two pings at once (a gap of ~0) and leave the gap before it long; the median is neither
+    assert 0.03 <= statistics.median(gaps) <= 0.1, gaps
     assert other[0].startswith(b"READY=1")  # an empty tree is ready at once
     assert other[-1].startswith(b"STOPPING=1")
