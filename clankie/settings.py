@@ -241,6 +241,12 @@ class Settings(
             raise ValueError("CLANKIE_CONTROL_PER_PID_CONNECTIONS must not exceed CLANKIE_CONTROL_MAX_CONNECTIONS")
         return self
 
+    @property
+    def external_browser(self) -> bool:
+        """This tree uses a browser host that runs in its own unit: ``CLANKIE_BROWSER_HOST=external`` and the browser
+        named in ``CLANKIE_HOSTS`` (a tree without the browser dials none and shows none in its status)."""
+        return self.browser_host == "external" and "browser" in self.hosts
+
     @classmethod
     def settings_customise_sources(
         cls,

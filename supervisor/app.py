@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             spares = spares_kept(settings.spares, bridge_spare=settings.bridge_spare)
             specs, missing = default_specs(browser=settings.browser_host, spares=spares, store=settings.store,
                                            hosts=settings.hosts)
-            if settings.browser_host == "external" and "browser" in settings.hosts:
+            if settings.external_browser:
                 log.info("the browser host runs in its own unit; the service dials %s", settings.browser_socket)
             if missing:
                 log.warning("not starting %s: package has no __main__ yet", ", ".join(missing))

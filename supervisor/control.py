@@ -199,7 +199,7 @@ class Control:
         if name == "all":
             return [self.tree.children[n] for n in self.tree.order]
         child = self.tree.child(name)
-        if child is None and name == "browser" and self.tree.settings.browser_host == "external":
+        if child is None and name == "browser" and self.tree.settings.external_browser:
             raise RemoteError(Code.NO_SUCH_CHILD, "the browser runs in its own unit (CLANKIE_BROWSER_HOST=external): "
                                                   "use systemctl on clankie-browser.service")
         if child is None:
@@ -246,7 +246,7 @@ class Control:
         day = dt.datetime.fromtimestamp(tree.clock.wall(), dt.UTC).date().isoformat()
         spent = await asyncio.to_thread(self.spend.of_day, day)
         reply = status(tree).model_copy(update={"tokens_today": spent, "tokens_day": day})
-        if tree.settings.browser_host == "external":  # not ours to run; say whether its socket answers
+        if tree.settings.external_browser:  # not ours to run; say whether its socket answers
             browser = await external_status(tree.settings.browser_socket)
             reply = reply.model_copy(update={"children": (browser, *reply.children)})
         return reply

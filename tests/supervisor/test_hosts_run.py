@@ -43,7 +43,9 @@ def test_none_is_a_tree_of_the_service_and_the_bridge_and_no_spare_is_kept_for_a
 
 def test_an_external_browser_host_is_still_dialled_not_run_when_the_browser_is_named() -> None:
     assert tree({"CLANKIE_BROWSER_HOST": "external"}) == ["tldraw", "service", "bridge"]
-    assert load({"CLANKIE_BROWSER_HOST": "external"}).hosts == ("browser", "tldraw")
+    assert load({"CLANKIE_BROWSER_HOST": "external"}).external_browser
+    assert not load({"CLANKIE_BROWSER_HOST": "external", "CLANKIE_HOSTS": "tldraw"}).external_browser  # dialled by none
+    assert not load({}).external_browser  # a child of the tree
 
 
 @pytest.mark.parametrize("value", ["service", "browser,chromium", "all"])
