@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from clankie.errors import ConfigError
 from clankie.secrets import VARIABLE
+from clankie.settings import HOST_NAMES
 from clankie.settings_browser import BrowserHostMode
 from supervisor.environment import BRIDGE_PASSTHROUGH, SERVICE_PASSTHROUGH
 from supervisor.lifecycle import Policy
@@ -68,7 +69,7 @@ DEFAULT_CHILDREN: tuple[tuple[str, str], ...] = (
 DEFAULT_SOCKETS: dict[str, tuple[str, ...]] = {"browser": ("browser",), "tldraw": ("tldraw",), "service": ("service",)}
 """The listening sockets each default child serves (the bridge serves none)."""
 
-HOST_CHILDREN = frozenset(("browser", "tldraw"))
+HOST_CHILDREN = frozenset(HOST_NAMES)
 """The default children that are hosts: each runs only while ``CLANKIE_HOSTS`` lists it (its tools go with it)."""
 
 DEFAULT_SPARES = frozenset(name for name, _module in DEFAULT_CHILDREN)

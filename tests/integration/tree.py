@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from clankie import ipc
+from clankie import settings as settings_mod
 from clankie.errors import ChannelBroken, RemoteError
 from clankie.protocol import ChildStatus, DoctorReply, Empty, LaneInfo, LanesReply, Record, StatusReply
 from clankie.testing import fake_anthropic as fa
@@ -55,7 +56,7 @@ Hosts = bool | Collection[str]
 never draws or browses), or the ones named."""
 
 
-def spare_env(spares: Spares, hosts: Hosts = True) -> dict[str, str]:
+def choices_env(spares: Spares, hosts: Hosts = True) -> dict[str, str]:
     """The settings that give a test tree the spares ``spares`` and the hosts ``hosts`` ask for (nothing for the
     defaults: all four children, each with a spare)."""
     out = {}
@@ -246,10 +247,9 @@ class Tree:
 
     def hosts(self) -> tuple[str, ...]:
         """The hosts this tree runs as its children: those ``CLANKIE_HOSTS`` names (both by default), less a browser
-        host in its own unit (``CLANKIE_BROWSER_HOST=external``)."""
-        named = self.env.get("CLANKIE_HOSTS", "browser,tldraw").replace(" ", "").split(",")
-        external = self.env.get("CLANKIE_BROWSER_HOST") == "external"
-        return tuple(n for n in ("browser", "tldraw") if n in named and not (n == "browser" and external))
+        host in its own unit (``CLANKIE_BROWSER_HOST=external``), the settings parsed as the supervisor parses them."""
+        settings = settings_mod.load(self.env)  # read as the supervisor reads them
+        return tuple(n for n in settings.hosts if not (n == "browser" and settings.browser_host == "external"))
 
     async def ready(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge has a Discord session and the service."""
@@ -339,7 +339,7 @@ async def real_tree(
     ``spares=False`` is for a test whose story never restarts a child: the tree is the same (sockets held by the
     supervisor, hand-over on) but keeps no warm spare, so it does not pay their imports (about 3 CPU s a tree under
     the suite's load, docs/benchmarks.md). ``spares`` as a set of names is for a story that restarts those children:
-    only they keep a spare (:func:`spare_env`). ``hosts=False`` is for a story that never browses or draws: the tree
+    only they keep a spare (:func:`choices_env`). ``hosts=False`` is for a story that never browses or draws: the tree
     runs the service and the bridge only, and the model is offered no host's tool.
     """
     discord = FakeDiscord(guilds={GUILD: list(channels)})
@@ -350,7 +350,7 @@ async def real_tree(
     await site.start()
     state = tmp / "state"
     state.mkdir(exist_ok=True, mode=0o700)
-    full_env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares, hosts), **(env or {})})
+    full_env = tree_env(tmp, runtime, discord, anthropic, {**choices_env(spares, hosts), **(env or {})})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
@@ -386,7 +386,7 @@ async def tree_on(tmp: Path, runtime: Path, discord: FakeDiscord, extra: dict[st
     await site.start()
     tmp.mkdir(mode=0o700)
     (tmp / "state").mkdir(mode=0o700)
-    env = tree_env(tmp, runtime, discord, anthropic, {**spare_env(spares, hosts), **extra})
+    env = tree_env(tmp, runtime, discord, anthropic, {**choices_env(spares, hosts), **extra})
     err_path = tmp / "supervisor.stderr"
     with err_path.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(CLANKIE, "run", env=env, stdin=asyncio.subprocess.DEVNULL,
