@@ -296,6 +296,9 @@ class BridgeApp:
         except* ConfigError as group:
             raise group.exceptions[0] from None
         finally:
+            if self._warm is not None:  # a parked spare's client this life stopped before its gateway could take
+                warm, self._warm = self._warm, None
+                await warm.close()
             if self.store is not None:  # what the last moments changed (a planned stop: the lease is still the tree's)
                 await self.store.stop(self.keeper, self.settings.lease_ttl_seconds)
             if self._pool is not None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import yarl
@@ -80,6 +80,23 @@ def journaled_soon(keeper: SessionKeeper, shard: Shard, seq: int | None) -> None
     loop runs callbacks in the order they were scheduled, and the task's first step was scheduled during the
     hand-over, so this one runs after it."""
     asyncio.get_running_loop().call_soon(keeper.journaled, shard, seq)
+
+
+class Closable(Protocol):
+    closing: asyncio.Task[None] | None
+
+
+async def close_whole(client: Closable, close: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``client``'s ``close`` once, in a task of its own that its waiters' cancellations do not reach.
+
+    A stop cancels the gateway's task, whose close then says goodbye on the socket (4000) before discord.py's own
+    close ends the HTTP session; a second cancellation in between (the app stopped while a lease change was closing
+    the gateway) used to abandon the close there, and the session's connector was left to the garbage collector
+    (the ``Unclosed client session`` a CI run failed on). A waiter cancelled now gets its ``CancelledError`` at once
+    and the close still runs to its end; every later caller waits for the same task."""
+    if client.closing is None:
+        client.closing = asyncio.get_running_loop().create_task(close(), name="discord-close")
+    await asyncio.shield(client.closing)
 
 
 @dataclass(frozen=True)
@@ -158,6 +175,7 @@ class BridgeClient(discord.Client):
         self._on_resumed_cb = on_resumed
         self._discover = discover_gateway
         self.keeper = keeper
+        self.closing: asyncio.Task[None] | None = None  # close_whole's one task
         self.shard = shard_key(None, None)
         self.owner: str | None = None  # what login learned, for a parked spare's bind()
         self.start_limit: tuple[int, int] | None = None
@@ -263,15 +281,21 @@ class BridgeClient(discord.Client):
         return None
 
     async def close(self) -> None:
-        """Stop; with a keeper, close the socket with 4000 first, so that the next process can RESUME the session."""
-        ws = self.ws
-        if self.keeper is not None and self.keeper.enabled and ws is not None and ws.open:
-            try:
-                await ws.close(code=4000)
-            except Exception:  # the socket is going anyway; the session may then not be resumable
-                log.warning("the gateway socket did not close cleanly; the next bridge may IDENTIFY")
-            self.keeper.flush()
-        await super().close()
+        """Stop; with a keeper, close the socket with 4000 first, so that the next process can RESUME the session.
+        The whole close runs once, to its end, whoever waits for it (:func:`close_whole`)."""
+        await close_whole(self, self._close)
+
+    async def _close(self) -> None:
+        try:
+            ws = self.ws
+            if self.keeper is not None and self.keeper.enabled and ws is not None and ws.open:
+                try:
+                    await ws.close(code=4000)
+                except Exception:  # the socket is going anyway; the session may then not be resumable
+                    log.warning("the gateway socket did not close cleanly; the next bridge may IDENTIFY")
+                self.keeper.flush()
+        finally:
+            await super().close()  # the HTTP session and its connector end here
 
     async def on_ready(self) -> None:
         """A new gateway session (not a RESUME): Discord will not replay what came before it."""

@@ -46,7 +46,7 @@ with warnings.catch_warnings():
     from discord.gateway import DiscordWebSocket, ReconnectWebSocket
     from discord.shard import EventItem, EventType, Shard
 
-from bridge.discord_gateway import Hooks, _setup, hand_over, intents, journaled_soon
+from bridge.discord_gateway import Hooks, _setup, close_whole, hand_over, intents, journaled_soon
 from bridge.discord_metrics import count_requests
 from bridge.gateway_link import IdentifyGate, IllegalSessionMove
 from bridge.gateway_link import Shard as Key
@@ -124,6 +124,7 @@ class ShardedBridgeClient(discord.AutoShardedClient):
         self._bridge = hooks
         self._discover = discover_gateway
         self.keeper = keeper
+        self.closing: asyncio.Task[None] | None = None  # close_whole's one task
         self.count = shard_count
         self.watch = ShardWatch(ids)
         self.gate = IdentifyGate()
@@ -231,18 +232,24 @@ class ShardedBridgeClient(discord.AutoShardedClient):
             return
 
     async def close(self) -> None:
-        """Stop; with a keeper, close each shard's socket with 4000 first, so that the next process can RESUME them."""
-        if self.keeper is not None and self.keeper.enabled:
-            shards: dict[int, Shard] = vars(self).get("_AutoShardedClient__shards", {})
-            for shard in list(shards.values()):
-                shard._cancel_task()  # its worker must not take the close for a drop and RESUME in this process
-                if shard.ws.open:
-                    try:
-                        await shard.ws.close(code=4000)
-                    except Exception:  # the socket is going anyway; that session may then not be resumable
-                        log.warning("shard %d: the gateway socket did not close cleanly", shard.id)
-            self.keeper.flush()
-        await super().close()
+        """Stop; with a keeper, close each shard's socket with 4000 first, so that the next process can RESUME them.
+        The whole close runs once, to its end, whoever waits for it (:func:`~bridge.discord_gateway.close_whole`)."""
+        await close_whole(self, self._close)
+
+    async def _close(self) -> None:
+        try:
+            if self.keeper is not None and self.keeper.enabled:
+                shards: dict[int, Shard] = vars(self).get("_AutoShardedClient__shards", {})
+                for shard in list(shards.values()):
+                    shard._cancel_task()  # its worker must not take the close for a drop and RESUME in this process
+                    if shard.ws.open:
+                        try:
+                            await shard.ws.close(code=4000)
+                        except Exception:  # the socket is going anyway; that session may then not be resumable
+                            log.warning("shard %d: the gateway socket did not close cleanly", shard.id)
+                self.keeper.flush()
+        finally:
+            await super().close()  # the HTTP session and its connector end here
 
     # ------------------------------------------------------------ what the app and the keeper hear
 
