@@ -91,9 +91,10 @@ async def close_whole(client: Closable, close: Callable[[], Coroutine[Any, Any, 
 
     A stop cancels the gateway's task, whose close then says goodbye on the socket (4000) before discord.py's own
     close ends the HTTP session; a second cancellation in between (the app stopped while a lease change was closing
-    the gateway) used to abandon the close there, and the session's connector was left to the garbage collector
-    (the ``Unclosed client session`` a CI run failed on). A waiter cancelled now gets its ``CancelledError`` at once
-    and the close still runs to its end; every later caller waits for the same task."""
+    the gateway) used to abandon the close there, and the session's connector was left to the garbage collector,
+    which warns ``Unclosed client session`` into whatever runs then (a CI run failed on such a warning). A waiter
+    cancelled now gets its ``CancelledError`` at once and the close still runs to its end; every later caller waits
+    for the same task."""
     if client.closing is None:
         client.closing = asyncio.get_running_loop().create_task(close(), name="discord-close")
     await asyncio.shield(client.closing)
