@@ -249,7 +249,7 @@ class Tree:
         """The hosts this tree runs as its children: those ``CLANKIE_HOSTS`` names (both by default), less a browser
         host in its own unit (``CLANKIE_BROWSER_HOST=external``), the settings parsed as the supervisor parses them."""
         settings = settings_mod.load(self.env)  # read as the supervisor reads them
-        return tuple(n for n in settings.hosts if not (n == "browser" and settings.browser_host == "external"))
+        return tuple(n for n in settings.hosts if not (n == "browser" and settings.external_browser))
 
     async def ready(self, timeout: float = 60.0) -> None:
         """Wait until every child runs and the bridge has a Discord session and the service."""
