@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
 from collections.abc import Callable
@@ -13,10 +14,21 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("clankie", "supervisor", "service", "bridge", "hosts")
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse(source: str, filename: str) -> ast.Module:
+    """One parse per distinct source and name in a worker: the rules below walk the same ~600 files (read only)."""
+    return ast.parse(source, filename=filename)
+
+
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, shared by every rule that reads it (keyed by its text, so a rewritten probe is new)."""
+    return _parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def imports_of(path: Path) -> set[str]:
     """Top-level module names a file imports (absolute imports only)."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -26,7 +38,7 @@ def imports_of(path: Path) -> set[str]:
 
 def runtime_imports_of(path: Path) -> set[str]:
     """Like :func:`imports_of`, without the imports under ``if TYPE_CHECKING:`` (names for annotations, never run)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = parsed(path)
     typing_only = {
         id(inner)
         for node in ast.walk(tree)
@@ -146,7 +158,7 @@ def impurities(path: Path, pure: set[str]) -> list[str]:
     found = [f"imports {n}" for n in sorted(names) if top(n) in IO_MODULES and not _no_io_part(n)]
     found += [f"imports {n}, which is not a pure core" for n in sorted(names) if top(n) in PACKAGES and n not in pure]
     touches_files = bool({"pathlib", "datetime"} & {top(n) for n in names})  # the file calls are read only where a path or date can be
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             attr = node.func.attr
             zoned = attr == "fromtimestamp" and len(node.args) + len(node.keywords) >= 2
@@ -209,7 +221,7 @@ def test_type_only_imports_do_not_count_and_a_submodule_is_named_as_one(tmp_path
 
 def environ_reads(path: Path) -> list[int]:
     """Lines where ``path`` reads ``os.environ`` (an assignment into it is a write, not a read)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     stores = {
         id(t.value)
         for node in ast.walk(tree)
@@ -252,7 +264,7 @@ def test_no_bounded_wait_can_lose_a_cancellation() -> None:
     found = []
     for package in PACKAGES:
         for path in sources(package):
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(parsed(path)):
                 if isinstance(node, ast.Attribute) and node.attr == "wait_for" and isinstance(node.value, ast.Name) \
                         and node.value.id == "asyncio":
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
@@ -276,7 +288,7 @@ runs into a half-made one."""
 def _imported_modules(path: Path, root: Path) -> set[str]:
     """Dotted modules ``path`` imports, a ``from package import submodule`` naming the submodule."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

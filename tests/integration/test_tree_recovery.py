@@ -144,7 +144,7 @@ def test_spare_and_cold_restarts_behave_the_same_lanes_come_back_cold(
     """Warm, warm, SIGKILL the service, then cold once and warm again: the same with the spare and without."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_HANDOVER": handover}, spares={"service"}) as t:
+        async with real_tree(tmp_path, runtime_dir, {"CLANKIE_HANDOVER": handover}, spares={"service"}, hosts=False) as t:
             seen = []
             # something said before the first turn, so a cold lane has a backlog to read (a bot: never answered)
             await t.discord.message(CHAN, "earlier chatter", author_id="700000000000000001", bot=True)

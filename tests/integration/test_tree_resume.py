@@ -1,6 +1,7 @@
 """No deaf window on the real tree: a SIGKILLed or restarted bridge's successor RESUMEs the gateway session.
 
-Twice: a cold successor (the bridge's spare off), and the parked spare bridge taking the slot over.
+Twice: a cold successor (the bridge's spare off), and the parked spare bridge taking the slot over. The trees run
+no host (a story of the gateway alone never browses or draws).
 
 ``clankie run`` against the loopback fakes in this process; the fake gateway
 keeps a dead socket's session resumable and replays on RESUME
@@ -55,7 +56,7 @@ def test_a_sigkilled_bridge_is_resumed_and_the_gap_is_answered_once(tmp_path: Pa
     in the gap is replayed, and every message is answered once, those in flight at the kill included."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=False) as t:  # the bridge restarts cold
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=False, hosts=False) as t:  # the bridge restarts cold
             before = [await say(t, n, "before") for n in range(3)]
             await answered_once(t, before, "the first bridge answers")
             bridge = await t.child("bridge")
@@ -82,7 +83,7 @@ def test_restart_bridge_hands_the_session_over(tmp_path: Path, runtime_dir: Path
     """``clankiectl restart bridge``: the old bridge closes with 4000, the new one RESUMEs; no session start spent."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=False) as t:  # the bridge restarts cold
+        async with real_tree(tmp_path, runtime_dir, ENV, channels=ROOMS, spares=False, hosts=False) as t:  # the bridge restarts cold
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
             restarting = asyncio.ensure_future(t.call("restart", ChildTarget(name="bridge")))
@@ -114,12 +115,12 @@ def test_a_parked_spare_takes_a_sigkilled_bridge_over_and_resumes(tmp_path: Path
     once; a new spare parks, and a second kill is taken over the same way."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             spare = parked.spare_pid
             assert spare is not None and spare != parked.pid
             others = {c.name: c.spare for c in (await t.status()).children if c.name != "bridge"}
-            assert others == dict.fromkeys(("browser", "tldraw", "service"), "off")  # CLANKIE_SPARES=bridge: only it
+            assert others == {"service": "off"}  # CLANKIE_SPARES=bridge: only it (and no host runs: CLANKIE_HOSTS=none)
             assert t.discord.gateway.shared == 0 and len(t.discord.gateway.sockets) == 1  # parked: no socket of its own
             os.kill(spare, signal.SIGKILL)  # a spare that dies untaken is replaced after its backoff; it spent nothing
             again = await t.wait_child(lambda c: c.spare.startswith("parked") and c.spare_pid != spare, "bridge", 60)
@@ -154,7 +155,7 @@ def test_restart_bridge_hands_the_session_to_the_spare(tmp_path: Path, runtime_d
     RESUMEs; no session start spent."""
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, SPARE, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
@@ -177,7 +178,7 @@ def test_a_hung_bridge_is_killed_before_the_spare_resumes(tmp_path: Path, runtim
 
     async def main() -> None:
         env = {**SPARE, "CLANKIE_HEARTBEAT_TIMEOUT_SECONDS": "5"}
-        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS, spares={"bridge"}) as t:
+        async with real_tree(tmp_path, runtime_dir, env, channels=ROOMS, spares={"bridge"}, hosts=False) as t:
             parked = await t.wait_child(lambda c: c.spare.startswith("parked"), "bridge", 60)
             first = await say(t, 0, "before")
             await answered_once(t, [first], "answered")
