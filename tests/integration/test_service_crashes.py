@@ -224,19 +224,27 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_its_roo
     asyncio.run(main())
 
 
-def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: Path, runtime_dir: Path) -> None:
-    """Three whole-tree kills with a message's run live each time charge it nothing; a crash of the service alone does.
+TREE_KILLS = 2
+"""Whole-tree kills in the supervisor-kill story, and the tree's poison bound: one more would be counted as poison."""
 
-    Each time room A's run reaches the model (its answer held), the test
-    SIGKILLs `clankie run` itself, so the service dies with its tree, and
-    starts a new `clankie run` on the same state, as systemd would. Counting
-    those deaths would have failed the message as poison at the third.
-    Then one SIGKILL of the service alone, which the supervisor sees: one
-    crashed run. The message is then answered, once.
+
+def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: Path, runtime_dir: Path) -> None:
+    """Whole-tree kills with a message's run live each time charge it nothing; a crash of the service alone does.
+
+    The tree fails a message as poison at its second crashed run
+    (``CLANKIE_POISON_RUNS=2``: two tree kills are then as telling as three
+    are at the default, and cost one tree start less). Each time room A's
+    run reaches the model (its answer held), the test SIGKILLs `clankie run`
+    itself, so the service dies with its tree, and starts a new `clankie run`
+    on the same state, as systemd would. Counting those deaths would have
+    failed the message as poison at the second. Then one SIGKILL of the
+    service alone, which the supervisor sees: one crashed run, under the
+    bound. The message is then answered, once.
     """
 
     async def main() -> None:
-        async with real_tree(tmp_path, runtime_dir, channels=(ROOMS["A"],), spares={"service"}, hosts=False) as t:
+        poison_bound = {"CLANKIE_POISON_RUNS": str(TREE_KILLS)}
+        async with real_tree(tmp_path, runtime_dir, poison_bound, channels=(ROOMS["A"],), spares={"service"}, hosts=False) as t:
             answering = asyncio.Event()
 
             def respond(body: dict[str, Any]) -> fa.Scenario:
@@ -246,13 +254,14 @@ def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: 
 
             t.anthropic.respond_with(respond)
             message = await speak(t, "A", 1)
-            for kill in range(3):
+            for kill in range(TREE_KILLS):
                 reached = functools.partial(asked_more_than, t, "A", kill)
                 await until(reached, 60, f"the run reaching the model in tree {kill + 1}")
                 await t.kill_supervisor()
                 await t.respawn()
                 await t.ready()
-            await until(functools.partial(asked_more_than, t, "A", 3), 60, "the run reaching the model in the fourth tree")
+            reached = functools.partial(asked_more_than, t, "A", TREE_KILLS)
+            await until(reached, 60, f"the run reaching the model in tree {TREE_KILLS + 1}")
             assert crashed_runs(t, message) == 0
             answering.set()
             await t.kill("service")
