@@ -172,6 +172,8 @@ async def run(t: Tree, base: str) -> None:
         return up == 4 and zero == 0
 
     await until_probe(tree_seen, 60, "Prometheus to see the four children up and tldraw's restart series at 0", step=0.2)
+    others = {c.name: c.spare for c in (await t.status()).children if c.name != "tldraw"}
+    assert others == dict.fromkeys(("browser", "service", "bridge"), "off")  # CLANKIE_SPARES=tldraw: a host left out keeps none
 
     doctor = await t.doctor()  # the whole tree well: every health line ok, the key accepted, the session up
     assert doctor.ok and {h.name: h.status for h in doctor.health} == {

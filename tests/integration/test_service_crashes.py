@@ -225,7 +225,8 @@ def test_a_message_that_kills_the_service_every_time_fails_as_poison_and_its_roo
 
 
 TREE_KILLS = 2
-"""Whole-tree kills in the supervisor-kill story, and the tree's poison bound: one more would be counted as poison."""
+"""Whole-tree kills in the supervisor-kill story, and its tree's poison bound (``CLANKIE_POISON_RUNS``): counted, those
+kills alone would fail the message as poison."""
 
 
 def test_a_supervisor_kill_does_not_add_to_any_message_s_poison_count(tmp_path: Path, runtime_dir: Path) -> None:
