@@ -86,8 +86,12 @@ class Closable(Protocol):
     closing: asyncio.Task[None] | None
 
 
-async def close_whole(client: Closable, close: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run ``client``'s ``close`` once, in a task of its own that its waiters' cancellations do not reach.
+Step = Callable[[], Coroutine[Any, Any, None]]
+
+
+async def close_whole(client: Closable, goodbye: Step, close: Step) -> None:
+    """Run ``client``'s ``goodbye`` and then, whatever it did, discord.py's ``close``: once, in a task of its own
+    that its waiters' cancellations do not reach.
 
     A stop cancels the gateway's task, whose close then says goodbye on the socket (4000) before discord.py's own
     close ends the HTTP session; a second cancellation in between (the app stopped while a lease change was closing
@@ -95,8 +99,15 @@ async def close_whole(client: Closable, close: Callable[[], Coroutine[Any, Any, 
     which warns ``Unclosed client session`` into whatever runs then (a CI run failed on such a warning). A waiter
     cancelled now gets its ``CancelledError`` at once and the close still runs to its end; every later caller waits
     for the same task."""
+
+    async def whole() -> None:
+        try:
+            await goodbye()
+        finally:
+            await close()  # the HTTP session and its connector end here
+
     if client.closing is None:
-        client.closing = asyncio.get_running_loop().create_task(close(), name="discord-close")
+        client.closing = asyncio.get_running_loop().create_task(whole(), name="discord-close")
     await asyncio.shield(client.closing)
 
 
@@ -284,19 +295,16 @@ class BridgeClient(discord.Client):
     async def close(self) -> None:
         """Stop; with a keeper, close the socket with 4000 first, so that the next process can RESUME the session.
         The whole close runs once, to its end, whoever waits for it (:func:`close_whole`)."""
-        await close_whole(self, self._close)
+        await close_whole(self, self._goodbye, super().close)
 
-    async def _close(self) -> None:
-        try:
-            ws = self.ws
-            if self.keeper is not None and self.keeper.enabled and ws is not None and ws.open:
-                try:
-                    await ws.close(code=4000)
-                except Exception:  # the socket is going anyway; the session may then not be resumable
-                    log.warning("the gateway socket did not close cleanly; the next bridge may IDENTIFY")
-                self.keeper.flush()
-        finally:
-            await super().close()  # the HTTP session and its connector end here
+    async def _goodbye(self) -> None:
+        ws = self.ws
+        if self.keeper is not None and self.keeper.enabled and ws is not None and ws.open:
+            try:
+                await ws.close(code=4000)
+            except Exception:  # the socket is going anyway; the session may then not be resumable
+                log.warning("the gateway socket did not close cleanly; the next bridge may IDENTIFY")
+            self.keeper.flush()
 
     async def on_ready(self) -> None:
         """A new gateway session (not a RESUME): Discord will not replay what came before it."""

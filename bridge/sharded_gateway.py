@@ -234,22 +234,19 @@ class ShardedBridgeClient(discord.AutoShardedClient):
     async def close(self) -> None:
         """Stop; with a keeper, close each shard's socket with 4000 first, so that the next process can RESUME them.
         The whole close runs once, to its end, whoever waits for it (:func:`~bridge.discord_gateway.close_whole`)."""
-        await close_whole(self, self._close)
+        await close_whole(self, self._goodbye, super().close)
 
-    async def _close(self) -> None:
-        try:
-            if self.keeper is not None and self.keeper.enabled:
-                shards: dict[int, Shard] = vars(self).get("_AutoShardedClient__shards", {})
-                for shard in list(shards.values()):
-                    shard._cancel_task()  # its worker must not take the close for a drop and RESUME in this process
-                    if shard.ws.open:
-                        try:
-                            await shard.ws.close(code=4000)
-                        except Exception:  # the socket is going anyway; that session may then not be resumable
-                            log.warning("shard %d: the gateway socket did not close cleanly", shard.id)
-                self.keeper.flush()
-        finally:
-            await super().close()  # the HTTP session and its connector end here
+    async def _goodbye(self) -> None:
+        if self.keeper is not None and self.keeper.enabled:
+            shards: dict[int, Shard] = vars(self).get("_AutoShardedClient__shards", {})
+            for shard in list(shards.values()):
+                shard._cancel_task()  # its worker must not take the close for a drop and RESUME in this process
+                if shard.ws.open:
+                    try:
+                        await shard.ws.close(code=4000)
+                    except Exception:  # the socket is going anyway; that session may then not be resumable
+                        log.warning("shard %d: the gateway socket did not close cleanly", shard.id)
+            self.keeper.flush()
 
     # ------------------------------------------------------------ what the app and the keeper hear
 
