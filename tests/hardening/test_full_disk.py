@@ -110,8 +110,8 @@ def at_rest(path: Path) -> bytes:
     return rest
 
 
-def whole_lines(path: Path) -> list[bytes]:
-    data = at_rest(path)
+def whole_lines(data: bytes) -> list[bytes]:
+    """The lines of a log read at rest (:func:`at_rest`), each a whole line of its format."""
     lines = data[:-1].split(b"\n")
     bad = [line[:80] for line in lines if not LINE.match(line)]
     assert bad == [], bad[:5]
@@ -133,15 +133,16 @@ def test_a_full_disk_costs_log_lines_never_the_supervisor_and_logging_resumes(fu
     st = wait_for(disk_reported, 20, "status to report the full disk")
     assert "No space left on device" in st.children[0].log_error
     assert "state filesystem full" in st.supervisor.disk and "chatty" in st.supervisor.disk
-    size = len(at_rest(log_file))
-    count = len(whole_lines(log_file))
+    before = at_rest(log_file)  # its size and its lines from one read
+    size = len(before)
     wait_for(lambda: "bytes not written" in sup.child("chatty").log_error and
              int(sup.child("chatty").log_error.split("; ")[1].split()[0]) > 2000, 20, "output to be lost")
     # Nothing half-written. A "full" tmpfs still takes a whole line that fits in the slack of the log's last page, so
     # the log may grow, but never past that page, and what it holds is whole lines in order.
-    grown = len(at_rest(log_file))
+    after = at_rest(log_file)
+    grown = len(after)
     assert size <= grown <= -(-size // PAGE) * PAGE, (size, grown)
-    assert len(whole_lines(log_file)) >= count
+    assert len(whole_lines(after)) >= len(whole_lines(before))
     assert sup.proc.poll() is None and sup.child("chatty").restarts == 0
     text = subprocess.run(
         [str(Path(sys.executable).with_name("clankiectl")), "--socket", str(sup.sock), "status"],
@@ -152,7 +153,7 @@ def test_a_full_disk_costs_log_lines_never_the_supervisor_and_logging_resumes(fu
     filler.unlink()
     wait_for(lambda: not sup.status().supervisor.disk, 20, "status to clear once space is back")
     wait_for(lambda: log_file.stat().st_size > size + 2000, 20, "the log to resume")
-    lines = whole_lines(log_file)
+    lines = whole_lines(at_rest(log_file))
     gap = [line for line in lines if line.startswith(b"[clankie:")]
     # One note per stretch of lost output. A "full" tmpfs still takes a short write that fits in the last page the
     # log already has, so on a busy machine one outage can be two stretches with a line or a note between them.
