@@ -4,7 +4,8 @@
 plugin reads the worker's ``getrusage``: its own CPU and its reaped children's. A tree's supervisor is the worker's
 child and reaps its own children (it is their subreaper), so a tree test's count holds the whole tree it started. What
 a test leaves unreaped is counted where it is reaped; a daemon that double-forks away (PostgreSQL's postmaster), or a
-child orphaned by a SIGKILLed supervisor (init reaps it), is not counted at all: the count is a worker's, not a process's (docs/benchmarks.md, "The twelfth session").
+child orphaned by a SIGKILLed supervisor (init reaps it), is not counted at all: the count is a worker's, not a
+process's (docs/benchmarks.md, "The twelfth session").
 
 Without ``CLANKIE_CENSUS_DIR`` the plugin does nothing.
 """
@@ -17,7 +18,7 @@ import resource
 import time
 from collections import Counter, defaultdict
 from collections.abc import Generator, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
@@ -78,7 +79,7 @@ def summarize(costs: Iterable[Cost], top: int = 20) -> Summary:
         tests=len(rows),
         cpu=sum(row.cpu for row in rows),
         own_cpu=sum(row.own_cpu for row in rows),
-        groups=tuple((group, count[group], spent) for group, spent in sorted(cpu.items(), key=lambda kv: kv[1], reverse=True)),
+        groups=tuple((group, count[group], cpu[group]) for group in sorted(cpu, key=cpu.__getitem__, reverse=True)),
         costliest=tuple(sorted(rows, key=lambda row: row.cpu, reverse=True)[:top]),
         cheap_tests=len(cheap),
         cheap_cpu=sum(row.cpu for row in cheap),
@@ -120,10 +121,10 @@ class _Recorder:
         own, children, started = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), time.monotonic()
         yield
         cost = Cost(nodeid=item.nodeid, worker=os.getpid(), wall=time.monotonic() - started,
-                        own_cpu=_cpu(resource.RUSAGE_SELF) - own, children_cpu=_cpu(resource.RUSAGE_CHILDREN) - children)
+                    own_cpu=_cpu(resource.RUSAGE_SELF) - own, children_cpu=_cpu(resource.RUSAGE_CHILDREN) - children)
         if self._out is None:
             self._out = self._path.open("a", encoding="utf-8")
-        self._out.write(json.dumps(cost.__dict__) + "\n")
+        self._out.write(json.dumps(asdict(cost)) + "\n")
         self._out.flush()
 
     def pytest_unconfigure(self) -> None:
