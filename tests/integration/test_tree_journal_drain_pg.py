@@ -19,6 +19,7 @@ import pytest
 from clankie.testing import fake_anthropic as fa
 from clankie.testing.fake_discord import FakeDiscord
 from tests.integration.tree import CHAN, GUILD, PERSON, pg_tree
+from tests.polling import until
 from tests.postgres import postgres_cluster, postgres_dsn
 
 __all__ = ["postgres_cluster", "postgres_dsn"]
@@ -61,7 +62,11 @@ def test_a_dead_trees_stuck_message_is_drained_and_answered_once_by_the_tree_tha
                         assert [r["outcome"] for r in b.receipts() if r.get("delivery_id") == did][:1] == ["recovered"]
                         closing = b.outcome_of(did)
                         assert closing is not None and closing["outcome"] == "settled"
-                        assert journal_of(postgres_dsn, did) == [("admit", 1), ("close", 2)]
+                        # the close line is synced soon after the outcome (Journal.close), not before its receipt
+                        closed = [("admit", 1), ("close", 2)]
+                        await until(lambda: journal_of(postgres_dsn, did) == closed, 30, "B's close line in the journal",
+                                    step=0.1)
+                        assert journal_of(postgres_dsn, did) == closed
                 finally:
                     a.anthropic.gate.set()
         finally:
