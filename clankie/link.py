@@ -165,7 +165,14 @@ class Link:
         return self.conn is not None and not self.conn.closed
 
     async def ready(self) -> None:
-        """Tell the supervisor this child is serving."""
+        """Tell the supervisor this child is serving, its figures first.
+
+        A beat goes ahead of ``ready`` on the same ordered link, so a child the supervisor counts as running has
+        always measured itself once in this life (``clankiectl status`` shows its memory and fds from the start). The
+        loop's own first beat is no promise of that: it is only scheduled when the link opens, and a spare's was the
+        parked process's, which the supervisor does not keep for the child it becomes.
+        """
+        await self.beat_once()
         await self._notify("ready", Empty())
 
     async def stopping(self, reason: str = "") -> None:
@@ -180,6 +187,15 @@ class Link:
         self.seq += 1
         update = {"seq": self.seq, "process": self._measure(), "metrics": METER.report()}
         await self._notify("heartbeat", report.model_copy(update=update))
+
+    async def beat_once(self) -> None:
+        """One beat with this life's report; a report that fails is logged and costs that beat, never the caller."""
+        if not self.connected:
+            return
+        try:
+            await self.beat(self.report())
+        except Exception:
+            log.exception("heartbeat report failed")
 
     def request_shutdown(self, reason: str) -> None:
         if not self.shutdown.is_set():
@@ -242,10 +258,7 @@ async def supervisor_link(
 
     async def beat_loop() -> None:
         while not conn.closed:
-            try:
-                await link.beat(link.report())
-            except Exception:
-                log.exception("heartbeat report failed")
+            await link.beat_once()
             await link._pause(clock)
 
     async def watch_link() -> None:
