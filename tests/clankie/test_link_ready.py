@@ -13,7 +13,7 @@ from clankie.protocol import Empty, Heartbeat, Record
 from tests.polling import until
 
 NEVER = 3600.0
-"""The loop's interval: its first beat is the only one it sends, so every other beat is one ``ready`` sent."""
+"""The loop's interval: the loop beats once, when the link opens, so any later beat is the one ``ready`` sends."""
 
 
 async def _heard_until_ready(spare: bool) -> list[tuple[str, Record]]:
@@ -43,11 +43,8 @@ async def _heard_until_ready(spare: bool) -> list[tuple[str, Record]]:
     return heard[: [m for m, _ in heard].index("ready") + 1]
 
 
-def _beats_since(heard: list[tuple[str, Record]], mark: str | None) -> list[Heartbeat]:
-    """The heartbeats heard after ``mark`` (from the start when None) and before ``ready``."""
-    names = [m for m, _ in heard]
-    start = names.index(mark) + 1 if mark is not None else 0
-    return [p for m, p in heard[start:-1] if m == "heartbeat" and isinstance(p, Heartbeat)]
+def _beats(heard: list[tuple[str, Record]]) -> list[Heartbeat]:
+    return [p for m, p in heard if m == "heartbeat" and isinstance(p, Heartbeat)]
 
 
 def _measured(beat: Heartbeat) -> bool:
@@ -65,6 +62,7 @@ def test_a_cold_child_beats_with_its_figures_right_before_it_says_ready() -> Non
 def test_a_taken_spare_beats_again_after_its_activation_before_it_says_ready() -> None:
     """The parked process's beats are the spare slot's; the child it becomes must measure itself before ``ready``."""
     heard = asyncio.run(_heard_until_ready(spare=True))
-    assert _beats_since(heard, None), "the spare beat while parked"
-    after = _beats_since(heard, "(activate)")
-    assert after and all(_measured(b) for b in after)
+    activated = [m for m, _ in heard].index("(activate)")
+    parked, taken = _beats(heard[:activated]), _beats(heard[activated:])
+    assert parked, "the spare beat while parked"
+    assert heard[-1][0] == "ready" and taken and all(_measured(b) for b in taken)
