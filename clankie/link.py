@@ -172,7 +172,7 @@ class Link:
         loop's own first beat is no promise of that: it is only scheduled when the link opens, and a spare's was the
         parked process's, which the supervisor does not keep for the child it becomes.
         """
-        await self.beat_once()
+        await self.beat()
         await self._notify("ready", Empty())
 
     async def stopping(self, reason: str = "") -> None:
@@ -182,18 +182,16 @@ class Link:
         self.said_stopping = True
         await self._notify("stopping", Stopping(reason=reason[:200]))
 
-    async def beat(self, report: Heartbeat) -> None:
-        """Send one heartbeat now (the loop does this every interval), with this process's own figures and metrics."""
-        self.seq += 1
-        update = {"seq": self.seq, "process": self._measure(), "metrics": METER.report()}
-        await self._notify("heartbeat", report.model_copy(update=update))
-
-    async def beat_once(self) -> None:
-        """One beat with this life's report; a report that fails is logged and costs that beat, never the caller."""
+    async def beat(self) -> None:
+        """Send one heartbeat now with this life's report, this process's own figures and its metrics (the loop does
+        this every interval, :meth:`ready` once more). A report that fails is logged and costs that beat, never the
+        caller."""
         if not self.connected:
             return
         try:
-            await self.beat(self.report())
+            self.seq += 1
+            update = {"seq": self.seq, "process": self._measure(), "metrics": METER.report()}
+            await self._notify("heartbeat", self.report().model_copy(update=update))
         except Exception:
             log.exception("heartbeat report failed")
 
@@ -258,7 +256,7 @@ async def supervisor_link(
 
     async def beat_loop() -> None:
         while not conn.closed:
-            await link.beat_once()
+            await link.beat()
             await link._pause(clock)
 
     async def watch_link() -> None:
