@@ -24,17 +24,13 @@ from hosts.browser.lifecycle import Lifecycle, idle_due
 from tests.hosts.hostproc import HostProcess, shoot
 from tests.hosts.pages import Site
 from tests.polling import until, until_probe
+from tests.processes import children_where
 
 
 def _chromium_children(pid: int) -> list[int]:
-    out = []
-    for proc in psutil.Process(pid).children(recursive=True):
-        try:
-            if "chromium" in proc.name() and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc.pid)
-        except psutil.NoSuchProcess:
-            continue
-    return out
+    live = children_where(psutil.Process(pid), lambda p: "chromium" in p.name() and p.status() != psutil.STATUS_ZOMBIE,
+                          recursive=True)
+    return [p.pid for p in live]
 
 
 def _state(host: BrowserHost) -> str:

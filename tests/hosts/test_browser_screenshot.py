@@ -20,6 +20,7 @@ from hosts.browser.host import MAX_HEIGHT
 from tests.hosts.hostproc import HostProcess, raw_call, shoot
 from tests.hosts.pages import GREEN, Site
 from tests.polling import until_probe
+from tests.processes import children_where
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -108,16 +109,13 @@ def test_malformed_requests_are_refused_and_the_host_keeps_serving(env: dict[str
 
 def _chromium_pids(host_pid: int) -> list[int]:
     """Live Chromium browser processes under the host: zombies, helpers and forks of Chromium left out."""
-    pids = []
-    for proc in psutil.Process(host_pid).children(recursive=True):
-        try:
-            parent = proc.parent()
-            forked = parent is not None and "chromium" in parent.name()
-            if "chromium" in proc.name() and not forked and "--type=" not in " ".join(proc.cmdline()):
-                pids.append(proc.pid)
-        except (psutil.ZombieProcess, psutil.NoSuchProcess):
-            continue
-    return pids
+
+    def browser(proc: psutil.Process) -> bool:
+        parent = proc.parent()
+        forked = parent is not None and "chromium" in parent.name()
+        return "chromium" in proc.name() and not forked and "--type=" not in " ".join(proc.cmdline())
+
+    return [p.pid for p in children_where(psutil.Process(host_pid), browser, recursive=True)]
 
 
 def test_a_killed_browser_is_relaunched_on_the_next_request(env: dict[str, str], tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.processes import children_where
 from tests.supervisor.harness import events, fixture, pid_alive, supervisor, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
@@ -108,15 +109,8 @@ def test_a8_a_double_forking_child_leaves_no_zombies(tmp_path: Path, runtime_dir
         wait_for(lambda: len(events(ev, "DAEMON")) >= 10, 20, "10 double forks")
         sup_ps = psutil.Process(sup.proc.pid)
 
-        def zombies() -> list[psutil.Process]:
-            found = []
-            for p in sup_ps.children():  # the child crash-loops every 0.05 s: one listed may be reaped before its look
-                try:
-                    if p.status() == psutil.STATUS_ZOMBIE:
-                        found.append(p)
-                except psutil.NoSuchProcess:  # reaped, and so no zombie
-                    continue
-            return found
+        def zombies() -> list[psutil.Process]:  # the child crash-loops every 0.05 s: one listed may be reaped before its look
+            return children_where(sup_ps, lambda p: p.status() == psutil.STATUS_ZOMBIE)
 
         wait_for(lambda: not zombies(), 2, "no zombies")
 
