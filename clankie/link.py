@@ -189,9 +189,10 @@ class Link:
         if not self.connected:
             return
         try:
+            report = self.report()  # first: a report sets gauges (lanes live, budgets) the metrics below carry
             self.seq += 1
             update = {"seq": self.seq, "process": self._measure(), "metrics": METER.report()}
-            await self._notify("heartbeat", self.report().model_copy(update=update))
+            await self._notify("heartbeat", report.model_copy(update=update))
         except Exception:
             log.exception("heartbeat report failed")
 
