@@ -269,6 +269,7 @@ class BridgeApp:
     # ------------------------------------------------------------ running
 
     async def run(self) -> None:
+        refused: BaseException | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 recovery.resume_journal(self.bridge, self.limits, self.clock.wall())
@@ -293,8 +294,8 @@ class BridgeApp:
                 if self.keeper is not None:
                     tg.create_task(self.keeper.write_behind(), name="gateway-session-writer")
                 self.ready.set()
-        except* ConfigError as group:
-            raise group.exceptions[0] from None
+        except* ConfigError as group:  # raised alone below: Python before 3.11.4 (Debian 12's 3.11.2) groups a raise here
+            refused = group.exceptions[0]
         finally:
             if self._warm is not None:  # a parked spare's client this life stopped before its gateway could take
                 warm, self._warm = self._warm, None
@@ -314,6 +315,8 @@ class BridgeApp:
             if self._journal_pool is not None:
                 self._journal_pool.close()
             self.receipts.close()
+        if refused is not None:
+            raise refused from None
 
     def _on_quiet(self) -> None:
         """The gateway session dropped: from now on, messages may be missed until a resume or a recovery."""

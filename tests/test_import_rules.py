@@ -271,6 +271,44 @@ def test_no_bounded_wait_can_lose_a_cancellation() -> None:
     assert found == [], f"use clankie.waits.within: {found}"
 
 
+def raises_in_star_handlers(tree: ast.Module) -> list[int]:
+    """Lines of the ``raise`` statements inside ``except*`` handlers (a nested function's own are its own)."""
+    found: list[int] = []
+
+    def walk(node: ast.AST) -> None:
+        if isinstance(node, ast.Raise):
+            found.append(node.lineno)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            for child in ast.iter_child_nodes(node):
+                walk(child)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.TryStar):
+            for handler in node.handlers:
+                for stmt in handler.body:
+                    walk(stmt)
+    return found
+
+
+def test_nothing_is_raised_inside_an_except_star_handler() -> None:
+    """Python before 3.11.4 (Debian 12 has 3.11.2) wraps what an ``except*`` handler raises in an ExceptionGroup
+    (CPython gh-103590): a ConfigError raised there reached the bridge's exit as a group, exit 1 instead of 78. A
+    handler keeps what it caught; the raise comes after the ``try``."""
+    found = [f"{path.relative_to(ROOT)}:{line}" for package in PACKAGES for path in sources(package)
+             for line in raises_in_star_handlers(parsed(path))]
+    assert found == [], f"raise after the try, not in the except* handler: {found}"
+
+
+def test_the_except_star_rule_sees_a_raise() -> None:
+    """The rule above finds a raise in a handler, and leaves alone one after the ``try`` or in a nested function."""
+    tree = ast.parse(
+        "try:\n    pass\nexcept* ValueError as g:\n    raise g.exceptions[0]\n"
+        "try:\n    pass\nexcept* KeyError as g:\n    kept = g\n    def later() -> None:\n        raise kept\n"
+        "raise SystemExit\n"
+    )
+    assert raises_in_star_handlers(tree) == [4]
+
+
 # ---------------------------------------------------------------- the captain's jobs and their facades
 
 CAPTAIN = "service/captain"
