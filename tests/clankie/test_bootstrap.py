@@ -47,7 +47,7 @@ def venv_python(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
 def debian_python() -> bool:
     """Whether this machine has what a fresh Debian (12 or later) has: /usr/bin/python3, 3.11 or newer."""
     probe = "import sys; sys.exit(sys.version_info < (3, 11))"
-    return os.access("/usr/bin/python3", os.X_OK) and subprocess.run(["/usr/bin/python3", "-c", probe]).returncode == 0
+    return os.access("/usr/bin/python3", os.X_OK) and subprocess.run(["/usr/bin/python3", "-c", probe], timeout=30).returncode == 0
 
 
 def test_the_venv_is_made_from_debians_python3_even_when_another_comes_first_on_path(tmp_path: Path) -> None:
