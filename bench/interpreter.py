@@ -6,9 +6,11 @@ where an operator and the suite feel it: the CPU and wall time of a real tree's 
 
 Each round, interleaved, on each interpreter: the supervisor on the real default tree in demo mode (service, bridge
 local-only, browser host with its Chromium, tldraw host: ``CLANKIE_DEMO=1``), until ``clankiectl status`` says every
-child runs; one ``clankiectl say lobby hi`` turn; then SIGTERM and the supervisor's exit. CPU is the whole tree's
-(user + system, ``RUSAGE_CHILDREN``: the supervisor is the subreaper of its children and waits for them before it
-exits), the ``clankiectl`` calls included.
+child runs; one ``say lobby hi`` turn; then SIGTERM and the supervisor's exit. CPU is the whole tree's and only
+the tree's (user + system, ``RUSAGE_CHILDREN``: the supervisor is the subreaper of its children and waits for them
+before it exits): the status polls and the turn are asked over the control socket from this process
+(``tests/supervisor/harness.py``'s :class:`Running`), so no client interpreter is counted, and a slower side's extra
+polls cost it nothing.
 
 The other interpreter is ``--other`` (default: the first ``python3`` on PATH that is not Debian's). Its venv is made
 once under /tmp from the same hash-pinned ``requirements.lock`` by the venv's own ``uv``; the project itself comes
@@ -20,17 +22,23 @@ Last line: ``bench interpreter: debian_cpu_s=… other_cpu_s=… cpu_ratio=… d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from clankie.errors import ClankieError
+from clankie.protocol import SayRequest, TurnResult
+from tests.supervisor.harness import Running
 
 REPO = Path(__file__).resolve().parents[1]
 DEBIAN = Path("/usr/bin/python3")
@@ -81,20 +89,14 @@ def venv_for(python: Path) -> Path:
     return exe
 
 
-def ctl(python: Path, sock: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), "-m", "supervisor.ctl", "--socket", str(sock), *args],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=120, check=False)
-
-
-def all_running(python: Path, sock: Path) -> bool:
-    if not sock.exists():
+def all_running(run: Running) -> bool:
+    if not run.sock.exists():
         return False
-    done = ctl(python, sock, "status", "--json")
-    if done.returncode != 0:
+    try:
+        children = run.status().children
+    except (OSError, ClankieError):  # bound, not yet listening, or not yet answering
         return False
-    children = json.loads(done.stdout)["children"]
-    return bool(children) and all(child["state"] == "running" for child in children)
+    return bool(children) and all(child.state == "running" for child in children)
 
 
 def life(python: Path) -> Life:
@@ -106,23 +108,23 @@ def life(python: Path) -> Life:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(state), "PYTHONPATH": str(REPO),
             "CLANKIE_STATE": str(state), "CLANKIE_RUNTIME_DIR": str(runtime), "CLANKIE_DEMO": "1",
         }
-        sock = runtime / "control.sock"
         before = children_cpu()
         start = time.monotonic()
         with open(Path(tmp) / "supervisor.log", "wb") as log:
             proc = subprocess.Popen([str(python), "-m", "supervisor", "run"], cwd=REPO, env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        run = Running(proc, runtime, state, Path(tmp) / "supervisor.log")
         try:
-            while not all_running(python, sock):
+            while not all_running(run):
                 if proc.poll() is not None:
                     raise SystemExit(f"bench interpreter: the tree on {python} exited {proc.returncode}")
                 if time.monotonic() - start > 120:
                     raise SystemExit(f"bench interpreter: the tree on {python} was not running after 120 s")
                 time.sleep(0.05)
             ready = time.monotonic() - start
-            said = ctl(python, sock, "say", "lobby", "hi", "--json")
-            if said.returncode != 0 or json.loads(said.stdout)["outcome"] != "settled":
-                raise SystemExit(f"bench interpreter: the turn on {python} did not settle: {said.stdout}{said.stderr}")
+            said = run.call("say", SayRequest(room="lobby", text="hi"), timeout=60)
+            if not isinstance(said, TurnResult) or said.outcome != "settled":
+                raise SystemExit(f"bench interpreter: the turn on {python} did not settle: {said!r}")
             answered = time.monotonic() - start
         finally:
             proc.send_signal(signal.SIGTERM)
