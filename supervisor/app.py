@@ -32,7 +32,8 @@ from supervisor.control import Control
 from supervisor.forward import StderrQueue, route_logging
 from supervisor.spec import ChildSpec, default_specs, load_spec_file, spares_kept
 from supervisor.systemd import Notifier
-from supervisor.tree import STOP_BUDGET, Tree
+from supervisor.tree import Tree
+from supervisor.treestate import STOP_BUDGET
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from clankie.protocol import AbortRun, BudgetRequest, ChildTarget, LanesRequest, LogsRequest, Record, SayRequest
 from clankie.version import describe
-from supervisor.tree import STOP_BUDGET
+from supervisor.treestate import STOP_BUDGET
 
 SAY_WAIT = 600.0
 """Default seconds ``say`` waits for the turn (the supervisor gives the service as long)."""

@@ -49,14 +49,11 @@ from supervisor.process import Child, exit_from_waitid
 from supervisor.spawn import Proc
 from supervisor.spec import ChildSpec
 from supervisor.systemd import Notifier
-from supervisor.treestate import TreeEvent, TreeState, move
+from supervisor.treestate import STOP_BUDGET, TreeEvent, TreeState, move
 from supervisor.watchdog import Abort, KillService
 
 log = logging.getLogger(__name__)
 
-
-STOP_BUDGET = 25.0
-"""Seconds the whole ordered stop may take; the unit's TimeoutStopSec must be above it."""
 
 BACKGROUND_PER_CHILD = 64
 """Background tasks per child (activations, shutdown notes, spare timers, stall aborts: a handful each at once)."""

@@ -36,8 +36,9 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
-def runtime_imports_of(path: Path) -> set[str]:
-    """Like :func:`imports_of`, without the imports under ``if TYPE_CHECKING:`` (names for annotations, never run)."""
+def runtime_imports_of(path: Path, root: Path = ROOT) -> set[str]:
+    """Like :func:`imports_of`, without the imports under ``if TYPE_CHECKING:`` (names for annotations, never run);
+    ``from package import module`` names the module (a package of the project under ``root``)."""
     tree = parsed(path)
     typing_only = {
         id(inner)
@@ -54,7 +55,7 @@ def runtime_imports_of(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            package = ROOT / node.module.replace(".", "/")
+            package = root / node.module.replace(".", "/")
             subs = {f"{node.module}.{a.name}" for a in node.names if (package / f"{a.name}.py").exists()}
             names |= subs if subs and len(subs) == len(node.names) else {node.module}  # `from clankie import allow`
     return names
@@ -307,6 +308,57 @@ def test_the_except_star_rule_sees_a_raise() -> None:
         "raise SystemExit\n"
     )
     assert raises_in_star_handlers(tree) == [4]
+
+
+# ---------------------------------------------------------------- the operator's CLI is a client, not a supervisor
+
+CLI = "supervisor.ctl"
+CLI_NEVER = ("supervisor.app", "supervisor.tree", "supervisor.process", "supervisor.metrics", "prometheus_client",
+             "pydantic_settings", "psutil")
+"""What ``clankiectl`` never loads: the running supervisor (its tree, its children, its metrics) and the libraries only
+a serving process needs (``clankiectl doctor`` loads aiohttp for its HTTP probes, when it runs them). The CLI is a client of ``control.sock``, and an operator's every ``clankiectl status`` pays its
+imports: with the supervisor's tree behind one constant it took 0.55 CPU s, 0.37 without (docs/benchmarks.md)."""
+
+
+def import_closure(start: str, root: Path = ROOT) -> dict[str, str]:
+    """Every module ``start`` can load at run time (a lazy import counts, a ``TYPE_CHECKING`` one does not), each with
+    the project module that imports it first: the project's modules under ``root`` with their packages, and the
+    top-level names of the rest."""
+    first: dict[str, str] = {start: start}
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        base = root / name.replace(".", "/")
+        path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if not path.is_file():
+            continue  # a name inside a module (`from clankie.protocol import X` names the module already)
+        for imported in sorted(runtime_imports_of(path, root)):
+            parts = imported.split(".")
+            found = [".".join(parts[:i]) for i in range(1, len(parts) + 1)] if parts[0] in PACKAGES else [parts[0]]
+            for module in found:  # a submodule runs its packages' __init__ first
+                if module not in first:
+                    first[module] = name
+                    todo.append(module)
+    return first
+
+
+def test_clankiectl_loads_no_part_of_the_running_supervisor() -> None:
+    closure = import_closure(CLI)
+    assert {name: closure[name] for name in CLI_NEVER if name in closure} == {}, "imported by the module named"
+
+
+def test_the_cli_rule_follows_a_chain_of_imports_and_skips_type_only_ones(tmp_path: Path) -> None:
+    for rel, text in {
+        "supervisor/__init__.py": "", "supervisor/ctl.py": "from supervisor import ctl_args\n",
+        "supervisor/ctl_args.py": "def later() -> None:\n    from supervisor.tree import STOP_BUDGET\n",
+        "supervisor/tree.py": "import prometheus_client\n",
+        "supervisor/ctl_render.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import supervisor.app\n",
+    }.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    closure = import_closure(CLI, tmp_path)
+    assert closure["supervisor.tree"] == "supervisor.ctl_args" and closure["prometheus_client"] == "supervisor.tree"
+    assert "supervisor.app" not in closure and "supervisor.ctl_render" not in closure
 
 
 # ---------------------------------------------------------------- the captain's jobs and their facades

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hosts.browser.policy import METADATA
-from supervisor.tree import STOP_BUDGET
+from supervisor.treestate import STOP_BUDGET
 
 UNIT = Path(__file__).resolve().parents[2] / "docs" / "systemd" / "clankie.service"
 
