@@ -21,6 +21,13 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+START_BEATS = 2
+"""A child's link beats once as it opens (its beat loop's first) and once in ``ready``, in either order, and then, at an
+interval of an hour, no more. Both are waited for: one that landed while a test moves the clock would stamp the run's
+age again, later, and a window the test counts to 300 s would not be crossed where it expects (seen once on a loaded
+machine: no abort at "300 s", the run aged 1 s at some tick between)."""
+
+
 def make_tree(env: dict[str, str], clock: FakeClock, ev: Path, abort: str) -> Tree:
     settings = settings_mod.load(
         env, stall_seconds=300, stall_tick_seconds=5, stall_abort_grace_seconds=15, heartbeat_timeout_seconds=1e6
@@ -28,7 +35,7 @@ def make_tree(env: dict[str, str], clock: FakeClock, ev: Path, abort: str) -> Tr
     spec = ChildSpec(
         name="service",
         argv=(sys.executable, str(FIXTURE), "--run-age", "1", "--abort", abort, "--events", str(ev)),
-        heartbeat_seconds=3600,  # one heartbeat at start: the run's age is known exactly
+        heartbeat_seconds=3600,  # the two start beats and no more (START_BEATS): the run's age is known exactly
         watch_stalls=True,
         proxy=True,
         stop_timeout=2.0,
@@ -46,7 +53,8 @@ def run_tree(env: dict[str, str], tmp_path: Path, abort: str, body: Callable[[Tr
         task = asyncio.create_task(tree.run(done))
         child = tree.children["service"]
         try:
-            await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None, what="service ready")
+            await until(lambda: child.life.state is State.RUNNING and child.last_heartbeat is not None
+                        and child.last_heartbeat.seq >= START_BEATS, what="service ready, both of its start beats in")
             await body(tree, clock, ev)
         finally:
             done.set()
