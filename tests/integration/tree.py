@@ -134,7 +134,7 @@ class Tree:
     async def status(self) -> StatusReply:
         """``status``, on a connection kept between calls: the waits below poll it every 50 ms, hundreds of times a
         test, and a new connection each time (hello, the peer's credentials read, the close) cost the supervisor and
-        this worker more than the status did: 4.2 ms of CPU a poll against 2.0 (docs/testing.md, "How a
+        this worker more than the status did: about 4.1 ms of CPU a poll against 2.3 (docs/testing.md, "How a
         test waits"). A kept connection that fails (the supervisor killed or restarted) is dropped and the status asked
         once on a new one, which raises what a first call would (``OSError``, ``ChannelBroken``)."""
         for first in (True, False):
