@@ -13,8 +13,8 @@ from clankie.errors import LocalProtocolError
 
 STOP_BUDGET = 25.0
 """Seconds the whole ordered stop (``STOPPING``) may take; the unit's TimeoutStopSec must be above it, and
-``clankiectl shutdown`` waits this long for the children by default (here, in a leaf, so the CLI need not import the
-supervisor to know it)."""
+``clankiectl start|stop|restart`` wait this long for the children by default (here, in a leaf, so the CLI need not
+import the supervisor to know it)."""
 
 
 class TreeState(enum.Enum):
