@@ -61,6 +61,13 @@ def runtime_imports_of(path: Path, root: Path = ROOT) -> set[str]:
     return names
 
 
+def write_sources(root: Path, files: dict[str, str]) -> None:
+    """A probe's source tree under ``root``: each relative path with its text."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+
+
 def sources(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
@@ -348,14 +355,12 @@ def test_clankiectl_loads_no_part_of_the_running_supervisor() -> None:
 
 
 def test_the_cli_rule_follows_a_chain_of_imports_and_skips_type_only_ones(tmp_path: Path) -> None:
-    for rel, text in {
+    write_sources(tmp_path, {
         "supervisor/__init__.py": "", "supervisor/ctl.py": "from supervisor import ctl_args\n",
         "supervisor/ctl_args.py": "def later() -> None:\n    from supervisor.tree import STOP_BUDGET\n",
         "supervisor/tree.py": "import prometheus_client\n",
         "supervisor/ctl_render.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import supervisor.app\n",
-    }.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text, encoding="utf-8")
+    })
     closure = import_closure(CLI, tmp_path)
     assert closure["supervisor.tree"] == "supervisor.ctl_args" and closure["prometheus_client"] == "supervisor.tree"
     assert "supervisor.app" not in closure and "supervisor.ctl_render" not in closure
@@ -426,14 +431,12 @@ def test_no_caller_reaches_behind_a_captain_facade() -> None:
 
 
 def test_the_facade_rule_sees_a_reach_and_a_job_importing_upward(tmp_path: Path) -> None:
-    for rel, text in {
+    write_sources(tmp_path, {
         "service/captain/lanes/__init__.py": "", "service/captain/lanes/shell.py": "",
         "service/captain/media/__init__.py": "from service.captain.lanes import shell\n",
         "service/captain/media/inbound.py": "from service.captain.media import x\n",
         "service/app.py": "from service.captain.lanes.shell import LaneShell\nfrom service.captain.lanes import Captain\n",
-    }.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text, encoding="utf-8")
+    })
     assert behind_facades(tmp_path) == [
         "service/app.py imports service.captain.lanes.shell, behind the facade of service.captain.lanes",
         "service/captain/media/__init__.py imports service.captain.lanes.shell, behind the facade of service.captain.lanes",
