@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.interpreter import all_running
+from bench.interpreter import all_running, children_cpu
 from tests.supervisor.harness import Running
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,11 +34,6 @@ NOW = [str(REPO / ".venv/bin/clankiectl"), "status"]
 BEFORE = [str(PYTHON), "-c", "import sys, supervisor.tree\nfrom supervisor.ctl import main\nsys.argv[0] = 'clankiectl'\n"
           "sys.exit(main())", "status"]
 """The CLI with what its import of ``supervisor.tree`` loaded, loaded first: the same code path as before the move."""
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def once(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
