@@ -137,20 +137,23 @@ class Tree:
         this worker more than the status did: about 4.1 ms of CPU a poll against 2.3 (docs/testing.md, "How a
         test waits"). A kept connection that fails (the supervisor killed or restarted) is dropped and the status asked
         once on a new one, which raises what a first call would (``OSError``, ``ChannelBroken``)."""
-        for first in (True, False):
-            if self._poller is None or self._poller.closed:
-                await self.close_polls()
-                self._poller = await ipc.connect(self.sock, "test", timeout=30.0)
+        if self._poller is not None and not self._poller.closed:
             try:
-                reply = await self._poller.request("status", Empty(), timeout=30.0)
+                return await self._status_on(self._poller)
             except (OSError, ClankieError):
-                await self.close_polls()
-                if first:
-                    continue
-                raise
-            assert isinstance(reply, StatusReply)
-            return reply
-        raise AssertionError("unreachable: the second try returns or raises")
+                await self.close_polls()  # the supervisor was killed or restarted: asked once anew below
+        self._poller = await ipc.connect(self.sock, "test", timeout=30.0)
+        try:
+            return await self._status_on(self._poller)
+        except BaseException:
+            await self.close_polls()
+            raise
+
+    @staticmethod
+    async def _status_on(conn: ipc.Connection) -> StatusReply:
+        reply = await conn.request("status", Empty(), timeout=30.0)
+        assert isinstance(reply, StatusReply)
+        return reply
 
     async def close_polls(self) -> None:
         """Close the kept status connection, if any (before the tree stops, and when it failed)."""
