@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.interpreter import all_running, children_cpu
-from tests.supervisor.harness import Running
+from bench.interpreter import children_cpu, demo_tree
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv/bin/python"
@@ -56,36 +53,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=30)
     opts = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="ck-bench-ctl-") as tmp:
-        state, runtime = Path(tmp) / "state", Path(tmp) / "run"
-        state.mkdir(mode=0o700)
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(state),
-            "CLANKIE_STATE": str(state), "CLANKIE_RUNTIME_DIR": str(runtime), "CLANKIE_DEMO": "1",
-        }
-        with open(Path(tmp) / "supervisor.log", "wb") as log:
-            proc = subprocess.Popen([str(PYTHON), "-m", "supervisor", "run"], cwd=REPO, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        run = Running(proc, runtime, state, Path(tmp) / "supervisor.log")
-        try:
-            deadline = time.monotonic() + 120
-            while not all_running(run):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"bench ctl: the tree did not come up (exit {proc.poll()})")
-                time.sleep(0.05)
-            sides: dict[str, list[tuple[float, float]]] = {"now": [], "before": []}
-            shown: dict[str, list[str]] = {}
-            for argv in (NOW, BEFORE):  # one untimed run each: the page cache and the bytecode caches warm on both
-                once(argv, env)
-            for n in range(opts.rounds):
-                for name, argv in (("now", NOW), ("before", BEFORE)) if n % 2 == 0 else (("before", BEFORE),
-                                                                                       ("now", NOW)):
-                    wall, cpu, out = once(argv, env)
-                    sides[name].append((wall, cpu))
-                    shown[name] = children_of(out)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+    sides: dict[str, list[tuple[float, float]]] = {"now": [], "before": []}
+    shown: dict[str, list[str]] = {}
+    with demo_tree(PYTHON) as (_, run):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(run.state),
+               "CLANKIE_STATE": str(run.state), "CLANKIE_RUNTIME_DIR": str(run.runtime)}
+        for argv in (NOW, BEFORE):  # one untimed run each: the page cache and the bytecode caches warm on both
+            once(argv, env)
+        for n in range(opts.rounds):
+            for name, argv in (("now", NOW), ("before", BEFORE)) if n % 2 == 0 else (("before", BEFORE),
+                                                                                   ("now", NOW)):
+                wall, cpu, out = once(argv, env)
+                sides[name].append((wall, cpu))
+                shown[name] = children_of(out)
     if shown["now"] != shown["before"] or len(shown["now"]) != 4:
         raise SystemExit(f"bench ctl: the two sides showed different children: {shown}")
     med = {name: (statistics.median(w for w, _ in xs) * 1000, statistics.median(c for _, c in xs) * 1000)

@@ -22,6 +22,7 @@ Last line: ``bench interpreter: debian_cpu_s=… other_cpu_s=… cpu_ratio=… d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,8 +101,10 @@ def all_running(run: Running) -> bool:
     return bool(children) and all(child.state == "running" for child in children)
 
 
-def life(python: Path) -> Life:
-    """One tree, from its start to its exit after one answered turn, on ``python``."""
+@contextlib.contextmanager
+def demo_tree(python: Path, timeout: float = 120.0) -> Iterator[tuple[subprocess.Popen[bytes], Running]]:
+    """The real default tree in demo mode, on ``python``, in a temp state and runtime of its own; yielded once every
+    child runs (asked over the control socket from this process), SIGTERMed and waited for on the way out."""
     with tempfile.TemporaryDirectory(prefix="ck-bench-") as tmp:
         state, runtime = Path(tmp) / "state", Path(tmp) / "run"
         state.mkdir(mode=0o700)
@@ -108,7 +112,6 @@ def life(python: Path) -> Life:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(state), "PYTHONPATH": str(REPO),
             "CLANKIE_STATE": str(state), "CLANKIE_RUNTIME_DIR": str(runtime), "CLANKIE_DEMO": "1",
         }
-        before = children_cpu()
         start = time.monotonic()
         with open(Path(tmp) / "supervisor.log", "wb") as log:
             proc = subprocess.Popen([str(python), "-m", "supervisor", "run"], cwd=REPO, env=env,
@@ -117,19 +120,27 @@ def life(python: Path) -> Life:
         try:
             while not all_running(run):
                 if proc.poll() is not None:
-                    raise SystemExit(f"bench interpreter: the tree on {python} exited {proc.returncode}")
-                if time.monotonic() - start > 120:
-                    raise SystemExit(f"bench interpreter: the tree on {python} was not running after 120 s")
+                    raise SystemExit(f"bench: the tree on {python} exited {proc.returncode}")
+                if time.monotonic() - start > timeout:
+                    raise SystemExit(f"bench: the tree on {python} was not running after {timeout:g} s")
                 time.sleep(0.05)
-            ready = time.monotonic() - start
-            said = run.call("say", SayRequest(room="lobby", text="hi"), timeout=60)
-            if not isinstance(said, TurnResult) or said.outcome != "settled":
-                raise SystemExit(f"bench interpreter: the turn on {python} did not settle: {said!r}")
-            answered = time.monotonic() - start
+            yield proc, run
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
-        return Life(children_cpu() - before, ready, answered)
+
+
+def life(python: Path) -> Life:
+    """One tree, from its start to its exit after one answered turn, on ``python``."""
+    before = children_cpu()
+    start = time.monotonic()
+    with demo_tree(python) as (_, run):
+        ready = time.monotonic() - start
+        said = run.call("say", SayRequest(room="lobby", text="hi"), timeout=60)
+        if not isinstance(said, TurnResult) or said.outcome != "settled":
+            raise SystemExit(f"bench interpreter: the turn on {python} did not settle: {said!r}")
+        answered = time.monotonic() - start
+    return Life(children_cpu() - before, ready, answered)
 
 
 def main() -> None:
