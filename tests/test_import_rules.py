@@ -323,8 +323,9 @@ CLI = "supervisor.ctl"
 CLI_NEVER = ("supervisor.app", "supervisor.tree", "supervisor.process", "supervisor.metrics", "prometheus_client",
              "pydantic_settings", "psutil")
 """What ``clankiectl`` never loads: the running supervisor (its tree, its children, its metrics) and the libraries only
-a serving process needs (``clankiectl doctor`` loads aiohttp for its HTTP probes, when it runs them). The CLI is a client of ``control.sock``, and an operator's every ``clankiectl status`` pays its
-imports: with the supervisor's tree behind one constant it took 0.55 CPU s, 0.37 without (docs/benchmarks.md)."""
+a serving process needs (``clankiectl doctor`` loads aiohttp for its HTTP probes, when it runs them). The CLI is a
+client of ``control.sock``, and an operator's every ``clankiectl status`` pays its imports: 0.44-0.59 CPU s a call
+while one constant brought in the supervisor's tree, 0.35-0.41 without (``bench/ctl.py``, docs/benchmarks.md)."""
 
 
 def import_closure(start: str, root: Path = ROOT) -> dict[str, str]:
