@@ -86,7 +86,7 @@ def test_a_real_prometheus_scrapes_the_tree_and_returns_every_promised_series(tm
 
     async def main() -> None:
         env = {"CLANKIE_METRICS_LISTEN": f"127.0.0.1:{port}", "CLANKIE_BUDGET_DAY_TOKENS": str(BUDGET)}
-        async with real_tree(tmp_path, runtime_dir, env) as t:
+        async with real_tree(tmp_path, runtime_dir, env, spares=False) as t:  # a story of series, not restarts
             t.anthropic.script(fa.text("Eight o'clock, same lobby."))
             asked = await t.discord.message(CHAN, "clankie, when is the lobby tonight?")
             reply = await t.reply_to(asked["id"])
