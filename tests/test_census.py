@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import census_procs
 from tests.census import CENSUS_DIR_ENV, Cost, read_dir, render, summarize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,3 +67,75 @@ def test_a_tests_children_are_counted_with_it_and_a_test_that_starts_none_has_no
     assert set(costs) == {"test_burner", "test_idle"}
     assert costs["test_burner"].children_cpu >= 0.3
     assert costs["test_idle"].children_cpu == 0.0
+
+
+# By process (tests/census_procs.py, scripts/suite-census --by-process)
+
+@pytest.mark.parametrize(("argv", "kind"), [
+    ([".venv/bin/python", "-m", "service"], "service"),
+    (["/usr/bin/python3.11", "-u", "-m", "hosts.tldraw.rasterize_worker", "3", "4"], "hosts.tldraw.rasterize_worker"),
+    ([".venv/bin/python", ".venv/bin/clankie", "run"], "clankie run"),
+    ([".venv/bin/python", ".venv/bin/clankiectl", "--socket", "x", "status"], "bin/clankiectl"),
+    ([".venv/bin/python", "/w/tests/supervisor/fixtures/child.py", "--events", "f"], "fixtures/child.py"),
+    ([".venv/bin/python", "-u", "-c", census_procs.WORKER_BOOT], "pytest worker"),
+    (["python3", "-c", "pass"], "python -c"),
+    (["/usr/lib/chromium/chromium-headless-shell", "--type=renderer"], "chromium-headless-shell"),
+    (["postgres: postgres t1 [local] idle"], "postgres"),
+    (["/usr/lib/chromium/chromium-headless-shell --type=zygote --headless"], "chromium-headless-shell"),
+    ([], "?"),
+])
+def test_a_process_counts_under_the_module_script_or_program_its_command_line_names(argv: list[str], kind: str) -> None:
+    assert census_procs.kind_of(argv) == kind
+
+
+ME, NOBODY = 1000, 65534
+
+
+def _look(pid: int, start: int, cpu: float, *argv: str, ppid: int = 1, uid: int = ME) -> census_procs.Look:
+    return census_procs.Look(pid=pid, start=start, cpu=cpu, argv=argv, ppid=ppid, uid=uid)
+
+
+def test_each_process_is_counted_once_at_its_last_cpu_and_one_started_before_the_census_not_at_all() -> None:
+    """A process is its pid and its start (a reused pid is another); its CPU is the most seen; kinds sum, costliest
+    first; the table's last line totals them."""
+    census = census_procs.Census(since=100, uid=ME)
+    census.add([_look(7, 50, 9.0, "python", "-m", "bridge"), _look(8, 120, 0.5, "python", "-m", "service")])
+    census.add([_look(8, 120, 1.5, "python", "-m", "service"), _look(9, 130, 0.25, "python", "-m", "bridge")])
+    census.add([_look(8, 140, 0.25, "python", "-m", "service")])  # pid 8 again: a new process
+    rows = census.by_kind()
+    assert [(kind, n) for kind, n, _ in rows] == [("service", 2), ("bridge", 1)]
+    assert [cpu for _, _, cpu in rows] == pytest.approx([1.75, 0.25])
+    assert census_procs.render(census.by_kind()).splitlines()[-1] == "census by process: processes=3 cpu_s=2.0"
+
+
+def test_another_uids_process_counts_only_below_one_that_counts() -> None:
+    """Chromium's renderers run as nobody under the browser host: counted, even when listed before their parent; a
+    stranger's process, or one whose parent died before this look, is not."""
+    census = census_procs.Census(since=100, uid=ME)
+    census.add([
+        _look(30, 150, 0.5, "/usr/lib/chromium/chromium-headless-shell", "--type=renderer", ppid=20, uid=NOBODY),
+        _look(20, 140, 1.0, "python", "-m", "hosts.browser", ppid=10),
+        _look(40, 150, 9.0, "someone-elses-build", uid=NOBODY),
+    ])
+    census.add([_look(50, 160, 2.0, "/usr/lib/chromium/chromium-headless-shell", ppid=99, uid=NOBODY)])
+    assert [(kind, n) for kind, n, _ in census.by_kind()] == [("hosts.browser", 1), ("chromium-headless-shell", 1)]
+
+
+def test_the_sampler_sees_a_child_it_outlived_and_nothing_that_started_before_it(tmp_path: Path) -> None:
+    """A real sampler and a burner started after it, alive (waiting on its stdin) when the sampler is stopped: the
+    sampler's last look has its 0.3 CPU s; the test's own process, older than the sampler, is not in the table."""
+    out = tmp_path / "by-process.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    sampler = subprocess.Popen([sys.executable, "-m", "tests.census_procs", str(out)], env=env)
+    burn = "import sys, time\nwhile time.process_time() < 0.3:\n    pass\nprint('burnt', flush=True)\nsys.stdin.read()\n"
+    burner = subprocess.Popen([sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert burner.stdout is not None and burner.stdout.readline() == "burnt\n"
+        sampler.send_signal(signal.SIGTERM)
+        assert sampler.wait(timeout=60) == 0
+    finally:
+        sampler.kill()
+        burner.communicate(timeout=60)
+    rows = {line.split(None, 3)[3]: float(line.split()[0]) for line in out.read_text().splitlines()[1:-1]}
+    assert rows["python -c"] >= 0.25  # clock ticks: 0.3 s of process time reads as 0.29-0.31
+    assert not any("pytest" in kind for kind in rows), rows
