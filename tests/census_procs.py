@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,23 +61,28 @@ class Look:
     uid: int = 0
 
 
-def read_look(pid: int, tick: float) -> Look | None:
-    """``/proc/<pid>`` as a :class:`Look`, or None when the process is gone or a kernel thread."""
+def read_look(pid: int, tick: float, since: int = 0, known: Container[tuple[int, int]] = ()) -> Look | None:
+    """``/proc/<pid>`` as a :class:`Look`, or None when the process is gone, a kernel thread or older than ``since``.
+    A process ``known`` by its (pid, start) is read for its CPU alone: its command line and uid are not read again."""
     base = f"/proc/{pid}"
     try:
-        uid = os.stat(base).st_uid
         with open(f"{base}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
+        start, cpu = int(fields[19]), (int(fields[11]) + int(fields[12])) * tick  # starttime; utime + stime
+        if start < since:
+            return None
+        if (pid, start) in known:
+            return Look(pid=pid, start=start, cpu=cpu, argv=())
+        uid = os.stat(base).st_uid
         with open(f"{base}/cmdline", "rb") as f:
             cmdline = f.read()
     except OSError:
         return None
     if not cmdline:
         return None  # a kernel thread, or a zombie with nothing left to say
-    fields = stat[stat.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
-    cpu = (int(fields[11]) + int(fields[12])) * tick  # utime, stime
     argv = tuple(a.decode(errors="replace") for a in cmdline.rstrip(b"\0").split(b"\0"))
-    return Look(pid=pid, start=int(fields[19]), cpu=cpu, argv=argv, ppid=int(fields[1]), uid=uid)
+    return Look(pid=pid, start=start, cpu=cpu, argv=argv, ppid=int(fields[1]), uid=uid)
 
 
 @dataclass
@@ -151,7 +156,7 @@ def sample(census: Census, stop: Callable[[], bool], interval: float = 0.1) -> N
     while True:
         last = stop()
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != me]
-        census.add([look for pid in pids if (look := read_look(pid, tick)) is not None])
+        census.add([look for pid in pids if (look := read_look(pid, tick, census.since, census.seen)) is not None])
         if last:
             return
         time.sleep(interval)

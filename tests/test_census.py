@@ -139,3 +139,14 @@ def test_the_sampler_sees_a_child_it_outlived_and_nothing_that_started_before_it
     rows = {line.split(None, 3)[3]: float(line.split()[0]) for line in out.read_text().splitlines()[1:-1]}
     assert rows["python -c"] >= 0.25  # clock ticks: 0.3 s of process time reads as 0.29-0.31
     assert not any("pytest" in kind for kind in rows), rows
+
+
+def test_a_look_reads_a_process_once_whole_then_only_its_cpu() -> None:
+    """This process, read from /proc: whole when new; its CPU alone when known; nothing when older than the census."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    whole = census_procs.read_look(os.getpid(), tick)
+    assert whole is not None and "python" in os.path.basename(whole.argv[0])
+    assert (whole.ppid, whole.uid) == (os.getppid(), os.getuid()) and whole.cpu > 0
+    again = census_procs.read_look(os.getpid(), tick, known={(whole.pid, whole.start)})
+    assert again is not None and again.argv == () and again.start == whole.start and again.cpu >= whole.cpu
+    assert census_procs.read_look(os.getpid(), tick, since=whole.start + 1) is None
