@@ -132,11 +132,17 @@ class Census:
         return [(kind, count[kind], cpu[kind]) for kind in sorted(cpu, key=cpu.__getitem__, reverse=True)]
 
 
-def render(rows: Sequence[tuple[str, int, float]], top: int = 25) -> str:
-    """The table the script prints; its last line is ``census by process: processes=... cpu_s=...``."""
+SMALL = 0.1
+"""CPU seconds under which a kind's whole share is shown only in the table's "other kinds" line."""
+
+
+def render(rows: Sequence[tuple[str, int, float]]) -> str:
+    """The table the script prints, every kind of at least :data:`SMALL` CPU s on its own line; its last line is
+    ``census by process: processes=... cpu_s=...``."""
+    shown = [row for row in rows if row[2] >= SMALL]
+    rest = [row for row in rows if row[2] < SMALL]
     lines = [f"{'CPU s':>8} {'procs':>6}  {'each':>6}  kind"]
-    lines += [f"{cpu:8.1f} {n:6d}  {cpu / n:6.2f}  {kind}" for kind, n, cpu in rows[:top]]
-    rest = rows[top:]
+    lines += [f"{cpu:8.1f} {n:6d}  {cpu / n:6.2f}  {kind}" for kind, n, cpu in shown]
     if rest:
         lines.append(f"{sum(r[2] for r in rest):8.1f} {sum(r[1] for r in rest):6d}  {'':>6}  {len(rest)} other kinds")
     lines.append(f"census by process: processes={sum(r[1] for r in rows)} cpu_s={sum(r[2] for r in rows):.1f}")

@@ -102,10 +102,12 @@ def test_each_process_is_counted_once_at_its_last_cpu_and_one_started_before_the
     census.add([_look(7, 50, 9.0, "python", "-m", "bridge"), _look(8, 120, 0.5, "python", "-m", "service")])
     census.add([_look(8, 120, 1.5, "python", "-m", "service"), _look(9, 130, 0.25, "python", "-m", "bridge")])
     census.add([_look(8, 140, 0.25, "python", "-m", "service")])  # pid 8 again: a new process
+    census.add([_look(11, 150, 0.04, "sleep"), _look(12, 150, 0.02, "true")])  # under 0.1 CPU s a kind: one line
     rows = census.by_kind()
-    assert [(kind, n) for kind, n, _ in rows] == [("service", 2), ("bridge", 1)]
-    assert [cpu for _, _, cpu in rows] == pytest.approx([1.75, 0.25])
-    assert census_procs.render(census.by_kind()).splitlines()[-1] == "census by process: processes=3 cpu_s=2.0"
+    assert [(kind, n) for kind, n, _ in rows] == [("service", 2), ("bridge", 1), ("sleep", 1), ("true", 1)]
+    assert [cpu for _, _, cpu in rows] == pytest.approx([1.75, 0.25, 0.04, 0.02])
+    assert census_procs.render(census.by_kind()).splitlines()[-2:] == [
+        "     0.1      2          2 other kinds", "census by process: processes=5 cpu_s=2.1"]
 
 
 def test_another_uids_process_counts_only_below_one_that_counts() -> None:
@@ -121,9 +123,10 @@ def test_another_uids_process_counts_only_below_one_that_counts() -> None:
     assert [(kind, n) for kind, n, _ in census.by_kind()] == [("hosts.browser", 1), ("chromium-headless-shell", 1)]
 
 
-def test_the_sampler_sees_a_child_it_outlived_and_nothing_that_started_before_it(tmp_path: Path) -> None:
+def test_the_sampler_counts_a_child_it_outlived_at_its_last_cpu(tmp_path: Path) -> None:
     """A real sampler and a burner started after it, alive (waiting on its stdin) when the sampler is stopped: the
-    sampler's last look has its 0.3 CPU s; the test's own process, older than the sampler, is not in the table."""
+    sampler's last look has its 0.3 CPU s. (Other workers' processes may be counted too, so the table is read for a
+    floor; what is older than the census is left out by the unit tests above.)"""
     out = tmp_path / "by-process.txt"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sampler = subprocess.Popen([sys.executable, "-m", "tests.census_procs", str(out)], env=env)
@@ -138,7 +141,6 @@ def test_the_sampler_sees_a_child_it_outlived_and_nothing_that_started_before_it
         burner.communicate(timeout=60)
     rows = {line.split(None, 3)[3]: float(line.split()[0]) for line in out.read_text().splitlines()[1:-1]}
     assert rows["python -c"] >= 0.25  # clock ticks: 0.3 s of process time reads as 0.29-0.31
-    assert not any("pytest" in kind for kind in rows), rows
 
 
 def test_a_look_reads_a_process_once_whole_then_only_its_cpu() -> None:
