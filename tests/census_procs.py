@@ -61,14 +61,20 @@ class Look:
     uid: int = 0
 
 
+def stat_fields(path: str) -> list[str]:
+    """The fields of a ``/proc/<pid>/stat`` after the process's name (the name, in parentheses, may hold spaces):
+    [0] its state, [1] its parent, [11] and [12] its user and system ticks, [19] its start in ticks after boot."""
+    with open(path, encoding="ascii", errors="replace") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def read_look(pid: int, tick: float, since: int = 0, known: Container[tuple[int, int]] = ()) -> Look | None:
     """``/proc/<pid>`` as a :class:`Look`, or None when the process is gone, a kernel thread or older than ``since``.
     A process ``known`` by its (pid, start) is read for its CPU alone: its command line and uid are not read again."""
     base = f"/proc/{pid}"
     try:
-        with open(f"{base}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-        fields = stat[stat.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
+        fields = stat_fields(f"{base}/stat")
         start, cpu = int(fields[19]), (int(fields[11]) + int(fields[12])) * tick  # starttime; utime + stime
         if start < since:
             return None
@@ -151,9 +157,7 @@ def render(rows: Sequence[tuple[str, int, float]]) -> str:
 
 def own_start() -> int:
     """This process's start, in the clock ticks after boot that ``/proc/<pid>/stat`` counts in."""
-    with open("/proc/self/stat", encoding="ascii") as f:
-        stat = f.read()
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return int(stat_fields("/proc/self/stat")[19])
 
 
 def sample(census: Census, stop: Callable[[], bool], interval: float = 0.1) -> None:
