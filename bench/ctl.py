@@ -46,7 +46,8 @@ def once(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 def children_of(status: str) -> list[str]:
     """The child names of a rendered status, in order (the first word of each line that names one)."""
     names = ("service", "bridge", "browser", "tldraw")
-    return [line.split()[0] for line in status.splitlines() if line.split() and line.split()[0] in names]
+    firsts = (words[0] for words in map(str.split, status.splitlines()) if words)
+    return [word for word in firsts if word in names]
 
 
 def main() -> None:
