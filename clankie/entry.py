@@ -135,7 +135,7 @@ def run_child(spec: ChildSpec, environ: Mapping[str, str] | None = None) -> int:
         settings = None if spec.parks_first and is_spare(env) else _configure(spec, env)
         if spec.warm is not None:
             spec.warm()
-        heap.settle()  # the start's imports are done: one collection, its survivors frozen, the collector on
+        heap.settle()  # the start's imports are done: all it built frozen, the collector on
         return asyncio.run(_amain(spec, env, settings))
     except ConfigError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr, flush=True)
