@@ -16,8 +16,9 @@ The cycles a start made and dropped are frozen with the rest, never freed: in a 
 objects (classes the SDK's imports built and discarded, the warm-up's closed client), a few hundred kB of its
 ~100 MB. Freeing them would take one full collection over the ~200,000 objects a start keeps: 0.12-0.17 s of
 CPU on every start of the service, for 0.3 % of its memory (measured by ``bench/child_start.py``; bounded by
-``tests/clankie/test_heap.py``). That is CPython's own advice for ``gc.freeze`` too: freeze what the start built,
-without a collection first. A process that never held (started some other way, a test) is settled all the same.
+``tests/clankie/test_heap.py``). It is the sequence CPython's documentation of ``gc.freeze`` gives for a process
+that forks (the collector off early, a freeze once the start is built, no collection between), taken here for the
+CPU. A process that never held (started some other way, a test) is settled all the same.
 """
 
 from __future__ import annotations
