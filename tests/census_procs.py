@@ -22,6 +22,8 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.procstat import stat_fields
+
 WORKER_BOOT = "import sys;exec(eval(sys.stdin.readline()))"
 """The ``-c`` program execnet starts each xdist worker with."""
 
@@ -61,20 +63,12 @@ class Look:
     uid: int = 0
 
 
-def stat_fields(path: str) -> list[str]:
-    """The fields of a ``/proc/<pid>/stat`` after the process's name (the name, in parentheses, may hold spaces):
-    [0] its state, [1] its parent, [11] and [12] its user and system ticks, [19] its start in ticks after boot."""
-    with open(path, encoding="ascii", errors="replace") as f:
-        stat = f.read()
-    return stat[stat.rindex(")") + 2:].split()
-
-
 def read_look(pid: int, tick: float, since: int = 0, known: Container[tuple[int, int]] = ()) -> Look | None:
     """``/proc/<pid>`` as a :class:`Look`, or None when the process is gone, a kernel thread or older than ``since``.
     A process ``known`` by its (pid, start) is read for its CPU alone: its command line and uid are not read again."""
     base = f"/proc/{pid}"
     try:
-        fields = stat_fields(f"{base}/stat")
+        fields = stat_fields(pid)
         start, cpu = int(fields[19]), (int(fields[11]) + int(fields[12])) * tick  # starttime; utime + stime
         if start < since:
             return None
@@ -157,7 +151,7 @@ def render(rows: Sequence[tuple[str, int, float]]) -> str:
 
 def own_start() -> int:
     """This process's start, in the clock ticks after boot that ``/proc/<pid>/stat`` counts in."""
-    return int(stat_fields("/proc/self/stat")[19])
+    return int(stat_fields("self")[19])
 
 
 def sample(census: Census, stop: Callable[[], bool], interval: float = 0.1) -> None:

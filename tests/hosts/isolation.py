@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procstat import stat_fields
+
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the browser host goes apart only when the tree runs as root")
 """Marks a test of the browser host apart from the tree's uid: that happens only in a tree run as root (CI is)."""
 
@@ -52,10 +54,9 @@ def descendants(pid: int) -> list[Seen]:
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            ppid = int(stat_fields(entry)[1])
         except (FileNotFoundError, ProcessLookupError):
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     out: list[Seen] = []
     todo = list(children.get(pid, []))

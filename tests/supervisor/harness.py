@@ -20,6 +20,7 @@ from clankie import ipc
 from clankie.errors import ChannelBroken
 from clankie.protocol import Empty, Record, StatusReply
 from tests.polling import until_sync
+from tests.procstat import stat_fields
 
 FIXTURE = Path(__file__).parent / "fixtures" / "child.py"
 REPO = Path(__file__).resolve().parents[2]
@@ -58,8 +59,7 @@ def _limit_files(nofile: int) -> None:
 
 def pid_alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        return stat_fields(pid)[0] != "Z"
     except FileNotFoundError:
         return False
 
